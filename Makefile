@@ -1,0 +1,37 @@
+# Two commands set everything up from nothing: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU build of torch; on CI machines this wheel is on local disk.
+# Override for a GPU desktop, e.g. `make test TORCH=torch`.
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/edgerl train
+
+test: $(STAMP)
+	$(BIN)/ruff check edgerl tests scripts
+	$(BIN)/ruff format --check edgerl tests scripts
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check edgerl tests scripts
+
+format: $(STAMP)
+	$(BIN)/ruff format edgerl tests scripts
+
+bench: $(STAMP)
+	$(BIN)/edgerl bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

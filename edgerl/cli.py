@@ -1,0 +1,341 @@
+"""The command line: ``edgerl train | play | config | ...``.
+
+Exit codes: 0 done, 2 a user error (one sentence on stderr, no traceback; ``--debug`` shows it),
+1 an internal error, 130/143 stopped by SIGINT/SIGTERM after writing a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from edgerl import __version__
+from edgerl.errors import EdgerlError
+
+log = logging.getLogger("edgerl")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is now, so rich's progress bar can redirect it."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def setup_logging(debug: bool, level: str = "info", timestamps: bool = True) -> None:
+    handler = _StderrHandler()
+    fmt = "%(asctime)s %(levelname)s %(message)s" if timestamps else "%(levelname)s %(message)s"
+    handler.setFormatter(logging.Formatter(fmt, datefmt="%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else getattr(logging, level.upper()))
+    for noisy in ("PIL", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def config_options(func: F) -> F:
+    """The options every command that builds a config takes (layers 3-5 of config.py)."""
+    options = [
+        click.option(
+            "--config",
+            "config_file",
+            type=click.Path(path_type=Path),
+            help="TOML config file (over /etc/edgerl/edgerl.toml and the defaults).",
+        ),
+        click.option(
+            "--set",
+            "overrides",
+            multiple=True,
+            metavar="SECTION.KEY=VALUE",
+            help="Override one config key; repeatable.",
+        ),
+        click.option("--env", "env_id", help="Shortcut for --set env.id=ID."),
+        click.option("--steps", type=int, help="Shortcut for --set train.steps=N (a total)."),
+        click.option(
+            "--run-dir",
+            type=click.Path(path_type=Path),
+            help="Shortcut for --set train.run_dir=DIR.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_config(
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+) -> Any:
+    from edgerl.config import build_layers, resolve
+
+    shortcuts = {
+        "env.id": env_id,
+        "train.steps": steps,
+        "train.run_dir": str(run_dir) if run_dir is not None else None,
+    }
+    return resolve(build_layers(config_file, overrides, shortcuts))
+
+
+@contextlib.contextmanager
+def stop_on_signals(request_stop: Callable[[str], None]) -> Iterator[dict[str, str]]:
+    """Turn SIGINT/SIGTERM into a stop request; a second SIGINT aborts at once."""
+    received: dict[str, str] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        received["signal"] = name
+        request_stop(name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(__version__, prog_name="edgerl")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """edgerl: train DQN agents on Atari on the device, watch them, export them to TensorRT."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    setup_logging(debug)
+
+
+@cli.command()
+@config_options
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over: move an existing run directory aside (never deleted).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar or progress log lines.")
+@click.pass_context
+def train(
+    ctx: click.Context,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+    fresh: bool,
+    quiet: bool,
+) -> None:
+    """Train a DQN; resumes the run directory's newest valid checkpoint.
+
+    Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
+    """
+    from edgerl.train import Trainer
+
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    setup_logging(ctx.obj["debug"], cfg.log.level)
+    trainer = Trainer(cfg, fresh=fresh, quiet=quiet)
+    with stop_on_signals(trainer.request_stop) as received, trainer:
+        log.info(
+            "training %s on %s: run directory %s",
+            trainer.cfg.env.id,
+            trainer.device,
+            trainer.run_dir,
+        )
+        result = trainer.run()
+    ret = "n/a" if math.isnan(result.return_mean) else f"{result.return_mean:.2f}"
+    sps = result.session_steps / result.session_s if result.session_s > 0 else 0.0
+    click.echo(
+        f"step {result.step:,}/{result.total_steps:,}: {result.episodes:,} episodes, "
+        f"mean return (last 100) {ret}, {sps:,.0f} steps/s this session; "
+        f"checkpoint {result.checkpoint or 'unchanged'}",
+        err=True,
+    )
+    if result.stopped:
+        sig = received.get("signal", "a stop request")
+        click.echo(f"stopped by {sig}; run the same command to resume", err=True)
+        ctx.exit(130 if sig == "SIGINT" else 143)
+
+
+@cli.command()
+@click.option(
+    "--model",
+    type=click.Path(path_type=Path),
+    help="A policy file: checkpoint (.ckpt), ONNX (.onnx) or TensorRT engine (.engine).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="A run directory: plays its newest valid checkpoint.",
+)
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="A checkpoint file.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "trt", "onnx", "torch"]),
+    default="auto",
+    show_default=True,
+    help="auto picks by the file.",
+)
+@click.option("--env", "env_id", help="Environment id (default: the one the policy learned).")
+@click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--render", type=click.Choice(["none", "console", "screen"]), default="none", show_default=True
+)
+@click.option("--fullscreen", is_flag=True, help="With --render screen: fill the screen.")
+@click.option(
+    "--fps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Steps per second (0: as fast as possible).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--epsilon",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Chance of a random action.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda", "auto"]),
+    default="cpu",
+    show_default=True,
+    help="Device of the torch backend.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def play(
+    model: Path | None,
+    run_dir: Path | None,
+    checkpoint: Path | None,
+    backend: str,
+    env_id: str | None,
+    episodes: int,
+    render: str,
+    fullscreen: bool,
+    fps: float,
+    seed: int,
+    epsilon: float,
+    device: str,
+    as_json: bool,
+) -> None:
+    """Play a learned policy and report returns and action latency."""
+    from edgerl.play import load_policy
+    from edgerl.play import play as run_play
+
+    if model is not None and (run_dir is not None or checkpoint is not None):
+        raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
+    policy = load_policy(
+        model=model, run_dir=run_dir, checkpoint=checkpoint, backend=backend, device=device
+    )
+    renderer = None
+    if render != "none":
+        from edgerl.display.render import make_renderer
+
+        renderer = make_renderer(render, policy.spec, fullscreen=fullscreen)
+    try:
+        result = run_play(
+            policy,
+            env_id=env_id,
+            episodes=episodes,
+            seed=seed,
+            epsilon=epsilon,
+            renderer=renderer,
+            fps=fps,
+        )
+    finally:
+        if renderer is not None and hasattr(renderer, "close"):
+            renderer.close()
+    summary = result.to_json()
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    lat = summary["latency_us"]
+    click.echo(
+        f"{summary['env']} with {summary['backend']}: {summary['episodes']} episodes, "
+        f"mean return {summary['return_mean']:.2f} (returns {summary['returns']}); action "
+        f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
+    )
+
+
+@cli.command("config")
+@config_options
+@click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
+def config_cmd(
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+    reference: bool,
+) -> None:
+    """Print the resolved config (TOML), presets for the environment included."""
+    from edgerl.config import apply_presets, check_consistency, describe
+    from edgerl.envs import probe
+
+    if reference:
+        for key, default, doc in describe():
+            click.echo(
+                f"{key} = {json.dumps(list(default) if isinstance(default, tuple) else default)}"
+                f"  # {doc}"
+            )
+        return
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    cfg = apply_presets(cfg, probe(cfg.env.id).kind)
+    check_consistency(cfg)
+    click.echo(cfg.to_toml(), nl=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (never raises for user errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        rv = cli.main(args=args, prog_name="edgerl", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except EdgerlError as e:
+        if debug:
+            log.exception("user error")
+        click.echo(f"edgerl: error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as e:
+        if debug:
+            log.exception("internal error")
+        click.echo(
+            f"edgerl: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            err=True,
+        )
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""Typed configuration: one dataclass per section, TOML layers, ``--set`` overrides, presets.
+
+Layers, each overriding the one before:
+
+1. built-in defaults (the fields below),
+2. ``/etc/edgerl/edgerl.toml`` if present (the service's file; ``EDGERL_SYSTEM_CONFIG`` moves it,
+   an empty value disables it),
+3. ``--config FILE``,
+4. ``--set section.key=value`` (repeatable; the value is read as TOML, else as a plain string),
+5. the shortcut flags ``--env``, ``--steps``, ``--run-dir``.
+
+Keys nobody set follow the observation kind of the environment (see :data:`PRESETS`): Atari-scale
+values for frames, small-task values for vector observations. The resolved config is written to the
+run directory, so a run can always be reproduced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from edgerl.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+SYSTEM_CONFIG = Path("/etc/edgerl/edgerl.toml")
+
+
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    live: bool = False,
+) -> Any:
+    """A config field with its one-line doc and the values it accepts.
+
+    ``live`` marks a key the service can change without restarting (SIGHUP).
+    """
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "live": live}
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class EnvConfig:
+    id: str = setting(
+        "ALE/Pong-v5", "Gymnasium id: ALE/<Game>-v5 (Atari) or any discrete-action id"
+    )
+    num_envs: int = setting(4, "environments stepped in parallel (ALE's C++ thread pool)", min=1)
+    seed: int = setting(0, "seed for environments, networks, exploration and replay", min=0)
+    threads: int = setting(
+        0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0
+    )
+    repeat_action_probability: float = setting(
+        0.25, "sticky actions, as in ALE v5 (0 for the original DQN setting)", min=0.0, max=1.0
+    )
+    noop_max: int = setting(30, "random no-ops at episode start (Atari)", min=0)
+    max_episode_frames: int = setting(
+        108_000, "emulator frames before an Atari episode is cut", min=1
+    )
+
+
+@dataclass
+class AgentConfig:
+    lr: float = setting(1e-4, "Adam learning rate", min=0.0)
+    lr_end: float = setting(
+        -1.0, "learning rate at the last step, linearly annealed (-1: constant)"
+    )
+    gamma: float = setting(0.99, "discount factor", min=0.0, max=1.0)
+    batch_size: int = setting(32, "transitions per gradient update", min=1)
+    train_freq: int = setting(4, "env steps per gradient update, counted over all envs", min=1)
+    target_update: int = setting(1000, "env steps between target-network syncs", min=1)
+    learning_starts: int = setting(20_000, "env steps of experience before learning starts", min=0)
+    eps_start: float = setting(1.0, "exploration epsilon at step 0", min=0.0, max=1.0)
+    eps_end: float = setting(0.01, "exploration epsilon after the decay", min=0.0, max=1.0)
+    eps_decay_steps: int = setting(250_000, "env steps of linear epsilon decay", min=1)
+    double: bool = setting(True, "Double DQN targets (online net picks, target net values)")
+    grad_clip: float = setting(10.0, "max gradient norm (0: no clipping)", min=0.0)
+    hidden: tuple[int, ...] = setting((256, 256), "hidden layer widths of the MLP (vector obs)")
+
+
+@dataclass
+class ReplayConfig:
+    capacity: int = setting(200_000, "transitions kept (about 7 KB each for Atari frames)", min=1)
+    device: str = setting(
+        "auto",
+        "where replay lives: auto (the learner's device), cpu, cuda",
+        choices=("auto", "cpu", "cuda"),
+    )
+
+
+@dataclass
+class TrainConfig:
+    steps: int = setting(
+        10_000_000, "total env steps of the run (a total: resuming continues to it)", min=1
+    )
+    run_dir: str = setting("", "run directory (empty: runs/<env name>)")
+    checkpoint_every_s: float = setting(300.0, "seconds between checkpoints", min=1.0)
+    keep_checkpoints: int = setting(3, "newest checkpoints kept", min=1)
+    log_every_s: float = setting(5.0, "seconds between metrics.csv rows", min=0.1, live=True)
+    tensorboard: bool = setting(False, "also write TensorBoard events (needs edgerl[tensorboard])")
+
+
+@dataclass
+class DisplayConfig:
+    enabled: bool = setting(True, "publish frames for `edgerl view`", live=True)
+    every: int = setting(
+        3, "publish every Nth env step (DeepMind's display_freq)", min=1, live=True
+    )
+    env_index: int = setting(0, "which environment is shown", min=0)
+
+
+@dataclass
+class HwConfig:
+    max_clocks: bool = setting(
+        False, "run at maximum clocks (jetson_clocks) and restore afterwards"
+    )
+    nvpmodel: str = setting("", "power mode (number or name) set before maxing clocks; empty: keep")
+    monitor: bool = setting(True, "sample CPU/GPU load while training (load.csv, tegrastats.log)")
+    monitor_interval_ms: int = setting(1000, "load sampling interval", min=50, live=True)
+    jetson_clocks: str = setting("jetson_clocks", "jetson_clocks command (looked up on PATH)")
+    tegrastats: str = setting("tegrastats", "tegrastats command (looked up on PATH)")
+    nvpmodel_cmd: str = setting("nvpmodel", "nvpmodel command (looked up on PATH)")
+    state_dir: str = setting("", "where clock state is stored (empty: <run_dir>/../.edgerl-state)")
+
+
+@dataclass
+class PerfConfig:
+    device: str = setting(
+        "auto", "compute device: auto (CUDA if usable), cpu, cuda", choices=("auto", "cpu", "cuda")
+    )
+    threads: int = setting(0, "PyTorch CPU threads (0: PyTorch's default)", min=0)
+
+
+@dataclass
+class LogConfig:
+    level: str = setting(
+        "info", "log level", choices=("debug", "info", "warning", "error"), live=True
+    )
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    display: DisplayConfig = field(default_factory=DisplayConfig)
+    hw: HwConfig = field(default_factory=HwConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    # Keys set by a layer above the built-in defaults; presets never touch these.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def get(self, key: str) -> Any:
+        section, name = key.split(".", 1)
+        return getattr(getattr(self, section), name)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The config as plain TOML-ready values (tuples become lists)."""
+        out: dict[str, dict[str, Any]] = {}
+        for section in SECTIONS:
+            values = dataclasses.asdict(getattr(self, section))
+            out[section] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        return out
+
+    def to_toml(self) -> str:
+        import tomli_w
+
+        return tomli_w.dumps(self.to_dict())
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if f.name != "explicit"
+}
+
+# Values for keys nobody set, by observation kind. "frames" are the field defaults above, so that a
+# bare `edgerl train` (Pong) needs no preset; "vector" is for small control tasks like CartPole,
+# tuned so that `edgerl train --env CartPole-v1 --steps 60000` solves it on two CPU cores.
+PRESETS: dict[str, dict[str, Any]] = {
+    "frames": {},
+    "vector": {
+        "env.num_envs": 1,
+        "agent.lr": 1e-3,
+        "agent.lr_end": 5e-5,
+        "agent.batch_size": 64,
+        "agent.train_freq": 1,
+        "agent.target_update": 500,
+        "agent.learning_starts": 1_000,
+        "agent.eps_end": 0.02,
+        "agent.eps_decay_steps": 12_000,
+        "replay.capacity": 50_000,
+        "train.steps": 100_000,
+    },
+}
+
+
+def keys() -> list[str]:
+    """Every config key as ``section.name``."""
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def field_info(key: str) -> tuple[dataclasses.Field[Any], Any]:
+    """The dataclass field and its resolved type for ``section.name``; raises KeyError."""
+    section, _, name = key.partition(".")
+    cls = SECTIONS[section]
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f, get_type_hints(cls)[name]
+    raise KeyError(key)
+
+
+def _unknown_key(key: str, source: str) -> ConfigError:
+    close = difflib.get_close_matches(key, keys(), n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{source}: unknown config key '{key}'{hint}")
+
+
+def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
+
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{source}: {key} must be {expected}, got {value!r}")
+
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
+            return False
+        raise bad("true or false")
+    if typ is int:
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise bad("an integer")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad("a number")
+    if typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad("a string")
+    if typ == tuple[int, ...]:
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            return tuple(value)
+        raise bad("a list of integers, e.g. [256, 256]")
+    raise TypeError(f"unsupported config type {typ!r} for {key}")  # a bug, not a user error
+
+
+def _check_range(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
+    choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
+    if choices is not None and value not in choices:
+        allowed = ", ".join(str(c) for c in choices)
+        raise ConfigError(f"{source}: {key} must be one of {allowed}, got {value!r}")
+    if lo is not None and value < lo:
+        limit = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+    if hi is not None and value > hi:
+        limit = f"between {lo} and {hi}" if lo is not None else f"at most {hi}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+
+
+def parse_toml_file(path: Path) -> dict[str, Any]:
+    """Read a TOML config file; raises ConfigError naming the file (and line) when it fails."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``section.key=value``; the value is read as TOML, else kept as a plain string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or "." not in key:
+        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. agent.lr=3e-4")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def _flatten(table: Mapping[str, Any], source: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for section, body in table.items():
+        if section not in SECTIONS:
+            close = difflib.get_close_matches(section, list(SECTIONS), n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise ConfigError(f"{source}: unknown config section [{section}]{hint}")
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{source}: [{section}] must be a table of keys")
+        for name, value in body.items():
+            flat[f"{section}.{name}"] = value
+    return flat
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of settings: where they came from and the flat ``section.key -> value`` map."""
+
+    source: str
+    values: Mapping[str, Any]
+
+
+def system_config_path() -> Path | None:
+    """The service's config file, moved by ``EDGERL_SYSTEM_CONFIG`` (empty: none)."""
+    env = os.environ.get("EDGERL_SYSTEM_CONFIG")
+    if env is not None:
+        return Path(env) if env else None
+    return SYSTEM_CONFIG
+
+
+def build_layers(
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    shortcuts: Mapping[str, Any] | None = None,
+    use_system: bool = True,
+) -> list[Layer]:
+    """The layers above the built-in defaults, in order, from files and command-line options."""
+    layers: list[Layer] = []
+    system = system_config_path() if use_system else None
+    if system is not None and system.is_file():
+        layers.append(Layer(str(system), _flatten(parse_toml_file(system), str(system))))
+    if config_file is not None:
+        path = Path(config_file)
+        layers.append(Layer(str(path), _flatten(parse_toml_file(path), str(path))))
+    sets = dict(parse_override(o) for o in overrides)
+    if sets:
+        layers.append(Layer("--set", sets))
+    flags = {k: v for k, v in (shortcuts or {}).items() if v is not None}
+    if flags:
+        layers.append(Layer("command line", flags))
+    return layers
+
+
+def resolve(layers: Iterable[Layer]) -> Config:
+    """Apply layers over the defaults, checking every key, type and range; raises ConfigError."""
+    cfg = Config()
+    explicit: set[str] = set()
+    for layer in layers:
+        for key, value in layer.values.items():
+            try:
+                fld, typ = field_info(key)
+            except KeyError:
+                raise _unknown_key(key, layer.source) from None
+            coerced = _coerce(key, value, typ, layer.source)
+            _check_range(key, coerced, fld.metadata, layer.source)
+            section, name = key.split(".", 1)
+            setattr(getattr(cfg, section), name, coerced)
+            explicit.add(key)
+    cfg.explicit = frozenset(explicit)
+    return cfg
+
+
+def from_dict(table: Mapping[str, Any], source: str) -> Config:
+    """A config from a nested dict (a resolved config file or a checkpoint's copy)."""
+    return resolve([Layer(source, _flatten(table, source))])
+
+
+def apply_presets(cfg: Config, obs_kind: str) -> Config:
+    """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector")."""
+    out = dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s)) for s in SECTIONS})
+    for key, value in PRESETS[obs_kind].items():
+        if key not in cfg.explicit:
+            section, name = key.split(".", 1)
+            setattr(getattr(out, section), name, value)
+    return out
+
+
+def check_consistency(cfg: Config) -> None:
+    """Cross-key checks, after presets; raises ConfigError with the keys to change."""
+    a, r = cfg.agent, cfg.replay
+    if a.eps_end > a.eps_start:
+        raise ConfigError(
+            f"agent.eps_end ({a.eps_end}) must not exceed agent.eps_start ({a.eps_start})"
+        )
+    if a.batch_size > r.capacity:
+        raise ConfigError(
+            f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
+        )
+    if r.capacity < cfg.env.num_envs * 16:
+        raise ConfigError(
+            f"replay.capacity ({r.capacity}) must hold at least 16 steps per environment "
+            f"(env.num_envs={cfg.env.num_envs}): raise it to {cfg.env.num_envs * 16} or more"
+        )
+    if cfg.display.env_index >= cfg.env.num_envs:
+        raise ConfigError(
+            f"display.env_index ({cfg.display.env_index}) must be below "
+            f"env.num_envs ({cfg.env.num_envs})"
+        )
+    if a.lr_end != -1.0 and a.lr_end < 0:
+        raise ConfigError(f"agent.lr_end must be -1 (constant) or at least 0, got {a.lr_end}")
+    if any(h < 1 for h in a.hidden) or not a.hidden:
+        raise ConfigError(f"agent.hidden must list positive layer widths, got {list(a.hidden)}")
+
+
+def describe() -> list[tuple[str, Any, str]]:
+    """(key, default, doc) for every key: the config reference in the README comes from this."""
+    cfg = Config()
+    rows = []
+    for key in keys():
+        fld, _ = field_info(key)
+        rows.append((key, cfg.get(key), fld.metadata["doc"]))
+    return rows

@@ -1,0 +1,283 @@
+"""Environments: ALE's C++ vector env for Atari, gymnasium's vector env for anything else.
+
+Both are wrapped in :class:`VecEnv`, which has one contract the trainer relies on:
+
+* observations are batched numpy arrays: uint8 ``(N, 4, 84, 84)`` frame stacks for Atari (84x84
+  grey, frame skip 4, max-pool over the last two frames, noop starts, fire reset; the frames before
+  an episode's first are zeros), float32 ``(N, D)`` for vector observations;
+* rewards are the environment's real rewards (the trainer clips them for learning, so that episode
+  returns are reported in game points);
+* environments reset themselves in the same step that ends an episode: ``obs`` is then the first
+  observation of the next episode and ``final_obs`` holds the last one of the finished episode.
+
+``send()``/``recv()`` split a step so that emulation (in ALE's threads, without the GIL) overlaps
+with work on the learner.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from edgerl.config import EnvConfig
+from edgerl.errors import EnvError
+
+log = logging.getLogger(__name__)
+
+ALE_ID = re.compile(r"^ALE/(?P<game>[A-Za-z0-9]+)-v5$")
+FRAME_STACK = 4
+FRAME_SIZE = 84
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the learner needs to know about an environment."""
+
+    id: str
+    kind: str  # "frames" (Atari stacks) or "vector"
+    obs_shape: tuple[int, ...]
+    obs_dtype: str  # "uint8" or "float32"
+    num_actions: int
+    action_meanings: tuple[str, ...]
+
+    @property
+    def short_name(self) -> str:
+        """A file-system friendly name: ``ALE/Pong-v5`` -> ``Pong-v5``."""
+        return self.id.split("/")[-1].replace(":", "-")
+
+
+class Step(NamedTuple):
+    obs: np.ndarray
+    rewards: np.ndarray  # float32, unclipped
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
+    final_obs: np.ndarray | None  # rows valid where terminated | truncated
+
+
+def _import_ale() -> Any:
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    return ale_py
+
+
+def _known_ids() -> list[str]:
+    import gymnasium as gym
+
+    _import_ale()
+    return list(gym.registry.keys())
+
+
+def _unknown(env_id: str) -> EnvError:
+    close = difflib.get_close_matches(env_id, _known_ids(), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return EnvError(f"unknown environment id '{env_id}'{hint}")
+
+
+def _rom_exists(game: str) -> bool:
+    return game in _import_ale().roms.get_all_rom_ids()
+
+
+def ale_game(env_id: str) -> str | None:
+    """The ALE ROM name for an ``ALE/<Game>-v5`` id (``ALE/MsPacman-v5`` -> ``ms_pacman``)."""
+    m = ALE_ID.match(env_id)
+    if not m:
+        return None
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", m.group("game")).lower()
+
+
+def probe(env_id: str) -> EnvSpec:
+    """Describe an environment without keeping it; raises EnvError if it is unknown or unusable."""
+    game = ale_game(env_id)
+    if game is not None:
+        if not _rom_exists(game):
+            raise _unknown(env_id)
+        env = make_env(EnvConfig(id=env_id, num_envs=1, threads=1))
+        try:
+            return env.spec
+        finally:
+            env.close()
+    return _gym_spec(env_id)
+
+
+def _gym_spec(env_id: str) -> EnvSpec:
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    _import_ale()  # registers the Atari ids (Pong-v4, ...) so they are found and explained
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        raise _unknown(env_id) from None
+    try:
+        env = gym.make(spec)
+    except gym.error.DependencyNotInstalled as e:
+        raise EnvError(f"environment '{env_id}' needs a package that is missing: {e}") from None
+    try:
+        act, obs = env.action_space, env.observation_space
+        if not isinstance(act, spaces.Discrete):
+            raise EnvError(
+                f"environment '{env_id}' has a continuous action space ({act}); "
+                "DQN needs a discrete one (e.g. CartPole-v1 or an ALE/<Game>-v5 id)"
+            )
+        if not isinstance(obs, spaces.Box) or len(obs.shape) != 1:
+            hint = ""
+            game = spec.kwargs.get("game") if "ale_py" in str(spec.entry_point) else None
+            if isinstance(game, str):
+                camel = "".join(part.capitalize() for part in game.split("_"))
+                hint = f" (use ALE/{camel}-v5 for Atari with DQN preprocessing)"
+            raise EnvError(
+                f"environment '{env_id}' has observations of shape {getattr(obs, 'shape', obs)}; "
+                f"edgerl handles Atari frames and flat vectors{hint}"
+            )
+        meanings = tuple(f"action {i}" for i in range(int(act.n)))
+        return EnvSpec(env_id, "vector", (int(obs.shape[0]),), "float32", int(act.n), meanings)
+    finally:
+        env.close()
+
+
+class VecEnv:
+    """Batched environments with a split ``send``/``recv`` step; see the module docstring."""
+
+    spec: EnvSpec
+    num_envs: int
+
+    def reset(self, seed: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def send(self, actions: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def recv(self) -> Step:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> Step:
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AleVecEnv(VecEnv):
+    """Atari through ``ale_py.vector_env.AtariVectorEnv`` (preprocessing in C++ threads)."""
+
+    def __init__(self, cfg: EnvConfig, game: str) -> None:
+        _import_ale()
+        from ale_py.vector_env import AtariVectorEnv
+        from gymnasium.vector import AutoresetMode
+
+        threads = cfg.threads or min(cfg.num_envs, os.cpu_count() or 1)
+        self._env = AtariVectorEnv(
+            game,
+            cfg.num_envs,
+            num_threads=threads,
+            repeat_action_probability=cfg.repeat_action_probability,
+            max_num_frames_per_episode=cfg.max_episode_frames,
+            noop_max=cfg.noop_max,
+            img_height=FRAME_SIZE,
+            img_width=FRAME_SIZE,
+            stack_num=FRAME_STACK,
+            frameskip=4,
+            grayscale=True,
+            maxpool=True,
+            reward_clipping=False,
+            use_fire_reset=True,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+        meanings = tuple(a.name for a in self._env.ale.get_action_set())
+        self.num_envs = cfg.num_envs
+        self.spec = EnvSpec(
+            cfg.id,
+            "frames",
+            (FRAME_STACK, FRAME_SIZE, FRAME_SIZE),
+            "uint8",
+            len(meanings),
+            meanings,
+        )
+
+    def reset(self, seed: int) -> np.ndarray:
+        obs, _ = self._env.reset(seed=int(seed))
+        return obs
+
+    def send(self, actions: np.ndarray) -> None:
+        self._env.send(np.asarray(actions, dtype=np.int64))
+
+    def recv(self) -> Step:
+        obs, rewards, terminated, truncated, info = self._env.recv()
+        done = terminated | truncated
+        final = info.get("final_obs") if done.any() else None
+        return Step(obs, rewards.astype(np.float32), terminated, truncated, final)
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymVecEnv(VecEnv):
+    """Any other discrete-action gymnasium id through ``gymnasium.vector.SyncVectorEnv``."""
+
+    def __init__(self, cfg: EnvConfig, spec: EnvSpec) -> None:
+        import gymnasium as gym
+        from gymnasium.vector import AutoresetMode
+
+        self._env = gym.make_vec(
+            cfg.id,
+            num_envs=cfg.num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        )
+        self.num_envs = cfg.num_envs
+        self.spec = spec
+        self._actions: np.ndarray | None = None
+
+    def reset(self, seed: int) -> np.ndarray:
+        obs, _ = self._env.reset(seed=int(seed))
+        return obs.astype(np.float32, copy=False)
+
+    def send(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions, dtype=np.int64)
+
+    def recv(self) -> Step:
+        if self._actions is None:
+            raise RuntimeError("recv() without send()")
+        obs, rewards, terminated, truncated, info = self._env.step(self._actions)
+        self._actions = None
+        done = terminated | truncated
+        final = None
+        if done.any():
+            final = np.zeros_like(obs, dtype=np.float32)
+            for i in np.flatnonzero(info["_final_obs"]):
+                final[i] = info["final_obs"][i]
+        return Step(
+            obs.astype(np.float32, copy=False),
+            np.asarray(rewards, dtype=np.float32),
+            terminated,
+            truncated,
+            final,
+        )
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def make_env(cfg: EnvConfig, spec: EnvSpec | None = None) -> VecEnv:
+    """Build ``cfg.num_envs`` environments for ``cfg.id``; raises EnvError for unusable ids."""
+    game = ale_game(cfg.id)
+    if game is not None:
+        if not _rom_exists(game):
+            raise _unknown(cfg.id)
+        return AleVecEnv(cfg, game)
+    return GymVecEnv(cfg, spec or _gym_spec(cfg.id))

@@ -1,0 +1,50 @@
+"""Errors a user can cause.
+
+Every error a user can fix is an :class:`EdgerlError` whose message is one sentence saying what is
+wrong and what to change. The CLI prints that sentence and exits with :attr:`EdgerlError.exit_code`
+(2) without a traceback; anything else is a bug and keeps its traceback under ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class EdgerlError(Exception):
+    """A problem the user can fix; ``str(error)`` is the sentence shown to them."""
+
+    exit_code = 2
+
+
+class ConfigError(EdgerlError):
+    """A config file, ``--set`` override or flag is invalid."""
+
+
+class EnvError(EdgerlError):
+    """An environment id is unknown or unusable for DQN."""
+
+
+class ReplayMemoryError(EdgerlError):
+    """The replay buffer would not fit in available memory."""
+
+
+class CheckpointError(EdgerlError):
+    """A checkpoint is missing, corrupt, incompatible or cannot be written."""
+
+
+class RunDirError(EdgerlError):
+    """The run directory cannot be used (not writable, in use, incompatible)."""
+
+
+class DeviceError(EdgerlError):
+    """The requested compute device (e.g. CUDA) is not usable here."""
+
+
+class MissingDependencyError(EdgerlError):
+    """An optional package (an extra) is needed for this command."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the Python package '{package}', which is not installed; "
+            f"install it with: pip install 'edgerl[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra

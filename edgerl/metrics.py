@@ -1,0 +1,176 @@
+"""Training metrics: ``metrics.csv``, optional TensorBoard, and the console progress line."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from edgerl.errors import MissingDependencyError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainStats:
+    """A snapshot of a run's progress; one metrics.csv row and one progress line."""
+
+    step: int = 0
+    total_steps: int = 0
+    wall_s: float = 0.0
+    sps: float = 0.0
+    episodes: int = 0
+    return_mean: float = math.nan  # over the last 100 episodes
+    epsilon: float = 1.0
+    loss: float = math.nan
+    updates: int = 0
+    load: dict[str, Any] = field(default_factory=dict)  # newest monitor sample, flattened
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("total_steps")
+        load = d.pop("load")
+        d.update(load)
+        return d
+
+
+CSV_COLUMNS = ["step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates"]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+class MetricsWriter:
+    """Appends rows to ``<run_dir>/metrics.csv`` (and TensorBoard events if asked).
+
+    A resumed run appends to the same file. If an older edgerl wrote other columns, that file is
+    kept as ``metrics.<n>.csv`` and a new one started.
+    """
+
+    def __init__(self, run_dir: Path, columns: list[str], tensorboard: bool = False) -> None:
+        self.path = run_dir / "metrics.csv"
+        self.columns = columns
+        self._rotate_if_columns_changed()
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._file: TextIO = self.path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.writer(self._file)
+        if new:
+            self._csv.writerow(columns)
+            self._file.flush()
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise MissingDependencyError(
+                    "tensorboard", "tensorboard", "train.tensorboard=true"
+                ) from None
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def _rotate_if_columns_changed(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as f:
+            header = f.readline().strip()
+        if not header or header == ",".join(self.columns):
+            return
+        n = 1
+        while (aside := self.path.with_name(f"metrics.{n}.csv")).exists():
+            n += 1
+        self.path.rename(aside)
+        log.info("metrics.csv had other columns; kept it as %s", aside.name)
+
+    def write(self, stats: TrainStats) -> None:
+        row = stats.row()
+        self._csv.writerow([_fmt(row.get(c)) for c in self.columns])
+        self._file.flush()
+        if self._tb is not None:
+            for key in ("sps", "return_mean", "epsilon", "loss"):
+                value = row.get(key)
+                if isinstance(value, float) and not math.isnan(value):
+                    self._tb.add_scalar(f"train/{key}", value, stats.step)
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def progress_fields(stats: TrainStats) -> str:
+    """The one-line summary shared by the progress bar, log lines and the service STATUS."""
+    parts = [f"{stats.sps:,.0f} steps/s", f"ep {stats.episodes:,}"]
+    if not math.isnan(stats.return_mean):
+        parts.append(f"return {stats.return_mean:.1f}")
+    parts.append(f"eps {stats.epsilon:.3f}")
+    if not math.isnan(stats.loss):
+        parts.append(f"loss {stats.loss:.4f}")
+    if stats.load.get("load_line"):
+        parts.append(str(stats.load["load_line"]))
+    return " | ".join(parts)
+
+
+class ConsoleProgress:
+    """A rich progress bar on a terminal; a log line every few seconds elsewhere (journald, CI)."""
+
+    def __init__(
+        self, total: int, start: int, stream: TextIO | None = None, quiet: bool = False
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self._progress = None
+        self._task = None
+        if not quiet and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=Console(file=self.stream),
+                transient=False,
+            )
+            self._task = self._progress.add_task("starting", total=total, completed=start)
+            self._progress.start()
+
+    def update(self, stats: TrainStats) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(
+                self._task, completed=stats.step, description=progress_fields(stats)
+            )
+
+    def log_line(self, stats: TrainStats) -> None:
+        """Called at each metrics row: without a bar, the same summary goes to the log."""
+        if self._progress is None and not self.quiet:
+            log.info(
+                "step %s/%s | %s",
+                f"{stats.step:,}",
+                f"{stats.total_steps:,}",
+                progress_fields(stats),
+            )
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,67 @@
+"""Q-networks: the Nature CNN for Atari frame stacks, an MLP for vector observations."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgerl.envs import EnvSpec
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. (2015): three convolutions and two dense layers.
+
+    Takes the uint8 frame stack as it comes from the environment and scales it inside, so the replay
+    buffer, the actor and an exported ONNX/TensorRT graph all feed raw bytes.
+    """
+
+    def __init__(self, in_channels: int, num_actions: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(
+            nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, num_actions)
+        )
+        self.channels_last = False
+
+    def use_channels_last(self) -> NatureCNN:
+        """Store weights NHWC: cuDNN's and oneDNN's fast convolution layout (~1.1-1.5x here)."""
+        self.channels_last = True
+        return self.to(memory_format=torch.channels_last)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.head(self.features(x))
+
+
+class MLP(nn.Module):
+    """A plain ReLU MLP for small vector observations (CartPole and friends)."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, num_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float())
+
+
+def build_q_network(spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
+    """The Q-network for an environment: Nature CNN for frames, MLP for vectors."""
+    if spec.kind == "frames":
+        return NatureCNN(spec.obs_shape[0], spec.num_actions)
+    return MLP(spec.obs_shape[0], spec.num_actions, hidden)

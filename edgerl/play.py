@@ -1,0 +1,230 @@
+"""Playing a learned policy: policy backends and the play loop.
+
+A :class:`Policy` maps a batch of observations (numpy, exactly as the environment returns them) to
+Q-values and greedy actions. Backends: a PyTorch checkpoint here; ONNX Runtime and TensorRT in
+``edgerl.export`` load through :func:`load_policy`. The play loop measures the latency of each
+action selection (observation in, action out) and reports episode returns in game points.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from edgerl.checkpoint import CheckpointStore, load
+from edgerl.config import EnvConfig, from_dict
+from edgerl.dqn import resolve_device
+from edgerl.envs import EnvSpec, make_env
+from edgerl.errors import CheckpointError, EnvError
+from edgerl.nets import NatureCNN, build_q_network
+from edgerl.train import env_spec_from_dict
+
+log = logging.getLogger(__name__)
+
+
+class Policy(Protocol):
+    backend: str
+    spec: EnvSpec
+    env_config: dict[str, Any]  # the [env] section the policy was trained with
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values, shape (batch, num_actions), float32."""
+        ...
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy actions, shape (batch,), int64."""
+        ...
+
+
+def newest_checkpoint(run_dir: Path) -> Path:
+    """The newest valid checkpoint of a run; raises CheckpointError if there is none."""
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run directory {run_dir} does not exist")
+    found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
+    if found is None:
+        raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
+    return found[0].path
+
+
+class TorchPolicy:
+    """A PyTorch Q-network restored from an edgerl checkpoint."""
+
+    backend = "torch"
+
+    def __init__(self, state: dict[str, Any], device: str = "cpu", source: Path | None = None):
+        try:
+            self.spec = env_spec_from_dict(state["env"])
+            cfg = from_dict(state["config"], f"checkpoint {source}")
+            q_state = state["learner"]["q"]
+        except (KeyError, TypeError) as e:
+            raise CheckpointError(
+                f"checkpoint {source} lacks {e}; was it written by edgerl?"
+            ) from None
+        self.source = source
+        self.env_config = state["config"]["env"]
+        self.device = resolve_device(device)
+        net = build_q_network(self.spec, cfg.agent.hidden)
+        net.load_state_dict(q_state)
+        if isinstance(net, NatureCNN):
+            net.use_channels_last()
+        self.net = net.to(self.device).eval()
+
+    @classmethod
+    def from_file(cls, path: Path, device: str = "cpu") -> TorchPolicy:
+        return cls(load(path), device, path)
+
+    @torch.inference_mode()
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.net(torch.as_tensor(obs, device=self.device)).float().cpu().numpy()
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        q = self.net(torch.as_tensor(obs, device=self.device))
+        return q.argmax(dim=1).cpu().numpy()
+
+
+@dataclass
+class PlayResult:
+    backend: str
+    env: str
+    returns: list[float]
+    steps: int
+    latencies_ns: list[int] = field(repr=False)
+
+    def latency_us(self) -> dict[str, float]:
+        lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
+        if lat.size == 0:
+            return {"p50": float("nan"), "p99": float("nan"), "max": float("nan")}
+        return {
+            "p50": round(float(np.percentile(lat, 50)), 2),
+            "p99": round(float(np.percentile(lat, 99)), 2),
+            "max": round(float(lat.max()), 2),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        returns = [float(r) for r in self.returns]
+        return {
+            "backend": self.backend,
+            "env": self.env,
+            "episodes": len(returns),
+            "returns": returns,
+            "return_mean": float(np.mean(returns)) if returns else float("nan"),
+            "latency_us": self.latency_us(),
+            "steps": self.steps,
+        }
+
+
+# A renderer gets the observation, the action chosen, the Q-values and the running return.
+Renderer = Callable[[np.ndarray, int, np.ndarray | None, float], None]
+
+
+def play(
+    policy: Policy,
+    *,
+    env_id: str | None = None,
+    episodes: int = 1,
+    seed: int = 0,
+    epsilon: float = 0.0,
+    renderer: Renderer | None = None,
+    fps: float = 0.0,
+    max_steps: int = 0,
+) -> PlayResult:
+    """Play ``episodes`` episodes with ``policy`` (epsilon-greedy, 0: greedy).
+
+    Raises EnvError if ``env_id`` does not match what the policy was trained on.
+    """
+    env_cfg = EnvConfig(
+        **{k: v for k, v in policy.env_config.items() if k in EnvConfig.__annotations__}
+    )
+    if env_id is not None and env_id != policy.spec.id:
+        env_cfg.id = env_id
+    env_cfg.num_envs, env_cfg.threads = 1, 1
+    env = make_env(env_cfg)
+    rng = np.random.default_rng(seed)
+    try:
+        if (
+            env.spec.obs_shape != policy.spec.obs_shape
+            or env.spec.num_actions != policy.spec.num_actions
+        ):
+            raise EnvError(
+                f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
+                f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
+            )
+        obs = env.reset(seed=seed)
+        returns: list[float] = []
+        latencies: list[int] = []
+        ret, steps = 0.0, 0
+        frame_s = 1.0 / fps if fps > 0 else 0.0
+        next_frame = time.perf_counter()
+        while len(returns) < episodes:
+            t0 = time.perf_counter_ns()
+            if renderer is not None:
+                q = policy.q_values(obs)
+                action = q.argmax(axis=1)
+            else:
+                q = None
+                action = policy.act(obs)
+            latencies.append(time.perf_counter_ns() - t0)
+            if epsilon > 0 and rng.random() < epsilon:
+                action = rng.integers(policy.spec.num_actions, size=1)
+            step = env.step(np.asarray(action, dtype=np.int64))
+            ret += float(step.rewards[0])
+            steps += 1
+            if renderer is not None:
+                renderer(obs[0], int(action[0]), None if q is None else q[0], ret)
+            if frame_s:
+                next_frame += frame_s
+                time.sleep(max(0.0, next_frame - time.perf_counter()))
+            if step.terminated[0] or step.truncated[0]:
+                returns.append(ret)
+                log.info("episode %d: return %.1f", len(returns), ret)
+                ret = 0.0
+            if max_steps and steps >= max_steps:
+                break
+            obs = step.obs
+        return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies)
+    finally:
+        env.close()
+
+
+def load_policy(
+    *,
+    model: Path | None = None,
+    run_dir: Path | None = None,
+    checkpoint: Path | None = None,
+    backend: str = "auto",
+    device: str = "cpu",
+) -> Policy:
+    """A policy from ``--model`` (checkpoint, .onnx or .engine) or a run's checkpoint.
+
+    Raises CheckpointError / EdgerlError with a sentence when the file cannot be used.
+    """
+    if model is None:
+        if checkpoint is not None:
+            model = checkpoint
+        elif run_dir is not None:
+            model = newest_checkpoint(run_dir)
+        else:
+            raise CheckpointError("give a model with --model FILE or a run with --run-dir RUN")
+    kind = backend
+    if kind == "auto":
+        suffix = model.suffix.lower()
+        kind = {".onnx": "onnx", ".engine": "trt", ".plan": "trt"}.get(suffix, "torch")
+    if kind == "torch":
+        return TorchPolicy.from_file(model, device)
+    if kind == "onnx":
+        from edgerl.export.onnx import OnnxPolicy
+
+        return OnnxPolicy(model)
+    if kind == "trt":
+        from edgerl.export.tensorrt import TensorRTPolicy
+
+        return TensorRTPolicy(model)
+    raise CheckpointError(f"unknown backend {backend!r}; use auto, torch, onnx or trt")

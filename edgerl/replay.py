@@ -1,0 +1,283 @@
+"""Experience replay that stores each Atari frame once and rebuilds frame stacks at sample time.
+
+A stacked layout keeps 4 frames for ``obs`` and 4 for ``next_obs``: 56 KB per transition at 84x84
+(28 KB with the usual next-obs sharing). Here each environment writes its own time-ordered stream of
+*items* (the newest frame of each observation, or the whole vector for vector observations); one
+slot holds an item and the transition taken from it, and the next observation is the next slot.
+A transition costs one 84x84 frame plus 6 bytes: about 7 KB.
+
+Stacks never reach across an episode start: frames older than an episode's first observation are
+zeros, exactly as the environment shows them to the actor. An episode's last observation (the one
+its final step led to) gets a slot of its own that starts no transition.
+
+Slot flags:
+    FIRST     the item is the first observation of an episode
+    VALID     the slot's transition is complete (its next observation is in the next slot)
+    TERMINAL  that transition ended the episode by termination (no bootstrapping)
+
+Frames live on the learner's device (on a Jetson, memory is shared, so nothing is copied); indices,
+actions, rewards and flags live on the host, so sampling needs no device synchronisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from edgerl.envs import EnvSpec
+from edgerl.errors import ReplayMemoryError
+
+FIRST = np.uint8(1)
+VALID = np.uint8(2)
+TERMINAL = np.uint8(4)
+
+# Share of the available memory the replay may take; the rest is for the process, torch and the OS.
+MEMORY_SHARE = 0.8
+
+
+class Batch(NamedTuple):
+    """A sampled minibatch, on the learner's device."""
+
+    obs: torch.Tensor  # (B, *obs_shape) uint8 frames or float32 vectors
+    actions: torch.Tensor  # (B,) int64
+    rewards: torch.Tensor  # (B,) float32, as stored (clipped for Atari)
+    next_obs: torch.Tensor
+    dones: torch.Tensor  # (B,) float32: 1.0 where the episode terminated
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What a replay of ``capacity`` transitions costs and whether it fits."""
+
+    capacity: int
+    bytes_per_transition: int
+    total_bytes: int
+    available_bytes: int
+    where: str
+
+    @property
+    def usable_bytes(self) -> int:
+        return int(self.available_bytes * MEMORY_SHARE)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.usable_bytes
+
+    @property
+    def max_capacity(self) -> int:
+        return self.usable_bytes // self.bytes_per_transition
+
+    def check(self) -> None:
+        """Raise ReplayMemoryError with what to change if the replay does not fit."""
+        if self.fits:
+            return
+        raise ReplayMemoryError(
+            f"replay.capacity={self.capacity:,} needs {_fmt_bytes(self.total_bytes)} "
+            f"({self.bytes_per_transition:,} bytes per transition) but only "
+            f"{_fmt_bytes(self.available_bytes)} of {self.where} memory is available, of which "
+            f"edgerl uses at most {MEMORY_SHARE:.0%}; set replay.capacity to at most "
+            f"{self.max_capacity:,}"
+        )
+
+
+def _layout(spec: EnvSpec) -> tuple[tuple[int, ...], torch.dtype, int]:
+    """(item shape, item dtype, frames per observation) for an environment."""
+    if spec.kind == "frames":
+        return spec.obs_shape[1:], torch.uint8, spec.obs_shape[0]
+    return spec.obs_shape, torch.float32, 1
+
+
+def _action_dtype(num_actions: int) -> np.dtype[Any]:
+    return np.dtype(np.uint8) if num_actions <= 256 else np.dtype(np.int32)
+
+
+def bytes_per_transition(spec: EnvSpec) -> int:
+    """Bytes one stored transition costs: one item, its action, reward and flags."""
+    shape, dtype, _ = _layout(spec)
+    item = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    return item + _action_dtype(spec.num_actions).itemsize + 4 + 1
+
+
+def available_memory(device: torch.device) -> tuple[int, str]:
+    """Free memory on ``device`` in bytes and a word for it ("host" or "GPU")."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), "GPU"
+    import psutil
+
+    return int(psutil.virtual_memory().available), "host"
+
+
+def plan_memory(spec: EnvSpec, capacity: int, available_bytes: int, where: str) -> MemoryPlan:
+    """The memory plan for ``capacity`` transitions of ``spec`` against ``available_bytes``."""
+    per = bytes_per_transition(spec)
+    return MemoryPlan(capacity, per, per * capacity, available_bytes, where)
+
+
+class ReplayBuffer:
+    """Frame-deduplicated circular replay for ``num_envs`` interleaved environments.
+
+    Call :meth:`add_first` with the observations after a reset, then :meth:`add` after every
+    vector step. Raises ReplayMemoryError at construction if it would not fit in memory.
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        capacity: int,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        available_bytes: int | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        if available_bytes is None:
+            available_bytes, where = available_memory(self.device)
+        else:
+            where = "host" if self.device.type == "cpu" else "GPU"
+        self.plan = plan_memory(spec, capacity, available_bytes, where)
+        self.plan.check()
+
+        item_shape, item_dtype, stack = _layout(spec)
+        self.spec = spec
+        self.stack = stack
+        self.num_envs = num_envs
+        self.slots = capacity // num_envs
+        self.capacity = self.slots * num_envs
+        # Filled now so the memory is committed at start, not hours into a run.
+        self.items = torch.empty(
+            (num_envs, self.slots, *item_shape), dtype=item_dtype, device=self.device
+        )
+        self.items.fill_(0)
+        self.actions = np.zeros((num_envs, self.slots), dtype=_action_dtype(spec.num_actions))
+        self.rewards = np.zeros((num_envs, self.slots), dtype=np.float32)
+        self.flags = np.zeros((num_envs, self.slots), dtype=np.uint8)
+        self.head = np.zeros(num_envs, dtype=np.int64)  # next slot to write, per env
+        self.count = np.zeros(num_envs, dtype=np.int64)  # slots written, per env (<= slots)
+        self.valid = 0  # complete transitions stored
+        self.rng = np.random.default_rng(seed)
+        self._envs = np.arange(num_envs)
+        self._offsets = np.arange(stack - 1, -1, -1)  # oldest frame first
+
+    def __len__(self) -> int:
+        """The number of complete transitions that can be sampled (about)."""
+        return self.valid
+
+    @property
+    def nbytes(self) -> int:
+        return self.plan.total_bytes
+
+    def _item(self, obs: np.ndarray) -> np.ndarray:
+        return obs[:, -1] if self.stack > 1 else obs
+
+    def _write(self, envs: np.ndarray, items: np.ndarray, flags: np.uint8) -> None:
+        slot = self.head[envs]
+        self.valid -= int(np.count_nonzero(self.flags[envs, slot] & VALID))
+        self.items[torch.from_numpy(envs), torch.from_numpy(slot)] = torch.as_tensor(
+            items, device=self.device
+        )
+        self.flags[envs, slot] = flags
+        self.head[envs] = (slot + 1) % self.slots
+        self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
+
+    def add_first(self, obs: np.ndarray) -> None:
+        """Record the first observation of every environment (after a reset)."""
+        self._write(self._envs, self._item(obs), FIRST)
+
+    def add(
+        self,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        next_obs: np.ndarray,
+        final_obs: np.ndarray | None,
+    ) -> None:
+        """Record one vector step: the action taken in every environment and what followed.
+
+        ``next_obs`` is what the environments returned: for an environment whose episode ended it is
+        already the next episode's first observation, and ``final_obs`` holds the last one.
+        """
+        envs = self._envs
+        cur = (self.head - 1) % self.slots
+        self.actions[envs, cur] = actions
+        self.rewards[envs, cur] = rewards
+        self.flags[envs, cur] |= VALID | np.where(terminated, TERMINAL, 0).astype(np.uint8)
+        self.valid += self.num_envs
+        done = np.asarray(terminated) | np.asarray(truncated)
+        if not done.any():
+            self._write(envs, self._item(next_obs), np.uint8(0))
+            return
+        if final_obs is None:
+            raise ValueError("final_obs is required when an episode ends")
+        last = np.where(done.reshape((-1,) + (1,) * (next_obs.ndim - 1)), final_obs, next_obs)
+        self._write(envs, self._item(last), np.uint8(0))
+        ended = np.flatnonzero(done)
+        self._write(ended, self._item(next_obs[ended]), FIRST)
+
+    def _stack(self, env: np.ndarray, slot: np.ndarray) -> torch.Tensor:
+        """Observations ending at ``slot``, zero before an episode's first frame."""
+        if self.stack == 1:
+            return self.items[torch.from_numpy(env), torch.from_numpy(slot)]
+        idx = (slot[:, None] - self._offsets) % self.slots  # (B, stack), oldest first
+        first = (self.flags[env[:, None], idx] & FIRST) != 0
+        # A frame is padding if any newer frame in the stack starts an episode.
+        newer_firsts = np.cumsum(first[:, ::-1], axis=1)[:, ::-1] - first
+        pad = torch.from_numpy(newer_firsts > 0).to(self.device)
+        frames = self.items[torch.from_numpy(env)[:, None], torch.from_numpy(idx)]
+        return frames.masked_fill_(pad[:, :, None, None], 0)
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` (env, slot) pairs of sampleable transitions, uniformly."""
+        ends = np.cumsum(self.count)
+        total = int(ends[-1])
+        envs, slots = [], []
+        have = 0
+        while have < n:
+            flat = self.rng.integers(total, size=2 * (n - have) + 8)
+            env = np.searchsorted(ends, flat, side="right")
+            slot = flat - (ends[env] - self.count[env])
+            ok = (self.flags[env, slot] & VALID) != 0
+            if self.stack > 1:
+                # Once wrapped, the oldest slots' earlier frames were overwritten by new ones.
+                full = self.count[env] == self.slots
+                ok &= ~(full & (((slot - self.head[env]) % self.slots) < self.stack - 1))
+            envs.append(env[ok])
+            slots.append(slot[ok])
+            have += int(ok.sum())
+        return np.concatenate(envs)[:n], np.concatenate(slots)[:n]
+
+    def sample(self, batch_size: int) -> Batch:
+        """A uniform minibatch of transitions; raises ValueError if none is stored yet."""
+        if self.valid == 0:
+            raise ValueError("the replay buffer holds no complete transition yet")
+        env, slot = self._draw(batch_size)
+        obs = self._stack(env, slot)
+        next_obs = self._stack(env, (slot + 1) % self.slots)
+        dev = self.device
+        return Batch(
+            obs=obs,
+            actions=torch.from_numpy(self.actions[env, slot].astype(np.int64)).to(dev),
+            rewards=torch.from_numpy(self.rewards[env, slot]).to(dev),
+            next_obs=next_obs,
+            dones=torch.from_numpy(((self.flags[env, slot] & TERMINAL) != 0).astype(np.float32)).to(
+                dev
+            ),
+        )
+
+    def rng_state(self) -> dict[str, Any]:
+        return self.rng.bit_generator.state
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state

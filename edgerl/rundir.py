@@ -1,0 +1,108 @@
+"""The run directory: what a run writes, one trainer at a time.
+
+Layout::
+
+    <run_dir>/config.toml        the resolved config of the newest session
+    <run_dir>/metrics.csv        one row every train.log_every_s
+    <run_dir>/checkpoints/       ckpt-<seq>-step<step>.ckpt (see checkpoint.py)
+    <run_dir>/.lock              held (flock) by the trainer using the directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from edgerl.errors import RunDirError
+
+
+def default_run_dir(short_env_name: str) -> Path:
+    """``runs/<env name>`` under the current directory, e.g. ``runs/Pong-v5``."""
+    return Path("runs") / short_env_name
+
+
+class RunDir:
+    """A run directory held with an exclusive lock while a trainer uses it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.toml"
+
+    def move_aside(self) -> Path | None:
+        """For ``--fresh``: rename the run to ``<name>.old-<time>``; returns the new path."""
+        if not self.path.exists():
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
+        n = 1
+        while aside.exists():
+            aside = self.path.with_name(f"{self.path.name}.old-{stamp}-{n}")
+            n += 1
+        self._check_not_in_use()
+        try:
+            self.path.rename(aside)
+        except OSError as e:
+            raise RunDirError(f"cannot move {self.path} aside for --fresh: {e.strerror}") from None
+        return aside
+
+    def _check_not_in_use(self) -> None:
+        lock = self.path / ".lock"
+        if not lock.exists():
+            return
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise RunDirError(self._in_use_message(fd)) from None
+        finally:
+            os.close(fd)
+
+    def _in_use_message(self, fd: int) -> str:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        return (
+            f"run directory {self.path} is in use by another edgerl process (pid {pid}); "
+            "stop it first or use another --run-dir"
+        )
+
+    def open(self) -> None:
+        """Create the directory, check that it is writable and take its lock; raises RunDirError."""
+        try:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            if e.errno == errno.ENOSPC:
+                reason = "the disk is full"
+            raise RunDirError(f"run directory {self.path} is not writable ({reason})") from None
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            message = self._in_use_message(fd)
+            os.close(fd)
+            raise RunDirError(message) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None

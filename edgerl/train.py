@@ -1,0 +1,462 @@
+"""The Trainer: environments, replay and learner, in one loop that reads top to bottom.
+
+Each iteration: one batched forward pass picks epsilon-greedy actions for all environments, the
+environments step, the transitions go to the replay, and the learner makes exactly the updates due,
+one per ``agent.train_freq`` env steps counted over all environments. Metrics, progress and
+checkpoints happen on wall-clock intervals. The loop stops when ``train.steps`` is reached or a stop
+is requested (Ctrl-C, SIGTERM): the step in flight finishes and a checkpoint is written.
+
+A run directory is resumed from its newest valid checkpoint: network, target network, optimizer,
+step and episode counts, the epsilon schedule position and every RNG. The replay buffer is not
+checkpointed (it is gigabytes), so after a resume learning pauses until ``agent.learning_starts``
+new steps (at most the replay's capacity) have refilled it, and the episodes that were in flight
+are restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgerl import __version__
+from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, write_atomic
+from edgerl.config import Config, apply_presets, check_consistency
+from edgerl.dqn import DQN, configure_backends, epsilon_greedy, linear_schedule, resolve_device
+from edgerl.envs import EnvSpec, VecEnv, make_env, probe
+from edgerl.errors import RunDirError
+from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
+from edgerl.nets import build_q_network
+from edgerl.replay import ReplayBuffer, available_memory, plan_memory
+from edgerl.rundir import RunDir, default_run_dir
+
+log = logging.getLogger(__name__)
+
+RECENT_EPISODES = 100
+PROGRESS_EVERY_S = 0.25
+# Config keys a resumed run must share with its checkpoint (they shape the network).
+SHAPING_KEYS = ("env.id", "agent.hidden")
+
+
+class Hook:
+    """Something that follows a training run (load monitor, service protocol, display)."""
+
+    def on_start(self, trainer: Trainer) -> None:
+        """Called once the trainer is fully set up, after the first environment step."""
+
+    def on_tick(self, trainer: Trainer, stats: TrainStats) -> None:
+        """Called a few times a second from the training loop."""
+
+    def on_checkpoint(self, trainer: Trainer, path: Path | None, error: str | None) -> None:
+        """Called after every checkpoint attempt (``error`` set when it failed)."""
+
+    def on_end(self, trainer: Trainer) -> None:
+        """Called when the loop has ended, before the final checkpoint is written."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    total_steps: int
+    episodes: int
+    return_mean: float
+    wall_s: float
+    session_steps: int
+    session_s: float
+    checkpoint: Path | None
+    stopped: bool  # a stop was requested before train.steps was reached
+
+
+def env_spec_dict(spec: EnvSpec) -> dict[str, Any]:
+    return {
+        "id": spec.id,
+        "kind": spec.kind,
+        "obs_shape": list(spec.obs_shape),
+        "obs_dtype": spec.obs_dtype,
+        "num_actions": spec.num_actions,
+        "action_meanings": list(spec.action_meanings),
+    }
+
+
+def env_spec_from_dict(d: dict[str, Any]) -> EnvSpec:
+    return EnvSpec(
+        d["id"],
+        d["kind"],
+        tuple(d["obs_shape"]),
+        d["obs_dtype"],
+        int(d["num_actions"]),
+        tuple(d["action_meanings"]),
+    )
+
+
+class Trainer:
+    """Owns the environments, replay, learner and run directory of one training run.
+
+    Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
+    raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
+    directory and environments (and writes a checkpoint if the loop crashed).
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        fresh: bool = False,
+        hooks: list[Hook] | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.requested_cfg = cfg
+        self.fresh = fresh
+        self.hooks = list(hooks or [])
+        self.quiet = quiet
+        self.cfg = cfg
+        self.step = 0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.last_checkpoint: Path | None = None
+        self.resumed_from: Path | None = None
+        self.moved_aside: Path | None = None
+        self.stats = TrainStats()
+        self._stop_reason: str | None = None
+        self._wall_before = 0.0
+        self._session_start = time.monotonic()
+        self._session_step0 = 0
+        self._env: VecEnv | None = None
+        self._rundir: RunDir | None = None
+        self._metrics: MetricsWriter | None = None
+        self._progress: ConsoleProgress | None = None
+        self._loss_sum: torch.Tensor | None = (
+            None  # summed on the learner's device: no sync per update
+        )
+        self._loss_n = 0
+        self._last_saved_step = -1
+
+    # ----------------------------------------------------------------------------- set-up
+
+    def __enter__(self) -> Trainer:
+        try:
+            self._open()
+        except BaseException:
+            self._close_resources()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            crashed = exc is not None and not isinstance(exc, (KeyboardInterrupt, RunDirError))
+            if crashed and self._env is not None and self.step != self._last_saved_step:
+                log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
+                self.save_checkpoint()
+        finally:
+            self._close_resources()
+
+    def _open(self) -> None:
+        cfg = self.requested_cfg
+        spec = probe(cfg.env.id)
+        cfg = apply_presets(cfg, spec.kind)
+        check_consistency(cfg)
+        self.spec = spec
+        self.device = resolve_device(cfg.perf.device)
+        replay_device = (
+            self.device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+        )
+        available, where = available_memory(replay_device)
+        plan_memory(spec, cfg.replay.capacity, available, where).check()
+
+        run_path = (
+            Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
+        )
+        cfg.train.run_dir = str(run_path)
+        self.cfg = cfg
+        self._rundir = RunDir(run_path)
+        if self.fresh:
+            self.moved_aside = self._rundir.move_aside()
+            if self.moved_aside:
+                log.info("--fresh: moved the previous run to %s", self.moved_aside)
+        self._rundir.open()
+        self.run_dir = run_path
+        self.checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
+        found = self.checkpoints.newest_valid()
+        if found is not None:
+            self._check_compatible(found[1], found[0].path)
+
+        configure_backends(self.device, cfg.perf.threads)
+        seed = cfg.env.seed
+        torch.manual_seed(seed)
+        self.actor_rng = np.random.default_rng(seed)
+        self.learner = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, self.device)
+        self.replay = ReplayBuffer(
+            spec, cfg.replay.capacity, cfg.env.num_envs, replay_device, seed + 1, available
+        )
+        self._learn_from = (
+            cfg.agent.learning_starts,
+            0,
+        )  # (step, updates) the schedule counts from
+        if found is not None:
+            self._restore(found[1])
+            self.resumed_from = found[0].path
+        self._env = make_env(cfg.env, spec)
+        write_atomic(self._rundir.config_file, cfg.to_toml().encode())
+        columns = CSV_COLUMNS + [c for c in self._extra_columns() if c not in CSV_COLUMNS]
+        self._metrics = MetricsWriter(run_path, columns, cfg.train.tensorboard)
+        self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
+
+    def _extra_columns(self) -> list[str]:
+        cols: list[str] = []
+        for hook in self.hooks:
+            cols += getattr(hook, "csv_columns", [])
+        return cols
+
+    def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
+        old_env = state.get("env", {})
+        old_cfg = state.get("config", {})
+        for key in SHAPING_KEYS:
+            section, name = key.split(".")
+            old = old_cfg.get(section, {}).get(name)
+            new = self.cfg.get(key)
+            if isinstance(new, tuple):
+                new = list(new)
+            if key == "agent.hidden" and old_env.get("kind") != "vector":
+                continue
+            if old is not None and old != new:
+                raise RunDirError(
+                    f"run directory {self.run_dir} holds a run with {key}={old!r} "
+                    f"({path.name}), not {new!r}; use another --run-dir, or --fresh to move "
+                    "the old run aside"
+                )
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.step = int(state["step"])
+        self.episodes = int(state["episodes"])
+        self._wall_before = float(state["wall_s"])
+        self.recent_returns.extend(float(r) for r in state["recent_returns"])
+        rng = state["rng"]
+        self.actor_rng.bit_generator.state = rng["actor"]
+        self.replay.set_rng_state(rng["replay"])
+        torch.set_rng_state(rng["torch"])
+        if self.device.type == "cuda" and rng.get("cuda") is not None:
+            with contextlib.suppress(RuntimeError):
+                torch.cuda.set_rng_state(rng["cuda"], self.device)
+        refill = min(self.cfg.agent.learning_starts, self.replay.capacity)
+        self._learn_from = (
+            max(self.step + refill, self.cfg.agent.learning_starts),
+            self.learner.updates,
+        )
+        self._last_saved_step = self.step
+        self._session_step0 = self.step
+        log.info(
+            "resuming from step %s (%s episodes); learning continues after %s steps refill the "
+            "replay",
+            f"{self.step:,}",
+            f"{self.episodes:,}",
+            f"{self._learn_from[0] - self.step:,}",
+        )
+
+    def _close_resources(self) -> None:
+        for closer in (
+            lambda: self._progress and self._progress.close(),
+            lambda: self._metrics and self._metrics.close(),
+            lambda: self._env and self._env.close(),
+            lambda: self._rundir and self._rundir.close(),
+        ):
+            try:
+                closer()
+            except Exception:  # cleanup must go on
+                log.exception("error while closing the trainer")
+
+    # ----------------------------------------------------------------------------- state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds (plain types and tensors only)."""
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return {
+            "edgerl_version": __version__,
+            "step": self.step,
+            "episodes": self.episodes,
+            "wall_s": self.wall_s(),
+            "recent_returns": [float(r) for r in self.recent_returns],
+            "learner": self.learner.state_dict(),
+            "rng": {
+                "actor": self.actor_rng.bit_generator.state,
+                "replay": self.replay.rng_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": cuda_rng,
+            },
+            "config": self.cfg.to_dict(),
+            "env": env_spec_dict(self.spec),
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def wall_s(self) -> float:
+        return self._wall_before + (time.monotonic() - self._session_start)
+
+    def epsilon(self) -> float:
+        a = self.cfg.agent
+        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, self.step)
+
+    def return_mean(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the loop to stop after the current step (safe from a signal handler)."""
+        self._stop_reason = reason
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_reason is not None
+
+    def save_checkpoint(self) -> Path | None:
+        """Write a checkpoint now; returns its path, or None if writing failed (logged)."""
+        try:
+            path = self.checkpoints.save(self.state_dict(), self.step)
+        except CheckpointWriteError as e:
+            log.error("%s", e)
+            for hook in self.hooks:
+                hook.on_checkpoint(self, None, str(e))
+            return None
+        self.last_checkpoint = path
+        self._last_saved_step = self.step
+        for hook in self.hooks:
+            hook.on_checkpoint(self, path, None)
+        return path
+
+    # ----------------------------------------------------------------------------- the loop
+
+    def _updates_due(self) -> int:
+        start_step, start_updates = self._learn_from
+        if self.step < start_step:
+            return self.learner.updates
+        return start_updates + (self.step - start_step) // self.cfg.agent.train_freq
+
+    def _learn(self) -> None:
+        a = self.cfg.agent
+        target_every = max(1, a.target_update // a.train_freq)
+        while self.learner.updates < self._updates_due():
+            if a.lr_end >= 0:
+                self.learner.set_lr(
+                    linear_schedule(a.lr, a.lr_end, self.cfg.train.steps, self.step)
+                )
+            loss = self.learner.update(self.replay.sample(a.batch_size))
+            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+            self._loss_n += 1
+            if self.learner.updates % target_every == 0:
+                self.learner.sync_target()
+
+    def _act(self, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, torch.Tensor | None]:
+        q_values = None if epsilon >= 1.0 else self.learner.q_values(obs)
+        actions = epsilon_greedy(q_values, epsilon, self.spec.num_actions, len(obs), self.actor_rng)
+        return actions, q_values
+
+    def run(self) -> TrainResult:
+        """Train until ``train.steps`` or a stop request; returns a summary of the session."""
+        assert self._env is not None and self._metrics is not None and self._progress is not None
+        cfg, env, replay = self.cfg, self._env, self.replay
+        clip = self.spec.kind == "frames"  # Atari rewards are clipped for learning only
+        self._session_start = time.monotonic()
+        self._session_step0 = self.step
+        total = cfg.train.steps
+        if self.step >= total:
+            log.info(
+                "the run is already at step %s of %s: nothing to do", f"{self.step:,}", f"{total:,}"
+            )
+            self._progress.close()
+            return self._result(stopped=False)
+
+        obs = env.reset(seed=cfg.env.seed + self.step)
+        replay.add_first(obs)
+        episode_returns = np.zeros(env.num_envs, dtype=np.float64)
+        now = time.monotonic()
+        last_tick = last_row = now
+        last_ckpt = now
+        row_step = self.step
+        started = False
+
+        while self.step < total and not self.stop_requested:
+            epsilon = self.epsilon()
+            actions, _ = self._act(obs, epsilon)
+            result = env.step(actions)
+            rewards = np.clip(result.rewards, -1.0, 1.0) if clip else result.rewards
+            replay.add(
+                actions, rewards, result.terminated, result.truncated, result.obs, result.final_obs
+            )
+            episode_returns += result.rewards
+            for i in np.flatnonzero(result.terminated | result.truncated):
+                self.recent_returns.append(float(episode_returns[i]))
+                self.episodes += 1
+                episode_returns[i] = 0.0
+            self.step += env.num_envs
+            self._learn()
+            obs = result.obs
+
+            if not started:
+                started = True
+                for hook in self.hooks:
+                    hook.on_start(self)
+            now = time.monotonic()
+            if now - last_tick >= PROGRESS_EVERY_S:
+                last_tick = now
+                self._refresh_stats(epsilon, row_step, now - last_row)
+                self._progress.update(self.stats)
+                for hook in self.hooks:
+                    hook.on_tick(self, self.stats)
+            if now - last_row >= cfg.train.log_every_s:
+                self._refresh_stats(epsilon, row_step, now - last_row)
+                self._write_row()
+                last_row, row_step = now, self.step
+            if now - last_ckpt >= cfg.train.checkpoint_every_s:
+                self.save_checkpoint()
+                last_ckpt = now
+
+        if not started:
+            for hook in self.hooks:
+                hook.on_start(self)
+        for hook in self.hooks:
+            hook.on_end(self)
+        now = time.monotonic()
+        self._refresh_stats(self.epsilon(), row_step, now - last_row)
+        self._progress.update(self.stats)
+        if self.step != row_step:
+            self._write_row()
+        if self.step != self._last_saved_step:
+            self.save_checkpoint()
+        self._progress.close()
+        return self._result(stopped=self.stop_requested and self.step < total)
+
+    def _result(self, stopped: bool) -> TrainResult:
+        return TrainResult(
+            step=self.step,
+            total_steps=self.cfg.train.steps,
+            episodes=self.episodes,
+            return_mean=self.return_mean(),
+            wall_s=self.wall_s(),
+            session_steps=self.step - self._session_step0,
+            session_s=time.monotonic() - self._session_start,
+            checkpoint=self.last_checkpoint,
+            stopped=stopped,
+        )
+
+    def _refresh_stats(self, epsilon: float, row_step: int, interval_s: float) -> None:
+        s = self.stats
+        s.step, s.total_steps, s.wall_s = self.step, self.cfg.train.steps, self.wall_s()
+        s.sps = (self.step - row_step) / interval_s if interval_s > 0 else 0.0
+        s.episodes, s.return_mean, s.epsilon = self.episodes, self.return_mean(), epsilon
+        s.updates = self.learner.updates
+        if self._loss_n and self._loss_sum is not None:
+            s.loss = float(self._loss_sum) / self._loss_n
+
+    def _write_row(self) -> None:
+        assert self._metrics is not None and self._progress is not None
+        self._metrics.write(self.stats)
+        self._progress.log_line(self.stats)
+        self._loss_sum, self._loss_n = None, 0

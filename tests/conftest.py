@@ -1,0 +1,79 @@
+"""Shared fixtures: an isolated environment and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edgerl.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No system config, no real Jetson files, cwd in a temporary directory."""
+    monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", "")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    monkeypatch.setenv("SDL_AUDIODRIVER", "dummy")
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """Run ``edgerl ARGS`` in-process; returns exit code, stdout and stderr."""
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+def edgerl_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "edgerl.cli", *[str(a) for a in args]]
+
+
+def run_edgerl(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``edgerl ARGS`` as a real process (for signals, exit codes, separate state)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        edgerl_cmd(*args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
+    )
+
+
+# Small Pong settings: learning starts early, replay tiny, rows and checkpoints often.
+PONG_FAST = [
+    "--env",
+    "ALE/Pong-v5",
+    "--set",
+    "env.num_envs=2",
+    "--set",
+    "agent.learning_starts=100",
+    "--set",
+    "agent.batch_size=8",
+    "--set",
+    "agent.train_freq=16",
+    "--set",
+    "replay.capacity=2000",
+    "--set",
+    "train.log_every_s=0.2",
+]

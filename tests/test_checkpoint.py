@@ -1,0 +1,129 @@
+"""Checkpoints: atomic writes, keep-last-K, corrupt and truncated files, failed writes."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from edgerl.checkpoint import (
+    HEADER,
+    CheckpointStore,
+    CheckpointWriteError,
+    list_checkpoints,
+    load,
+)
+from edgerl.errors import CheckpointError
+
+
+def state(step: int) -> dict:
+    torch.manual_seed(step)
+    return {"step": step, "weights": torch.randn(64, 64), "nested": {"ints": [1, 2, 3]}}
+
+
+def test_round_trip(tmp_path):
+    store = CheckpointStore(tmp_path / "ck", keep=3)
+    path = store.save(state(7), step=7)
+    assert path.name == "ckpt-000001-step0000000007.ckpt"
+    got = load(path)
+    assert got["step"] == 7 and got["nested"] == {"ints": [1, 2, 3]}
+    assert torch.equal(got["weights"], state(7)["weights"])
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == [path.name]  # no temp file left
+
+
+def test_keeps_the_newest_k(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    for step in (10, 20, 30, 40):
+        store.save(state(step), step)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [30, 40]
+    found = store.newest_valid()
+    assert found is not None and found[0].step == 40 and found[1]["step"] == 40
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage):
+    store = CheckpointStore(tmp_path, keep=5)
+    store.save(state(1), 1)
+    newest = store.save(state(2), 2)
+    data = bytearray(newest.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[HEADER.size + 100] ^= 0xFF
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(b"not a checkpoint" * 10)
+    newest.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        found = store.newest_valid()
+    assert found is not None and found[1]["step"] == 1
+    assert newest.name in caplog.text
+    assert newest.exists()  # left in place for inspection
+    with pytest.raises(CheckpointError, match=newest.name):
+        load(newest)
+
+
+def test_no_valid_checkpoint_refuses(tmp_path):
+    store = CheckpointStore(tmp_path, keep=5)
+    p = store.save(state(1), 1)
+    p.write_bytes(p.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match=r"no valid checkpoint .* use --fresh"):
+        store.newest_valid()
+
+
+def test_pruning_never_deletes_a_file_that_fails_its_check(tmp_path):
+    store = CheckpointStore(tmp_path, keep=1)
+    bad = store.save(state(1), 1)
+    bad.write_bytes(bad.read_bytes()[:-1])
+    store.save(state(2), 2)
+    store.save(state(3), 3)
+    assert bad.exists()
+    assert [c.step for c in list_checkpoints(tmp_path)] == [1, 3]
+
+
+def test_sequence_continues_after_resuming_from_an_older_step(tmp_path):
+    store = CheckpointStore(tmp_path, keep=5)
+    store.save(state(100), 100)
+    store.save(state(50), 50)  # e.g. resumed from an older checkpoint
+    assert store.newest_valid()[0].step == 50
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load(tmp_path / "nope.ckpt")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        load(tmp_path)
+
+
+def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
+    """A real failed write (file-size limit, like a full disk): no temp file, old one intact."""
+    script = textwrap.dedent(f"""
+        import resource, signal, torch
+        from edgerl.checkpoint import CheckpointStore, CheckpointWriteError
+        store = CheckpointStore(__import__("pathlib").Path({str(tmp_path)!r}), keep=3)
+        store.save({{"w": torch.zeros(10)}}, 1)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            store.save({{"w": torch.zeros(100_000)}}, 2)
+        except CheckpointWriteError as e:
+            print("FAILED:", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "FAILED: cannot write checkpoint" in out.stdout, out.stderr
+    assert "ckpt-000001-step0000000001.ckpt is still the newest" in out.stdout
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["ckpt-000001-step0000000001.ckpt"]
+    assert load(tmp_path / files[0])["w"].shape == (10,)
+
+
+def test_write_error_reports_disk_full():
+    import errno
+
+    assert CheckpointWriteError("x", errno.ENOSPC).disk_full
+    assert not CheckpointWriteError("x", errno.EACCES).disk_full

@@ -1,0 +1,160 @@
+"""Config layering, presets and every config error a user can make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgerl.config import (
+    PRESETS,
+    Config,
+    apply_presets,
+    build_layers,
+    check_consistency,
+    from_dict,
+    parse_override,
+    resolve,
+)
+from edgerl.errors import ConfigError
+
+
+def load(*overrides: str, config_file: Path | None = None, **shortcuts):
+    return resolve(build_layers(config_file, overrides, shortcuts))
+
+
+def test_defaults_train_pong():
+    cfg = Config()
+    assert cfg.env.id == "ALE/Pong-v5"
+    assert cfg.agent.double is True
+    assert cfg.perf.device == "auto"
+    assert cfg.display.every == 3
+
+
+def test_layers_override_in_order(tmp_path, monkeypatch):
+    system = tmp_path / "system.toml"
+    system.write_text("[agent]\nlr = 1e-3\ngamma = 0.9\n[train]\nsteps = 5\n")
+    user = tmp_path / "user.toml"
+    user.write_text("[agent]\ngamma = 0.95\nbatch_size = 64\n")
+    monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", str(system))
+    cfg = load(
+        "agent.batch_size=128",
+        "train.steps=7",
+        config_file=user,
+        **{"train.steps": 9, "env.id": "CartPole-v1"},
+    )
+    assert cfg.agent.lr == 1e-3  # system file
+    assert cfg.agent.gamma == 0.95  # --config over system
+    assert cfg.agent.batch_size == 128  # --set over --config
+    assert cfg.train.steps == 9  # shortcut flag over --set
+    assert cfg.env.id == "CartPole-v1"
+    assert {"agent.lr", "agent.gamma", "agent.batch_size", "train.steps", "env.id"} <= cfg.explicit
+    assert "agent.eps_end" not in cfg.explicit
+
+
+def test_system_config_absent_or_disabled(monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", str(tmp_path / "missing.toml"))
+    assert load().agent.lr == Config().agent.lr
+
+
+def test_set_values_are_toml_or_plain_strings():
+    assert parse_override("env.id=ALE/Breakout-v5") == ("env.id", "ALE/Breakout-v5")
+    assert parse_override("display.enabled=false") == ("display.enabled", False)
+    assert parse_override("agent.hidden=[64, 64]") == ("agent.hidden", [64, 64])
+    assert parse_override('env.id="CartPole-v1"') == ("env.id", "CartPole-v1")
+    cfg = load("train.steps=1e6", "agent.lr=3e-4", "agent.hidden=[32]", "display.enabled=off")
+    assert cfg.train.steps == 1_000_000 and isinstance(cfg.train.steps, int)
+    assert cfg.agent.lr == 3e-4 and cfg.agent.hidden == (32,) and cfg.display.enabled is False
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.lrr=1", "--set: unknown config key 'agent.lrr' (did you mean 'agent.lr'?)"),
+        ("agnt.lr=1", "unknown config key 'agnt.lr' (did you mean 'agent.lr'?)"),
+        ("agent.gamma=1.5", "agent.gamma must be between 0.0 and 1.0, got 1.5"),
+        ("agent.batch_size=0", "agent.batch_size must be at least 1, got 0"),
+        ("agent.batch_size=3.5", "agent.batch_size must be an integer, got 3.5"),
+        ("agent.double=maybe", "agent.double must be true or false, got 'maybe'"),
+        ("perf.device=tpu", "perf.device must be one of auto, cpu, cuda, got 'tpu'"),
+        ("agent.hidden=64", "agent.hidden must be a list of integers"),
+        ("nodot=1", "must look like section.key=value"),
+    ],
+)
+def test_bad_settings_name_the_key_and_the_allowed_values(override, message):
+    with pytest.raises(ConfigError) as e:
+        load(override)
+    assert message in str(e.value)
+
+
+def test_unknown_section_in_a_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[agnet]\nlr = 1\n")
+    with pytest.raises(
+        ConfigError, match=r"c.toml: unknown config section \[agnet\] \(did you mean \[agent\]"
+    ):
+        load(config_file=f)
+
+
+def test_toml_syntax_error_names_the_file_and_line(tmp_path):
+    f = tmp_path / "broken.toml"
+    f.write_text("[agent]\nlr = 1e-4\ngamma = = 0.9\n")
+    with pytest.raises(ConfigError) as e:
+        load(config_file=f)
+    assert str(f) in str(e.value) and "line 3" in str(e.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(config_file=tmp_path / "nope.toml")
+
+
+def test_presets_fill_only_keys_nobody_set():
+    cfg = load("agent.lr=0.5")
+    vec = apply_presets(cfg, "vector")
+    assert vec.agent.lr == 0.5  # explicit wins
+    assert vec.agent.batch_size == PRESETS["vector"]["agent.batch_size"]
+    assert vec.env.num_envs == PRESETS["vector"]["env.num_envs"]
+    assert cfg.agent.batch_size == Config().agent.batch_size  # the input is not modified
+    assert apply_presets(cfg, "frames").agent.batch_size == 32
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("agent.eps_start=0.1", "agent.eps_end=0.5"), "agent.eps_end (0.5) must not exceed"),
+        (("agent.batch_size=512", "replay.capacity=256"), "must not exceed replay.capacity"),
+        (("env.num_envs=8", "replay.capacity=64"), "raise it to 128 or more"),
+        (("display.env_index=4",), "display.env_index (4) must be below env.num_envs (4)"),
+    ],
+)
+def test_inconsistent_settings(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        check_consistency(load(*overrides))
+    assert message in str(e.value)
+
+
+def test_round_trip_through_toml():
+    import tomllib
+
+    cfg = load("agent.hidden=[32, 16]", "env.id=CartPole-v1")
+    again = from_dict(tomllib.loads(cfg.to_toml()), "x")
+    assert again == cfg
+
+
+def test_cli_config_errors_are_one_sentence_without_traceback(cli, tmp_path):
+    r = cli("config", "--set", "agent.lrr=1")
+    assert r.code == 2
+    assert r.err.strip() == (
+        "edgerl: error: --set: unknown config key 'agent.lrr' (did you mean 'agent.lr'?)"
+    )
+    assert "Traceback" not in r.err
+    r = cli("--debug", "config", "--set", "agent.lrr=1")
+    assert r.code == 2 and "Traceback" in r.err
+
+
+def test_cli_config_shows_presets_for_the_environment(cli):
+    r = cli("config", "--env", "CartPole-v1")
+    assert r.code == 0
+    assert f"batch_size = {PRESETS['vector']['agent.batch_size']}" in r.out
+    assert 'id = "CartPole-v1"' in r.out

@@ -1,0 +1,87 @@
+"""Real environments: ALE's vector env for Pong, gymnasium's for CartPole, and bad ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgerl.config import EnvConfig
+from edgerl.envs import ale_game, make_env, probe
+from edgerl.errors import EnvError
+
+
+def test_pong_frames_are_preprocessed_stacks():
+    with make_env(EnvConfig(id="ALE/Pong-v5", num_envs=2)) as env:
+        assert env.spec.kind == "frames"
+        assert env.spec.obs_shape == (4, 84, 84) and env.spec.num_actions == 6
+        assert env.spec.action_meanings[:2] == ("NOOP", "FIRE")
+        obs = env.reset(seed=0)
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+        assert not obs[:, :3].any() and obs[:, 3].any()  # zeros before the first frame
+        env.send(np.array([0, 1]))
+        step = env.recv()
+        assert step.obs.shape == (2, 4, 84, 84)
+        assert step.rewards.dtype == np.float32
+        np.testing.assert_array_equal(step.obs[:, 2], obs[:, 3])  # the stack shifts
+
+
+def test_atari_returns_real_rewards_and_final_observations():
+    cfg = EnvConfig(id="ALE/Pong-v5", num_envs=1, max_episode_frames=400)
+    with make_env(cfg) as env:
+        env.reset(seed=1)
+        for _ in range(200):
+            step = env.step(np.array([0]))
+            if step.truncated[0]:
+                break
+        assert step.truncated[0]
+        assert step.final_obs is not None and step.final_obs[0, 3].any()
+        assert not step.obs[0, :3].any()  # already the next episode's first observation
+
+
+def test_cartpole_is_a_vector_env_with_final_observations():
+    with make_env(EnvConfig(id="CartPole-v1", num_envs=2)) as env:
+        assert env.spec.kind == "vector" and env.spec.obs_shape == (4,)
+        env.reset(seed=0)
+        for _ in range(500):
+            step = env.step(np.zeros(2, dtype=np.int64))
+            if step.terminated.any():
+                break
+        i = int(np.flatnonzero(step.terminated)[0])
+        assert step.final_obs is not None
+        assert abs(step.final_obs[i, 2]) > 0.2  # the pole fell: the last observation shows it
+        assert abs(step.obs[i, 2]) < 0.06  # the reset observation
+
+
+@pytest.mark.parametrize(
+    ("env_id", "name"),
+    [
+        ("ALE/Pong-v5", "pong"),
+        ("ALE/MsPacman-v5", "ms_pacman"),
+        ("ALE/SpaceInvaders-v5", "space_invaders"),
+        ("CartPole-v1", None),
+        ("Pong-v4", None),
+    ],
+)
+def test_ale_game_names(env_id, name):
+    assert ale_game(env_id) == name
+
+
+def test_unknown_ids_suggest_close_names():
+    with pytest.raises(
+        EnvError, match=r"unknown environment id 'ALE/Pongg-v5'; did you mean 'ALE/Pong-v5'"
+    ):
+        probe("ALE/Pongg-v5")
+    with pytest.raises(EnvError, match=r"did you mean 'CartPole-v1'"):
+        probe("CartPol-v1")
+    with pytest.raises(EnvError, match=r"^unknown environment id 'zzzz'$"):
+        probe("zzzz")
+
+
+def test_continuous_actions_are_refused():
+    with pytest.raises(EnvError, match=r"continuous action space .* DQN needs a discrete one"):
+        probe("Pendulum-v1")
+
+
+def test_raw_image_observations_point_to_the_ale_id():
+    with pytest.raises(EnvError, match=r"\(210, 160, 3\).*use ALE/Pong-v5 for Atari"):
+        probe("Pong-v4")

@@ -1,0 +1,24 @@
+"""The learning test: CartPole solved by the defaults alone, on two CPU cores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import run_edgerl
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_450_in_60000_steps(tmp_path):
+    train = run_edgerl(
+        "train", "--env", "CartPole-v1", "--steps", "60000", cwd=tmp_path, timeout=600
+    )
+    assert train.returncode == 0, train.stderr[-2000:]
+    play = run_edgerl(
+        "play", "--run-dir", "runs/CartPole-v1", "--episodes", "10", "--json", cwd=tmp_path
+    )
+    assert play.returncode == 0, play.stderr[-2000:]
+    summary = json.loads(play.stdout)
+    assert summary["episodes"] == 10
+    assert summary["return_mean"] >= 450, summary

@@ -1,0 +1,178 @@
+"""The frame-deduplicated replay against a reference model of what the environment showed."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.envs import EnvSpec
+from edgerl.errors import ReplayMemoryError
+from edgerl.replay import ReplayBuffer, bytes_per_transition, plan_memory
+
+STACK = 4
+# Tiny "frames": 2x2 pixels; pixel 0/1 carry a 16-bit id (0 = padding), pixel 2 the env.
+SPEC = EnvSpec("test/Frames-v0", "frames", (STACK, 2, 2), "uint8", 6, tuple("abcdef"))
+ATARI = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, tuple("abcdef"))
+
+
+def frame(fid: int, env: int) -> np.ndarray:
+    return np.array([[fid & 255, fid >> 8], [env, 7]], dtype=np.uint8)
+
+
+def frame_id(f: np.ndarray) -> int:
+    return int(f[0, 0]) | (int(f[0, 1]) << 8)
+
+
+class ReferenceEnvs:
+    """Vector env stand-in that keeps the true stacks, and the transitions they make."""
+
+    def __init__(self, num_envs: int, rng: np.random.Generator) -> None:
+        self.n = num_envs
+        self.rng = rng
+        self.next_id = 1
+        self.stacks = [self._new_episode(e) for e in range(num_envs)]
+        self.transitions: dict[int, tuple] = {}  # newest obs frame id -> transition
+
+    def _frame(self, env: int) -> np.ndarray:
+        f = frame(self.next_id, env)
+        self.next_id += 1
+        return f
+
+    def _new_episode(self, env: int) -> list[np.ndarray]:
+        zeros = [np.zeros((2, 2), np.uint8)] * (STACK - 1)
+        return [*zeros, self._frame(env)]
+
+    def obs(self) -> np.ndarray:
+        return np.stack([np.stack(s) for s in self.stacks])
+
+    def step(self, actions: np.ndarray, end_prob: float):
+        rewards = self.rng.normal(size=self.n).astype(np.float32)
+        ends = self.rng.random(self.n) < end_prob
+        terminated = ends & (self.rng.random(self.n) < 0.5)
+        truncated = ends & ~terminated
+        final = np.zeros((self.n, STACK, 2, 2), np.uint8)
+        for e in range(self.n):
+            before = np.stack(self.stacks[e])
+            self.stacks[e] = [*self.stacks[e][1:], self._frame(e)]
+            after = np.stack(self.stacks[e])
+            self.transitions[frame_id(before[-1])] = (
+                before,
+                int(actions[e]),
+                float(rewards[e]),
+                after,
+                bool(terminated[e]),
+            )
+            if ends[e]:
+                final[e] = after
+                self.stacks[e] = self._new_episode(e)
+        return rewards, terminated, truncated, self.obs(), (final if ends.any() else None)
+
+
+def fill(buffer: ReplayBuffer, envs: ReferenceEnvs, steps: int, end_prob: float) -> None:
+    buffer.add_first(envs.obs())
+    for _ in range(steps):
+        actions = envs.rng.integers(6, size=envs.n)
+        rewards, term, trunc, obs, final = envs.step(actions, end_prob)
+        buffer.add(actions, rewards, term, trunc, obs, final)
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "capacity", "steps", "end_prob"),
+    [
+        (1, 400, 300, 0.1),  # not wrapped, many episode boundaries
+        (3, 48, 500, 0.15),  # wrapped many times over, interleaved envs
+        (4, 4 * 64, 300, 0.5),  # very short episodes: stacks mostly padding
+    ],
+)
+def test_samples_match_what_the_environment_showed(num_envs, capacity, steps, end_prob):
+    rng = np.random.default_rng(0)
+    envs = ReferenceEnvs(num_envs, rng)
+    buffer = ReplayBuffer(SPEC, capacity, num_envs, "cpu", seed=1)
+    fill(buffer, envs, steps, end_prob)
+    seen = set()
+    for _ in range(50):
+        batch = buffer.sample(32)
+        for i in range(32):
+            obs = batch.obs[i].numpy()
+            fid = frame_id(obs[-1])
+            assert fid in envs.transitions, "sampled a transition that never happened"
+            want_obs, action, reward, want_next, terminal = envs.transitions[fid]
+            np.testing.assert_array_equal(obs, want_obs)  # zero padding before episode starts
+            np.testing.assert_array_equal(batch.next_obs[i].numpy(), want_next)
+            assert batch.actions[i].item() == action
+            assert batch.rewards[i].item() == pytest.approx(reward)
+            assert batch.dones[i].item() == float(terminal)
+            seen.add(fid)
+    # Only transitions still in the buffer are sampled, and all of them can be.
+    newest = envs.next_id
+    per_env = capacity // num_envs
+    assert min(seen) > newest - capacity - 3 * num_envs
+    assert len(seen) > 0.5 * min(len(envs.transitions), per_env * num_envs)
+
+
+def test_stacks_never_cross_an_episode_start():
+    rng = np.random.default_rng(3)
+    envs = ReferenceEnvs(2, rng)
+    buffer = ReplayBuffer(SPEC, 200, 2, "cpu", seed=0)
+    fill(buffer, envs, 150, 0.3)
+    batch = buffer.sample(256)
+    for stack in batch.obs.numpy():
+        ids = [frame_id(f) for f in stack]
+        real = [i for i in ids if i]
+        # real frames are the newest, consecutive within one env, with zeros only before them
+        assert ids[-len(real) :] == real
+        assert all(b > a for a, b in itertools.pairwise(real))
+
+
+def test_vector_observations_round_trip():
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    buffer = ReplayBuffer(spec, 100, 1, "cpu", seed=0)
+    obs = np.zeros((1, 4), np.float32)
+    buffer.add_first(obs)
+    for t in range(1, 50):
+        nxt = np.full((1, 4), t, np.float32)
+        done = np.array([t % 10 == 0])
+        final = np.full((1, 4), 1000 + t, np.float32) if done.any() else None
+        buffer.add(
+            np.array([t % 2]), np.array([1.0], np.float32), done, np.array([False]), nxt, final
+        )
+    batch = buffer.sample(64)
+    for o, n, d in zip(batch.obs, batch.next_obs, batch.dones, strict=True):
+        if d:  # the last step of an episode leads to the final observation, not the reset one
+            assert n[0].item() == 1000 + o[0].item() + 1
+        else:
+            assert n[0].item() == o[0].item() + 1
+    assert batch.obs.dtype == torch.float32 and batch.obs.shape == (64, 4)
+
+
+def test_an_atari_transition_costs_about_7_kb():
+    per = bytes_per_transition(ATARI)
+    assert per == 84 * 84 + 1 + 4 + 1
+    assert per < 7.2 * 1024 < 28 * 1024  # the stacked layout stores at least 4 frames
+
+
+def test_memory_plan_refuses_with_what_to_change():
+    plan = plan_memory(ATARI, 1_000_000, available_bytes=2 * 1024**3, where="host")
+    assert not plan.fits
+    with pytest.raises(ReplayMemoryError) as e:
+        plan.check()
+    msg = str(e.value)
+    assert "replay.capacity=1,000,000" in msg and "6.6 GiB" in msg and "2.0 GiB" in msg
+    assert f"at most {plan.max_capacity:,}" in msg
+    assert plan_memory(ATARI, plan.max_capacity, 2 * 1024**3, "host").fits
+    assert not plan_memory(ATARI, plan.max_capacity + 1, 2 * 1024**3, "host").fits
+
+
+def test_buffer_checks_memory_before_allocating():
+    with pytest.raises(ReplayMemoryError):
+        ReplayBuffer(ATARI, 10_000_000, 1, "cpu", available_bytes=100 * 1024**2)
+
+
+def test_sampling_an_empty_buffer_is_an_error():
+    buffer = ReplayBuffer(SPEC, 64, 1, "cpu")
+    buffer.add_first(np.zeros((1, STACK, 2, 2), np.uint8))
+    with pytest.raises(ValueError):
+        buffer.sample(1)

@@ -1,0 +1,170 @@
+"""`edgerl train` end to end on real Pong: metrics, checkpoints, resume, signals, errors."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgerl.checkpoint import list_checkpoints, load
+from edgerl.rundir import RunDir
+
+from .conftest import PONG_FAST, edgerl_cmd
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    with (run / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
+    run = tmp_path / "pong"
+    r = cli("train", *PONG_FAST, "--steps", "600", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "step 600/600" in r.err
+
+    first = rows(run)
+    assert list(first[0]) == [
+        "step",
+        "wall_s",
+        "sps",
+        "episodes",
+        "return_mean",
+        "epsilon",
+        "loss",
+        "updates",
+    ]
+    assert int(first[-1]["step"]) == 600
+    assert int(first[-1]["updates"]) == (600 - 100) // 16
+    assert float(first[-1]["loss"]) >= 0
+    config = (run / "config.toml").read_text()
+    assert 'id = "ALE/Pong-v5"' in config and "batch_size = 8" in config
+    (ck,) = list_checkpoints(run / "checkpoints")
+    state = load(ck.path)
+    assert state["step"] == 600 and state["env"]["id"] == "ALE/Pong-v5"
+    assert set(state["learner"]) == {"q", "target", "optimizer", "updates"}
+    assert set(state["rng"]) == {"actor", "replay", "torch", "cuda"}
+
+    r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "resuming from step 600" in r.err
+    second = rows(run)
+    assert len(second) > len(first) and int(second[-1]["step"]) == 1000
+    steps = [int(row["step"]) for row in second[len(first) :]]
+    assert min(steps) > 600
+    newest = list_checkpoints(run / "checkpoints")[-1]
+    state2 = load(newest.path)
+    assert state2["step"] == 1000 and newest.seq == 2
+    # learning paused while the fresh replay refilled (100 steps), then continued at 1 per 16
+    assert state2["learner"]["updates"] == state["learner"]["updates"] + (1000 - 700) // 16
+    assert not torch.equal(
+        state2["learner"]["q"]["head.2.weight"], state["learner"]["q"]["head.2.weight"]
+    )
+
+    r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
+    assert r.code == 0 and "nothing to do" in r.err
+
+
+def test_ctrl_c_writes_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    run = tmp_path / "pong"
+    args = ["train", *PONG_FAST, "--steps", "10000000", "--run-dir", str(run)]
+    proc = subprocess.Popen(
+        edgerl_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (run / "metrics.csv").exists() and len(rows(run)) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stopped by SIGINT; run the same command to resume" in err
+    (ck,) = list_checkpoints(run / "checkpoints")
+    assert ck.step > 0
+    assert not RunDir(run)._check_not_in_use()  # lock released
+
+
+def test_fresh_moves_the_old_run_aside(cli, tmp_path):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0
+    r = cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run, "--fresh")
+    assert r.code == 0, r.err
+    (aside,) = tmp_path.glob("pong.old-*")
+    assert list_checkpoints(aside / "checkpoints")[0].step == 200
+    assert "resuming" not in r.err
+
+
+def test_a_corrupt_newest_checkpoint_is_named_and_the_previous_one_used(cli, tmp_path):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0
+    assert cli("train", *PONG_FAST, "--steps", "400", "--run-dir", run).code == 0
+    newest = list_checkpoints(run / "checkpoints")[-1]
+    newest.path.write_bytes(newest.path.read_bytes()[:1000])
+    r = cli("train", *PONG_FAST, "--steps", "500", "--run-dir", run)
+    assert r.code == 0
+    assert f"checkpoint {newest.path} is truncated" in r.err
+    assert "resuming from step 200" in r.err
+    assert newest.path.exists()
+
+
+def test_a_run_directory_of_another_game_is_refused(cli, tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", *PONG_FAST, "--steps", "100", "--run-dir", run).code == 0
+    r = cli("train", "--env", "CartPole-v1", "--steps", "100", "--run-dir", run)
+    assert r.code == 2
+    assert "holds a run with env.id='ALE/Pong-v5'" in r.err and "--fresh" in r.err
+
+
+def test_a_run_directory_in_use_is_refused(cli, tmp_path):
+    run = tmp_path / "busy"
+    holder = RunDir(run)
+    holder.open()
+    try:
+        r = cli("train", *PONG_FAST, "--steps", "100", "--run-dir", run)
+    finally:
+        holder.close()
+    assert r.code == 2
+    assert "is in use by another edgerl process" in r.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--run-dir", "/proc/edgerl-test-run"],
+            "run directory /proc/edgerl-test-run is not writable",
+        ),
+        (
+            ["--env", "ALE/Pongg-v5"],
+            "unknown environment id 'ALE/Pongg-v5'; did you mean 'ALE/Pong-v5'",
+        ),
+        (["--env", "Pendulum-v1"], "continuous action space"),
+        (["--set", "replay.capacity=100000000000"], "set replay.capacity to at most"),
+        (["--config", "missing.toml"], "config file missing.toml does not exist"),
+    ],
+)
+def test_user_errors_exit_2_with_one_sentence(cli, args, message):
+    r = cli("train", "--steps", "10", *args)
+    assert r.code == 2, r.err
+    assert message in r.err
+    assert "Traceback" not in r.err
+    assert r.err.strip().count("\n") == 0  # one line
+
+
+def test_file_in_the_way_of_the_run_directory(cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = cli("train", *PONG_FAST, "--steps", "10", "--run-dir", tmp_path / "afile" / "run")
+    assert r.code == 2 and "is not writable" in r.err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+def test_cuda_without_a_gpu_is_refused(cli):
+    r = cli("train", "--steps", "10", "--set", "perf.device=cuda")
+    assert r.code == 2
+    assert "perf.device=cuda but no usable CUDA GPU was found" in r.err
