@@ -94,6 +94,29 @@ def build_config(
     return resolve(build_layers(config_file, overrides, shortcuts))
 
 
+class StopRequest:
+    """A stop that may arrive before the trainer exists (Ctrl-C during set-up)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._target: Callable[[str], None] | None = None
+
+    @property
+    def target(self) -> Callable[[str], None] | None:
+        return self._target
+
+    @target.setter
+    def target(self, fn: Callable[[str], None]) -> None:
+        self._target = fn
+        if self.reason is not None:
+            fn(self.reason)
+
+    def set(self, reason: str) -> None:
+        self.reason = reason
+        if self._target is not None:
+            self._target(reason)
+
+
 @contextlib.contextmanager
 def stop_on_signals(request_stop: Callable[[str], None]) -> Iterator[dict[str, str]]:
     """Turn SIGINT/SIGTERM into a stop request; a second SIGINT aborts at once."""
@@ -148,12 +171,16 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
-    from edgerl.train import Trainer
+    from edgerl.session import training_session
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir)
     setup_logging(ctx.obj["debug"], cfg.log.level)
-    trainer = Trainer(cfg, fresh=fresh, quiet=quiet)
-    with stop_on_signals(trainer.request_stop) as received, trainer:
+    stop = StopRequest()
+    with (
+        stop_on_signals(stop.set) as received,
+        training_session(cfg, fresh=fresh, quiet=quiet) as trainer,
+    ):
+        stop.target = trainer.request_stop
         log.info(
             "training %s on %s: run directory %s",
             trainer.cfg.env.id,
@@ -161,6 +188,7 @@ def train(
             trainer.run_dir,
         )
         result = trainer.run()
+        verdict = trainer.monitor.verdict().sentence() if trainer.monitor else None
     ret = "n/a" if math.isnan(result.return_mean) else f"{result.return_mean:.2f}"
     sps = result.session_steps / result.session_s if result.session_s > 0 else 0.0
     click.echo(
@@ -169,6 +197,8 @@ def train(
         f"checkpoint {result.checkpoint or 'unchanged'}",
         err=True,
     )
+    if verdict:
+        click.echo(f"what limited training: {verdict}", err=True)
     if result.stopped:
         sig = received.get("signal", "a stop request")
         click.echo(f"stopped by {sig}; run the same command to resume", err=True)
@@ -302,6 +332,114 @@ def config_cmd(
     cfg = apply_presets(cfg, probe(cfg.env.id).kind)
     check_consistency(cfg)
     click.echo(cfg.to_toml(), nl=False)
+
+
+@cli.group()
+def hw() -> None:
+    """Jetson hardware: board status, clocks, tegrastats logs."""
+
+
+def _hw_config(config_file: Path | None, overrides: tuple[str, ...]) -> Any:
+    return build_config(config_file, overrides, None, None, None).hw
+
+
+def hw_config_options(func: F) -> F:
+    func = click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="SECTION.KEY=VALUE",
+        help="Override one config key (e.g. hw.jetson_clocks=/path).",
+    )(func)
+    return click.option(
+        "--config", "config_file", type=click.Path(path_type=Path), help="TOML config file."
+    )(func)
+
+
+@hw.command("status")
+@hw_config_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def hw_status(config_file: Path | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Board, L4T, clocks state, power mode and one current load line."""
+    from edgerl.hw.status import hardware_status
+
+    status = hardware_status(_hw_config(config_file, overrides))
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    for key in ("board", "l4t", "cpus", "gpu", "clocks", "power_mode", "load_source", "load"):
+        click.echo(f"{key.replace('_', ' '):12s} {status[key] if status[key] is not None else '-'}")
+
+
+@hw.group("clocks")
+def hw_clocks() -> None:
+    """Show, max or restore the Jetson clocks (jetson_clocks)."""
+
+
+@hw_clocks.command("show")
+@hw_config_options
+def hw_clocks_show(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Print jetson_clocks --show and whether clocks are pinned at maximum."""
+    from edgerl.hw.status import clocks_show
+
+    click.echo(clocks_show(_hw_config(config_file, overrides)))
+
+
+@hw_clocks.command("max")
+@hw_config_options
+def hw_clocks_max(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Store the clocks, then max them (undo with `edgerl hw clocks restore`)."""
+    from edgerl.hw.status import clocks_max
+
+    click.echo(clocks_max(_hw_config(config_file, overrides)))
+
+
+@hw_clocks.command("restore")
+@hw_config_options
+def hw_clocks_restore(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Restore the clocks edgerl stored (the service's ExecStopPost runs this)."""
+    from edgerl.hw.status import clocks_restore
+
+    click.echo(clocks_restore(_hw_config(config_file, overrides)))
+
+
+@hw.command("parse")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True
+)
+def hw_parse(file: Path, fmt: str) -> None:
+    """Turn a saved tegrastats log (any Jetson generation) into CSV or JSON records."""
+    from edgerl.hw.status import parse_log
+
+    records, skipped = parse_log(file)
+    for lineno, line in skipped:
+        click.echo(f"{file}:{lineno}: skipped, not a tegrastats line: {line[:60]}", err=True)
+    click.echo(render_records(records, fmt), nl=False)
+
+
+def render_records(records: list[dict[str, Any]], fmt: str) -> str:
+    """Records as a JSON list or CSV (lists and maps as JSON in their cells)."""
+    if fmt == "json":
+        return json.dumps(records, indent=1) + "\n"
+    import csv
+    import io
+
+    from edgerl.hw.tegrastats import CSV_FIELDS
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(CSV_FIELDS)
+    for rec in records:
+        writer.writerow(
+            [
+                json.dumps(rec[k])
+                if isinstance(rec[k], (list, dict))
+                else ("" if rec[k] is None else rec[k])
+                for k in CSV_FIELDS
+            ]
+        )
+    return buf.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,13 +126,15 @@ class HwConfig:
     max_clocks: bool = setting(
         False, "run at maximum clocks (jetson_clocks) and restore afterwards"
     )
-    nvpmodel: str = setting("", "power mode (number or name) set before maxing clocks; empty: keep")
+    nvpmodel: str = setting("", "power mode (id or name in /etc/nvpmodel.conf) while training")
     monitor: bool = setting(True, "sample CPU/GPU load while training (load.csv, tegrastats.log)")
     monitor_interval_ms: int = setting(1000, "load sampling interval", min=50, live=True)
     jetson_clocks: str = setting("jetson_clocks", "jetson_clocks command (looked up on PATH)")
     tegrastats: str = setting("tegrastats", "tegrastats command (looked up on PATH)")
     nvpmodel_cmd: str = setting("nvpmodel", "nvpmodel command (looked up on PATH)")
-    state_dir: str = setting("", "where clock state is stored (empty: <run_dir>/../.edgerl-state)")
+    state_dir: str = setting(
+        "", "clock state (empty: $STATE_DIRECTORY, /var/lib/edgerl as root, ~/.local/state/edgerl)"
+    )
 
 
 @dataclass
@@ -192,16 +194,20 @@ SECTIONS: dict[str, type] = {
 # tuned so that `edgerl train --env CartPole-v1 --steps 60000` solves it on two CPU cores.
 PRESETS: dict[str, dict[str, Any]] = {
     "frames": {},
+    # Mapped from RL Zoo's CartPole DQN (lr 2.3e-3, half an update per step, target every 128
+    # updates, short exploration), plus a learning rate annealed to almost zero: with a constant
+    # rate the greedy policy often collapsed in the last steps. With these, CartPole-v1 scored
+    # 500/500 greedy on seeds 0-4 after 60,000 steps; a 128-wide MLP failed 3 seeds of 3.
     "vector": {
         "env.num_envs": 1,
-        "agent.lr": 1e-3,
-        "agent.lr_end": 5e-5,
+        "agent.lr": 2.3e-3,
+        "agent.lr_end": 1e-5,
         "agent.batch_size": 64,
-        "agent.train_freq": 1,
-        "agent.target_update": 500,
+        "agent.train_freq": 2,
+        "agent.target_update": 256,
         "agent.learning_starts": 1_000,
-        "agent.eps_end": 0.02,
-        "agent.eps_decay_steps": 12_000,
+        "agent.eps_end": 0.04,
+        "agent.eps_decay_steps": 8_000,
         "replay.capacity": 50_000,
         "train.steps": 100_000,
     },

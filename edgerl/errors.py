@@ -38,6 +38,10 @@ class DeviceError(EdgerlError):
     """The requested compute device (e.g. CUDA) is not usable here."""
 
 
+class HardwareError(EdgerlError):
+    """A hardware action cannot be done here (not a Jetson, not root, tool missing or failing)."""
+
+
 class MissingDependencyError(EdgerlError):
     """An optional package (an extra) is needed for this command."""
 

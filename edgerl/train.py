@@ -116,6 +116,8 @@ class Trainer:
         self.requested_cfg = cfg
         self.fresh = fresh
         self.hooks = list(hooks or [])
+        self.clocks: Any = None  # MaxClocks, when a training session maxed them
+        self.monitor: Any = None  # LoadMonitor, when a training session runs one
         self.quiet = quiet
         self.cfg = cfg
         self.step = 0
@@ -207,9 +209,6 @@ class Trainer:
             self.resumed_from = found[0].path
         self._env = make_env(cfg.env, spec)
         write_atomic(self._rundir.config_file, cfg.to_toml().encode())
-        columns = CSV_COLUMNS + [c for c in self._extra_columns() if c not in CSV_COLUMNS]
-        self._metrics = MetricsWriter(run_path, columns, cfg.train.tensorboard)
-        self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
 
     def _extra_columns(self) -> list[str]:
         cols: list[str] = []
@@ -360,8 +359,11 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until ``train.steps`` or a stop request; returns a summary of the session."""
-        assert self._env is not None and self._metrics is not None and self._progress is not None
+        assert self._env is not None
         cfg, env, replay = self.cfg, self._env, self.replay
+        columns = CSV_COLUMNS + [c for c in self._extra_columns() if c not in CSV_COLUMNS]
+        self._metrics = MetricsWriter(self.run_dir, columns, cfg.train.tensorboard)
+        self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         clip = self.spec.kind == "frames"  # Atari rewards are clipped for learning only
         self._session_start = time.monotonic()
         self._session_step0 = self.step

@@ -77,3 +77,49 @@ PONG_FAST = [
     "--set",
     "train.log_every_s=0.2",
 ]
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+STANDINS = Path(__file__).parent / "standins"
+
+
+@dataclass
+class FakeJetson:
+    """A board below EDGERL_HW_ROOT plus jetson_clocks/tegrastats/nvpmodel stand-ins on PATH."""
+
+    root: Path
+    state: Path  # the stand-ins' own state and calls.jsonl
+    env: dict[str, str]
+
+    def calls(self, tool: str | None = None) -> list[list[str]]:
+        import json
+
+        path = self.state / "calls.jsonl"
+        if not path.exists():
+            return []
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return [
+            ([r["tool"]] if tool is None else []) + r["argv"]
+            for r in rows
+            if tool is None or r["tool"] == tool
+        ]
+
+
+@pytest.fixture
+def fake_jetson(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeJetson:
+    """A Jetson Nano (L4T 32.7.1) with tools that replay captured output."""
+    import shutil
+
+    root = tmp_path / "hwroot"
+    shutil.copytree(FIXTURES / "boards" / "nano_jp4", root)
+    state = tmp_path / "standin-state"
+    state.mkdir()
+    env = {
+        "EDGERL_HW_ROOT": str(root),
+        "EDGERL_STANDIN_DIR": str(state),
+        "EDGERL_STANDIN_FIXTURES": str(FIXTURES),
+        "PATH": f"{STANDINS}{os.pathsep}{os.environ['PATH']}",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return FakeJetson(root, state, env)

@@ -38,6 +38,8 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
         "epsilon",
         "loss",
         "updates",
+        "cpu_max_core",
+        "gr3d",
     ]
     assert int(first[-1]["step"]) == 600
     assert int(first[-1]["updates"]) == (600 - 100) // 16
