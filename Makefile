@@ -6,6 +6,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LINT_PATHS := edgerl tests $(wildcard scripts/*.py)
 
 .PHONY: run test lint format bench clean
 
@@ -20,15 +21,15 @@ run: $(STAMP)
 	$(BIN)/edgerl train
 
 test: $(STAMP)
-	$(BIN)/ruff check edgerl tests scripts
-	$(BIN)/ruff format --check edgerl tests scripts
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check edgerl tests scripts
+	$(BIN)/ruff check $(LINT_PATHS)
 
 format: $(STAMP)
-	$(BIN)/ruff format edgerl tests scripts
+	$(BIN)/ruff format $(LINT_PATHS)
 
 bench: $(STAMP)
 	$(BIN)/edgerl bench
