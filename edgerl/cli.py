@@ -6,13 +6,11 @@ Exit codes: 0 done, 2 a user error (one sentence on stderr, no traceback; ``--de
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,49 +92,6 @@ def build_config(
     return resolve(build_layers(config_file, overrides, shortcuts))
 
 
-class StopRequest:
-    """A stop that may arrive before the trainer exists (Ctrl-C during set-up)."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-        self._target: Callable[[str], None] | None = None
-
-    @property
-    def target(self) -> Callable[[str], None] | None:
-        return self._target
-
-    @target.setter
-    def target(self, fn: Callable[[str], None]) -> None:
-        self._target = fn
-        if self.reason is not None:
-            fn(self.reason)
-
-    def set(self, reason: str) -> None:
-        self.reason = reason
-        if self._target is not None:
-            self._target(reason)
-
-
-@contextlib.contextmanager
-def stop_on_signals(request_stop: Callable[[str], None]) -> Iterator[dict[str, str]]:
-    """Turn SIGINT/SIGTERM into a stop request; a second SIGINT aborts at once."""
-    received: dict[str, str] = {}
-
-    def handler(signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        if received and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        received["signal"] = name
-        request_stop(name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.version_option(__version__, prog_name="edgerl")
@@ -172,6 +127,7 @@ def train(
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
     from edgerl.session import training_session
+    from edgerl.signals import StopRequest, stop_on_signals
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir)
     setup_logging(ctx.obj["debug"], cfg.log.level)
@@ -304,6 +260,72 @@ def play(
         f"mean return {summary['return_mean']:.2f} (returns {summary['returns']}); action "
         f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
     )
+
+
+@cli.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="Config file (default: /etc/edgerl/edgerl.toml).",
+)
+@click.pass_context
+def daemon(ctx: click.Context, config_file: Path | None) -> None:
+    """Run as the edgerl service (systemd Type=notify): train, checkpoint, restore clocks."""
+    from edgerl.daemon import run
+
+    ctx.exit(run(config_file, debug=ctx.obj["debug"]))
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Run directory (default: the service's, else the newest under ./runs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print status.json with liveness fields.")
+@click.pass_context
+def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
+    """Show what a running trainer (the service or `edgerl train`) is doing.
+
+    Exit code 0 while it runs, 3 when it is not running or its status is stale.
+    """
+    from edgerl.status import describe, liveness, read_status
+
+    if run_dir is None:
+        run_dir = _default_status_dir()
+    doc = read_status(run_dir)
+    live = liveness(doc)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {**doc, "running": live.running, "stale": live.stale, "liveness": live.reason},
+                indent=1,
+            )
+        )
+    else:
+        click.echo(describe(doc, live))
+    ctx.exit(0 if live.running and not live.stale else 3)
+
+
+def _default_status_dir() -> Path:
+    from edgerl.config import build_layers, resolve
+    from edgerl.errors import RunDirError
+    from edgerl.rundir import service_state_dir
+    from edgerl.status import find_status_dirs
+
+    cfg = resolve(build_layers())
+    if "train.run_dir" in cfg.explicit:
+        return Path(cfg.train.run_dir)
+    roots = [service_state_dir() / "runs", Path("runs")]
+    found = find_status_dirs(roots)
+    if not found:
+        raise RunDirError(
+            "no run with a status.json in "
+            f"{' or '.join(str(r) for r in roots)}; give one with --run-dir, or start the "
+            "service: systemctl start edgerl"
+        )
+    return found[0]
 
 
 @cli.command("config")

@@ -49,7 +49,9 @@ class EnvSpec:
     @property
     def short_name(self) -> str:
         """A file-system friendly name: ``ALE/Pong-v5`` -> ``Pong-v5``."""
-        return self.id.split("/")[-1].replace(":", "-")
+        from edgerl.rundir import short_env_name
+
+        return short_env_name(self.id)
 
 
 class Step(NamedTuple):

@@ -20,9 +20,25 @@ from pathlib import Path
 from edgerl.errors import RunDirError
 
 
-def default_run_dir(short_env_name: str) -> Path:
+def short_env_name(env_id: str) -> str:
+    """A file-system friendly env name: ``ALE/Pong-v5`` -> ``Pong-v5``."""
+    return env_id.split("/")[-1].replace(":", "-")
+
+
+def default_run_dir(short_env: str) -> Path:
     """``runs/<env name>`` under the current directory, e.g. ``runs/Pong-v5``."""
-    return Path("runs") / short_env_name
+    return Path("runs") / short_env
+
+
+def service_state_dir() -> Path:
+    """The service's state directory: ``$STATE_DIRECTORY`` (set by systemd) or /var/lib/edgerl."""
+    env = os.environ.get("STATE_DIRECTORY")
+    return Path(env.split(":")[0]) if env else Path("/var/lib/edgerl")
+
+
+def service_run_dir(env_id: str) -> Path:
+    """Where the service trains ``env_id`` unless train.run_dir says otherwise."""
+    return service_state_dir() / "runs" / short_env_name(env_id)
 
 
 class RunDir:

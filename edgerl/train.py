@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 RECENT_EPISODES = 100
 PROGRESS_EVERY_S = 0.25
+CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
 # Config keys a resumed run must share with its checkpoint (they shape the network).
 SHAPING_KEYS = ("env.id", "agent.hidden")
 
@@ -417,8 +418,9 @@ class Trainer:
                 self._write_row()
                 last_row, row_step = now, self.step
             if now - last_ckpt >= cfg.train.checkpoint_every_s:
-                self.save_checkpoint()
-                last_ckpt = now
+                saved = self.save_checkpoint() is not None
+                retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
+                last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
 
         if not started:
             for hook in self.hooks:

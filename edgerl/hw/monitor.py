@@ -391,6 +391,7 @@ class LoadMonitor:
         self._source: LoadSource | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._reopen = threading.Event()  # the interval changed: restart the same kind of source
         self._log: TextIO | None = None
         self._csv_file: TextIO | None = None
         self._csv: Any = None
@@ -432,6 +433,11 @@ class LoadMonitor:
             except Exception:
                 log.exception("load monitor source %s failed", self.source_name)
                 rec = None
+            if rec is None and self._reopen.is_set():
+                self._reopen.clear()
+                self._source = self.source_factory(self.hw)
+                self.source_name = self._source.name
+                continue
             if rec is None:
                 if not self._stopping.is_set() and self.source_name != "procfs":
                     log.warning("load source %s ended; falling back to procfs", self.source_name)
@@ -483,6 +489,13 @@ class LoadMonitor:
                 ]
             )
             self._csv_file.flush()
+
+    def set_interval(self, interval_ms: int) -> None:
+        """Sample every ``interval_ms`` from now on (the service's SIGHUP reload)."""
+        self.hw.monitor_interval_ms = interval_ms
+        self._reopen.set()
+        if self._source is not None:
+            self._source.close()  # read() returns None at once; the loop reopens it
 
     def count_from_now(self) -> None:
         """Only samples from now on count for the verdict (skips set-up time)."""

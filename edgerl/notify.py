@@ -1,0 +1,79 @@
+"""systemd's service notification protocol (sd_notify): datagrams to ``$NOTIFY_SOCKET``.
+
+The only maintained implementations are C (libsystemd) or unmaintained Python (``sdnotify``, last
+released 2017, no abstract-socket test); the protocol is a newline-separated ``KEY=VALUE`` datagram
+to a Unix socket whose name starting with ``@`` means the abstract namespace. Sending never raises:
+a service must keep running when nobody listens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    """Sends notifications to systemd, or does nothing when not started by systemd."""
+
+    def __init__(self, address: str | None = None) -> None:
+        address = address if address is not None else os.environ.get("NOTIFY_SOCKET", "")
+        self.address = address
+        self._sock: socket.socket | None = None
+        self._failed = False
+        if address:
+            self._target = "\0" + address[1:] if address.startswith("@") else address
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    def send(self, **fields: str | int) -> bool:
+        """Send ``KEY=VALUE`` lines (keyword names are the keys); True if delivered."""
+        if self._sock is None:
+            return False
+        message = "\n".join(f"{key}={value}" for key, value in fields.items())
+        try:
+            self._sock.sendto(message.encode(), self._target)
+        except OSError as e:
+            if not self._failed:  # say it once, not every watchdog tick
+                log.warning("cannot notify systemd at %s: %s", self.address, e)
+                self._failed = True
+            return False
+        return True
+
+    def ready(self, status: str = "") -> bool:
+        return self.send(READY=1, **({"STATUS": status} if status else {}))
+
+    def status(self, text: str) -> bool:
+        return self.send(STATUS=text.replace("\n", " "))
+
+    def watchdog(self) -> bool:
+        return self.send(WATCHDOG=1)
+
+    def stopping(self, status: str = "") -> bool:
+        return self.send(STOPPING=1, **({"STATUS": status} if status else {}))
+
+    def reloading(self) -> bool:
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send(RELOADING=1, MONOTONIC_USEC=usec)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def watchdog_interval_s() -> float | None:
+    """Half of ``$WATCHDOG_USEC`` (when set for this process), the interval to ping at."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or int(usec) == 0:
+        return None
+    if pid and pid.isdigit() and int(pid) != os.getpid():
+        return None
+    return int(usec) / 2e6

@@ -1,0 +1,199 @@
+"""``<run_dir>/status.json``: what a running trainer is doing, rewritten every few seconds.
+
+Written by every training run (``edgerl train`` and the service) and read by ``edgerl status`` and
+``edgerl view``. Fields: ``state`` (starting, training, stopping, stopped, failed), ``step``,
+``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``, ``started_at``,
+``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path), ``checkpoint_error``,
+``load`` (the newest monitor record), ``clocks``, ``env``, ``run_dir``, ``pid``, ``message``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from edgerl.checkpoint import write_atomic
+from edgerl.errors import RunDirError
+from edgerl.metrics import TrainStats
+
+STATUS_FILE = "status.json"
+WRITE_EVERY_S = 3.0
+STALE_AFTER_S = 30.0
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def _num(v: float) -> float | None:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+class StatusWriter:
+    """A trainer hook that keeps ``status.json`` current."""
+
+    def __init__(self, every_s: float = WRITE_EVERY_S) -> None:
+        self.every_s = every_s
+        self.started = time.time()
+        self._last = 0.0
+        self.state = "starting"
+        self.message = ""
+        self.checkpoint_error: str | None = None
+
+    def write(self, trainer: Any, stats: TrainStats | None = None) -> None:
+        stats = stats or trainer.stats
+        monitor = getattr(trainer, "monitor", None)
+        latest = monitor.latest if monitor is not None else None
+        clocks = getattr(trainer, "clocks", None)
+        now = time.time()
+        doc = {
+            "state": self.state,
+            "message": self.message,
+            "env": trainer.cfg.env.id,
+            "run_dir": str(trainer.run_dir),
+            "pid": os.getpid(),
+            "step": trainer.step,
+            "total_steps": trainer.cfg.train.steps,
+            "sps": round(stats.sps, 1),
+            "episodes": trainer.episodes,
+            "return_mean": _num(trainer.return_mean()),
+            "epsilon": round(trainer.epsilon(), 4),
+            "updates": trainer.learner.updates,
+            "started_at": _iso(self.started),
+            "updated_at": _iso(now),
+            "updated_unix": now,
+            "checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None,
+            "checkpoint_error": self.checkpoint_error,
+            "load": latest.to_dict() if latest is not None else None,
+            "load_line": latest.load_line() if latest is not None else None,
+            "clocks": (
+                "maximum"
+                if clocks is not None and clocks.active
+                else (clocks.skipped if clocks is not None and clocks.skipped else "unchanged")
+            ),
+        }
+        write_atomic(trainer.run_dir / STATUS_FILE, json.dumps(doc, indent=1).encode())
+        self._last = time.monotonic()
+
+    # -- hook --------------------------------------------------------------------------------
+
+    def on_start(self, trainer: Any) -> None:
+        self.state = "training"
+        self.write(trainer)
+
+    def on_tick(self, trainer: Any, stats: TrainStats) -> None:
+        if time.monotonic() - self._last >= self.every_s:
+            self.write(trainer, stats)
+
+    def on_checkpoint(self, trainer: Any, path: Path | None, error: str | None) -> None:
+        self.checkpoint_error = error
+
+    def on_end(self, trainer: Any) -> None:
+        self.state = "stopping"
+        self.write(trainer)
+
+    def finish(self, trainer: Any, state: str, message: str = "") -> None:
+        """The last write: ``stopped`` or ``failed``."""
+        self.state, self.message = state, message
+        self.write(trainer)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    running: bool
+    stale: bool
+    age_s: float
+    reason: str
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists and looks like edgerl (guards against pid reuse)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    # An empty cmdline (a process mid-exec, or one whose memory is being torn down) proves nothing.
+    return not cmdline or b"edgerl" in cmdline
+
+
+def liveness(doc: dict[str, Any], now: float | None = None) -> Liveness:
+    """Is the trainer behind a status document running, and is its status fresh?"""
+    now = time.time() if now is None else now
+    age = now - float(doc.get("updated_unix", 0))
+    state = doc.get("state")
+    if state in ("stopped", "failed"):
+        return Liveness(False, False, age, f"{state} at {doc.get('updated_at')}")
+    pid = int(doc.get("pid", 0))
+    if not pid or not pid_alive(pid):
+        return Liveness(
+            False,
+            False,
+            age,
+            f"not running: pid {pid} is gone (last update {doc.get('updated_at')})",
+        )
+    if age > STALE_AFTER_S:
+        return Liveness(
+            True,
+            True,
+            age,
+            f"stale: pid {pid} runs but has not updated its status for {age:.0f} s; "
+            "the training loop may be hung",
+        )
+    return Liveness(True, False, age, f"running (pid {pid}, updated {age:.0f} s ago)")
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    """The status document of a run; raises RunDirError when missing or unreadable."""
+    path = run_dir / STATUS_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunDirError(
+            f"{path} does not exist: no edgerl run has used {run_dir} (is the service started? "
+            "systemctl start edgerl)"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"cannot read {path}: {e}") from None
+
+
+def find_status_dirs(roots: list[Path]) -> list[Path]:
+    """Run directories with a status.json below ``roots``, most recently updated first."""
+    found = []
+    for root in roots:
+        if (root / STATUS_FILE).is_file():
+            found.append(root)
+        elif root.is_dir():
+            found += [p.parent for p in root.glob(f"*/{STATUS_FILE}")]
+    return sorted(set(found), key=lambda p: (p / STATUS_FILE).stat().st_mtime, reverse=True)
+
+
+def describe(doc: dict[str, Any], live: Liveness) -> str:
+    """A short human summary of a status document."""
+    ret = doc.get("return_mean")
+    lines = [
+        f"{doc.get('env')} in {doc.get('run_dir')}: {live.reason}",
+        f"step {doc.get('step', 0):,}/{doc.get('total_steps', 0):,}, {doc.get('sps', 0):,.0f} "
+        f"steps/s, {doc.get('episodes', 0):,} episodes, mean return "
+        f"{'n/a' if ret is None else f'{ret:.2f}'}, epsilon {doc.get('epsilon')}, "
+        f"{doc.get('updates', 0):,} updates",
+        f"started {doc.get('started_at')}, clocks {doc.get('clocks')}",
+        f"load: {doc.get('load_line') or 'n/a'}",
+        f"checkpoint: {doc.get('checkpoint') or 'none yet'}",
+    ]
+    if doc.get("checkpoint_error"):
+        lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
+    if doc.get("message"):
+        lines.append(doc["message"])
+    return "\n".join(lines)

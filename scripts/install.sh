@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Install edgerl as a systemd service (see README "Run as a service").
+#
+# On a Jetson the virtual environment is created with --system-site-packages so that JetPack's
+# PyTorch and TensorRT are used, and pip is pinned to their versions so it never replaces them.
+# Idempotent: run it again to upgrade. --uninstall removes the unit and the venv, keeps config
+# (/etc/edgerl) and runs (/var/lib/edgerl).
+set -euo pipefail
+
+usage() {
+    cat <<USAGE
+usage: scripts/install.sh [--prefix DIR] [--dry-run] [--no-venv] [--python PY] [--uninstall]
+
+  --prefix DIR   install below DIR instead of / (no systemctl, no group): for packaging and tests
+  --dry-run      print what would be done, change nothing
+  --no-venv      install the unit, config and state directory only
+  --python PY    the Python that creates the venv (default: python3)
+  --uninstall    remove the unit and the venv; keep /etc/edgerl and /var/lib/edgerl
+USAGE
+}
+
+PREFIX=/
+DRY_RUN=0
+NO_VENV=0
+UNINSTALL=0
+PYTHON=${PYTHON:-python3}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) PREFIX=${2:?--prefix needs a directory}; shift 2 ;;
+        --dry-run) DRY_RUN=1; shift ;;
+        --no-venv) NO_VENV=1; shift ;;
+        --python) PYTHON=${2:?--python needs an interpreter}; shift 2 ;;
+        --uninstall) UNINSTALL=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "edgerl-install: error: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+ROOT=${PREFIX%/}
+OPT=$ROOT/opt/edgerl
+VENV=$OPT/venv
+UNIT=$ROOT/etc/systemd/system/edgerl.service
+CONF_DIR=$ROOT/etc/edgerl
+STATE_DIR=$ROOT/var/lib/edgerl
+HW_ROOT=${EDGERL_HW_ROOT:-/}
+SYSTEM=0
+[ "$PREFIX" = / ] && SYSTEM=1
+
+say() { echo "edgerl-install: $*"; }
+die() { echo "edgerl-install: error: $*" >&2; exit 1; }
+run() {
+    echo "+ $*"
+    if [ "$DRY_RUN" = 0 ]; then "$@"; fi
+}
+is_jetson() { [ -f "${HW_ROOT%/}/etc/nv_tegra_release" ]; }
+
+if [ "$SYSTEM" = 1 ] && [ "$DRY_RUN" = 0 ] && [ "$(id -u)" != 0 ]; then
+    die "installing the service needs root: run it with sudo"
+fi
+
+if [ "$UNINSTALL" = 1 ]; then
+    if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
+        run systemctl disable --now edgerl.service || true
+    fi
+    run rm -f "$UNIT"
+    run rm -rf "$VENV" "$OPT/README.md" "$OPT/constraints.txt"
+    if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
+        run systemctl daemon-reload
+    fi
+    say "removed the unit and $VENV; kept $CONF_DIR (config) and $STATE_DIR (runs)"
+    exit 0
+fi
+
+install_venv() {
+    if is_jetson; then
+        say "Jetson ($(head -c 60 "${HW_ROOT%/}/etc/nv_tegra_release")): using JetPack's torch"
+        run "$PYTHON" -m venv --system-site-packages "$VENV"
+        local check='import torch; assert torch.cuda.is_available(), "no CUDA"'
+        if [ "$DRY_RUN" = 0 ] && ! "$VENV/bin/python" -c "$check" 2>/dev/null; then
+            die "JetPack's PyTorch with CUDA was not found (torch.cuda.is_available() is not True in
+  $PYTHON). Install NVIDIA's PyTorch wheel for your JetPack, as described in
+  https://docs.nvidia.com/deeplearning/frameworks/install-pytorch-jetson-platform/index.html
+  (for example: pip3 install --no-cache https://developer.download.nvidia.com/compute/redist/jp/...),
+  check with: python3 -c 'import torch; print(torch.cuda.is_available())', then run this again."
+        fi
+        echo "+ pin JetPack's packages in $OPT/constraints.txt"
+        if [ "$DRY_RUN" = 0 ]; then
+            "$VENV/bin/python" - >"$OPT/constraints.txt" <<'PY'
+import importlib.metadata as md
+for name in ("torch", "numpy", "tensorrt", "torchvision"):
+    try:
+        print(f"{name}=={md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+PY
+        fi
+        run "$VENV/bin/pip" install --quiet -c "$OPT/constraints.txt" "${SRC}[jetson]"
+    else
+        say "not a Jetson: a plain venv with torch from PyPI"
+        run "$PYTHON" -m venv "$VENV"
+        run "$VENV/bin/pip" install --quiet "$SRC"
+    fi
+}
+
+run mkdir -p "$OPT"
+if [ "$NO_VENV" = 0 ]; then
+    install_venv
+fi
+run install -m 0644 "$SRC/README.md" "$OPT/README.md"
+
+echo "+ write $UNIT (paths under $OPT)"
+if [ "$DRY_RUN" = 0 ]; then
+    mkdir -p "$(dirname "$UNIT")"
+    sed "s#/opt/edgerl#$OPT#g" "$SRC/systemd/edgerl.service" >"$UNIT.tmp"
+    chmod 0644 "$UNIT.tmp"
+    mv "$UNIT.tmp" "$UNIT"
+fi
+
+if [ -e "$CONF_DIR/edgerl.toml" ]; then
+    say "keeping the existing $CONF_DIR/edgerl.toml"
+else
+    run install -D -m 0644 "$SRC/systemd/edgerl.toml.example" "$CONF_DIR/edgerl.toml"
+fi
+run install -d -m 0750 "$STATE_DIR"
+
+if [ "$SYSTEM" = 1 ]; then
+    if ! getent group edgerl >/dev/null; then
+        run groupadd --system edgerl
+    fi
+    run chgrp edgerl "$STATE_DIR"
+    if command -v systemctl >/dev/null; then
+        run systemctl daemon-reload
+    fi
+else
+    say "prefix install: no systemctl, no edgerl group"
+fi
+
+say "installed. Start now and at boot with: sudo systemctl enable --now edgerl"
+say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"

@@ -1,0 +1,424 @@
+"""The service: sd_notify over a real socket, signals, resume, reload, status, install, unit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from edgerl.checkpoint import list_checkpoints
+from edgerl.notify import Notifier, watchdog_interval_s
+
+from .conftest import REPO, edgerl_cmd
+
+
+class NotifySocket:
+    """The systemd side of sd_notify: a datagram socket that collects messages."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.messages: list[dict[str, str]] = []
+
+    def _receive(self, timeout: float) -> dict[str, str] | None:
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4096).decode()
+        except TimeoutError:
+            return None
+        msg = dict(line.split("=", 1) for line in data.splitlines())
+        self.messages.append(msg)
+        return msg
+
+    def wait_for(
+        self, key: str, value: str | None = None, timeout: float = 120, contains: str = ""
+    ) -> dict[str, str]:
+        """The next message with ``key`` (equal to ``value``, or containing ``contains``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self._receive(max(0.05, deadline - time.monotonic()))
+            if msg is None or key not in msg or contains not in msg[key]:
+                continue
+            if value is None or msg[key] == value:
+                return msg
+        raise AssertionError(f"no {key}={value} within {timeout} s; got {self.messages[-5:]}")
+
+    def collect(self, seconds: float) -> list[dict[str, str]]:
+        start = len(self.messages)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._receive(max(0.05, deadline - time.monotonic()))
+        return self.messages[start:]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def notify(tmp_path):
+    sock = NotifySocket(str(tmp_path / "notify.sock"))
+    yield sock
+    sock.close()
+
+
+def service_config(tmp_path: Path, **extra: str) -> Path:
+    cfg = tmp_path / "edgerl.toml"
+    cfg.write_text(
+        textwrap.dedent(f"""
+        [env]
+        id = "ALE/Pong-v5"
+        num_envs = 2
+        [agent]
+        learning_starts = 100
+        batch_size = 8
+        train_freq = 16
+        [replay]
+        capacity = 2000
+        [train]
+        run_dir = "{tmp_path / "run"}"
+        log_every_s = 0.5
+        [hw]
+        state_dir = "{tmp_path / "state"}"
+        monitor_interval_ms = 200
+        [display]
+        every = {extra.get("every", 3)}
+        [log]
+        level = "{extra.get("level", "info")}"
+    """)
+    )
+    return cfg
+
+
+def start_daemon(cfg: Path, notify: NotifySocket, *pre: str, **env: str) -> subprocess.Popen:
+    full_env = {**os.environ, "NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "1000000", **env}
+    cmd = (
+        [*pre, "daemon", "--config", str(cfg)]
+        if pre
+        else edgerl_cmd("daemon", "--config", str(cfg))
+    )
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+    )
+
+
+def status_json(run: Path) -> dict:
+    return json.loads((run / "status.json").read_text())
+
+
+def test_service_lifecycle(tmp_path, notify, fake_jetson, cli):
+    cfg = service_config(tmp_path)
+    run = tmp_path / "run"
+    proc = start_daemon(cfg, notify)
+    try:
+        ready = notify.wait_for("READY", "1")
+        # READY only once training really runs: first step taken, clocks maxed, monitor started
+        first = status_json(run)
+        assert first["state"] == "training" and first["step"] > 0
+        assert (fake_jetson.state / "clocks.maxed").exists()
+        deadline = time.monotonic() + 10  # the stand-in records itself once its Python is up
+        while not fake_jetson.calls("tegrastats") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake_jetson.calls("tegrastats")
+        assert "training ALE/Pong-v5" in ready.get("STATUS", "")
+
+        later = notify.collect(3.0)
+        assert sum(1 for m in later if m.get("WATCHDOG") == "1") >= 4  # every 0.5 s
+        statuses = [m["STATUS"] for m in notify.messages if "STATUS" in m]
+        # the load comes from the tegrastats stand-in (captured Xavier NX lines, GR3D 62% or 0%)
+        assert any("steps/s" in s and "max-core | GR3D" in s for s in statuses), statuses
+
+        deadline = time.monotonic() + 20  # status.json is rewritten every 3 s
+        while status_json(run)["load"] is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        r = cli("status", "--run-dir", run)
+        assert r.code == 0 and "running (pid" in r.out and "max-core | GR3D" in r.out
+
+        # SIGHUP: live keys change, others are reported as needing a restart
+        service_config(tmp_path, every="1", level="debug")
+        cfg.write_text(cfg.read_text().replace("learning_starts = 100", "learning_starts = 101"))
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING", "1", timeout=20)
+        reloaded = notify.wait_for("READY", "1", timeout=20)
+        assert "display.every 3 -> 1" in reloaded["STATUS"]
+        assert "log.level info -> debug" in reloaded["STATUS"]
+
+        proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING", "1", timeout=20)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "changed but only applied after a restart: agent.learning_starts" in err
+    (ck,) = list_checkpoints(run / "checkpoints")
+    assert ck.step > 0
+    jc = [c[0] if c else "max" for c in fake_jetson.calls("jetson_clocks")]
+    assert jc == ["--store", "max", "--restore"]
+    assert status_json(run)["state"] == "stopped"
+    r = cli("status", "--run-dir", run)
+    assert r.code == 3 and "stopped at" in r.out
+
+    # a second start resumes past the first run's step
+    notify.messages.clear()
+    proc = start_daemon(cfg, notify)
+    try:
+        notify.wait_for("READY", "1")
+        assert status_json(run)["step"] > ck.step
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and f"resuming from step {ck.step:,}" in err
+
+
+def test_invalid_config_exits_non_zero_with_the_sentence(tmp_path, notify):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[agent]\nlrr = 1\n")
+    proc = start_daemon(cfg, notify)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "unknown config key 'agent.lrr' (did you mean 'agent.lr'?)" in err
+    assert "Traceback" not in err
+    msg = notify.wait_for("STATUS", timeout=5)
+    assert msg["STATUS"].startswith("failed:") and "agent.lrr" in msg["STATUS"]
+
+
+def _fault_runner(tmp_path: Path, patch: str) -> list[str]:
+    """A python command that applies ``patch`` (a fault) and then runs the real CLI."""
+    script = tmp_path / "fault.py"
+    script.write_text(
+        textwrap.dedent(patch)
+        + textwrap.dedent("""
+        import sys
+        from edgerl.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    )
+    return [sys.executable, str(script)]
+
+
+def test_a_crash_in_the_loop_checkpoints_restores_clocks_and_fails(tmp_path, notify, fake_jetson):
+    runner = _fault_runner(
+        tmp_path,
+        """
+        import edgerl.dqn
+        original = edgerl.dqn.DQN.update
+        def update(self, batch):
+            if self.updates >= 5:
+                raise RuntimeError("simulated CUDA error")
+            return original(self, batch)
+        edgerl.dqn.DQN.update = update
+    """,
+    )
+    proc = start_daemon(service_config(tmp_path), notify, *runner)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "the training loop crashed" in err and "simulated CUDA error" in err
+    (ck,) = list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert ck.step > 0
+    assert fake_jetson.calls("jetson_clocks")[-1][0] == "--restore"
+    assert status_json(tmp_path / "run")["state"] == "failed"
+    crashed = notify.wait_for("STATUS", contains="crashed", timeout=5)
+    assert crashed["STATUS"] == "crashed: RuntimeError: simulated CUDA error"
+
+
+def test_disk_full_while_checkpointing_keeps_training_and_retries(tmp_path, notify, fake_jetson):
+    runner = _fault_runner(
+        tmp_path,
+        """
+        import errno, edgerl.checkpoint, edgerl.train
+        edgerl.train.CHECKPOINT_RETRY_S = 1.0
+        original = edgerl.checkpoint.write_atomic
+        failures = [2]
+        def write_atomic(path, data):
+            if path.suffix == ".ckpt" and failures[0] > 0:
+                failures[0] -= 1
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(path, data)
+        edgerl.checkpoint.write_atomic = write_atomic
+    """,
+    )
+    cfg = service_config(tmp_path)
+    cfg.write_text(
+        cfg.read_text().replace("log_every_s = 0.5", "log_every_s = 0.5\ncheckpoint_every_s = 1.0")
+    )
+    proc = start_daemon(cfg, notify, *runner)
+    try:
+        notify.wait_for("READY", "1")
+        msg = notify.wait_for("STATUS", contains="checkpoint failed", timeout=30)
+        assert "No space left on device" in msg["STATUS"]
+        deadline = time.monotonic() + 60
+        while not list_checkpoints(tmp_path / "run" / "checkpoints"):
+            assert time.monotonic() < deadline, "no checkpoint after the disk had room again"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "cannot write checkpoint" in err and "checkpoint written again" in err
+
+
+def test_notifier_abstract_socket_and_watchdog_interval(monkeypatch):
+    name = f"@edgerl-test-{os.getpid()}"
+    sock = NotifySocket(name)
+    try:
+        n = Notifier(name)
+        assert n.ready("hello") and n.watchdog()
+        assert sock.wait_for("READY", "1", timeout=2)["STATUS"] == "hello"
+        assert sock.wait_for("WATCHDOG", "1", timeout=2)
+        n.close()
+    finally:
+        sock.close()
+    assert not Notifier("").enabled and Notifier("").send(READY=1) is False
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    assert watchdog_interval_s() == 1.5
+    monkeypatch.setenv("WATCHDOG_PID", "1")
+    assert watchdog_interval_s() is None  # meant for another process
+
+
+def test_notifier_survives_a_missing_listener(tmp_path, caplog):
+    n = Notifier(str(tmp_path / "nobody.sock"))
+    assert n.status("x") is False and n.status("y") is False
+    assert caplog.text.count("cannot notify systemd") == 1
+
+
+def _status_doc(pid: int, age_s: float, state: str = "training") -> dict:
+    now = time.time()
+    return {
+        "state": state,
+        "env": "ALE/Pong-v5",
+        "run_dir": "r",
+        "pid": pid,
+        "step": 5,
+        "total_steps": 10,
+        "sps": 1.0,
+        "episodes": 0,
+        "return_mean": None,
+        "epsilon": 1.0,
+        "updates": 0,
+        "updated_unix": now - age_s,
+        "updated_at": "then",
+        "started_at": "x",
+    }
+
+
+def test_status_live_stale_and_dead(tmp_path, cli):
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "edgerl-test-sleeper"]
+    )
+    try:
+        run = tmp_path / "r"
+        run.mkdir()
+        (run / "status.json").write_text(json.dumps(_status_doc(sleeper.pid, 1)))
+        r = cli("status", "--run-dir", run)
+        assert r.code == 0 and f"running (pid {sleeper.pid}" in r.out
+        (run / "status.json").write_text(json.dumps(_status_doc(sleeper.pid, 300)))
+        r = cli("status", "--run-dir", run, "--json")
+        assert r.code == 3 and json.loads(r.out)["stale"] is True
+        assert "may be hung" in json.loads(r.out)["liveness"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (run / "status.json").write_text(json.dumps(_status_doc(sleeper.pid, 1)))
+    r = cli("status", "--run-dir", run)
+    assert r.code == 3 and f"not running: pid {sleeper.pid} is gone" in r.out
+
+
+def test_status_without_a_run(cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    r = cli("status")
+    assert r.code == 2 and "no run with a status.json" in r.err
+    r = cli("status", "--run-dir", tmp_path / "nothing")
+    assert r.code == 2 and "does not exist" in r.err
+
+
+INSTALL = REPO / "scripts" / "install.sh"
+
+
+def install(*args: str, hw_root: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGERL_HW_ROOT": str(hw_root or "/nonexistent-board")}
+    return subprocess.run(
+        ["bash", str(INSTALL), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_install_dry_run_on_a_jetson(tmp_path):
+    board = REPO / "tests" / "fixtures" / "boards" / "nano_jp4"
+    r = install("--prefix", str(tmp_path), "--dry-run", hw_root=board)
+    assert r.returncode == 0, r.stderr
+    venv = tmp_path / "opt" / "edgerl" / "venv"
+    assert f"+ python3 -m venv --system-site-packages {venv}" in r.stdout
+    assert f"-c {tmp_path}/opt/edgerl/constraints.txt {REPO}[jetson]" in r.stdout
+    assert f"write {tmp_path}/etc/systemd/system/edgerl.service" in r.stdout
+    assert "R32 (release)" in r.stdout
+    assert list(tmp_path.iterdir()) == []  # a dry run changes nothing
+
+
+def test_install_dry_run_elsewhere_uses_a_plain_venv(tmp_path):
+    r = install("--prefix", str(tmp_path), "--dry-run")
+    assert r.returncode == 0
+    assert f"+ python3 -m venv {tmp_path}/opt/edgerl/venv" in r.stdout
+    assert "--system-site-packages" not in r.stdout
+
+
+def test_install_is_idempotent_keeps_config_and_uninstalls(tmp_path):
+    assert install("--prefix", str(tmp_path), "--no-venv").returncode == 0
+    unit = tmp_path / "etc/systemd/system/edgerl.service"
+    conf = tmp_path / "etc/edgerl/edgerl.toml"
+    assert f"ExecStart={tmp_path}/opt/edgerl/venv/bin/edgerl daemon" in unit.read_text()
+    assert (tmp_path / "var/lib/edgerl").is_dir()
+    conf.write_text(conf.read_text() + "\n# mine\n")
+    r = install("--prefix", str(tmp_path), "--no-venv")
+    assert r.returncode == 0 and "keeping the existing" in r.stdout
+    assert conf.read_text().endswith("# mine\n")
+    (tmp_path / "var/lib/edgerl/runs").mkdir()
+    r = install("--prefix", str(tmp_path), "--uninstall")
+    assert r.returncode == 0
+    assert not unit.exists() and conf.exists() and (tmp_path / "var/lib/edgerl/runs").exists()
+
+
+def test_install_refuses_unknown_options():
+    r = install("--prefx", "/tmp")
+    assert r.returncode == 2 and "unknown option --prefx" in r.stderr
+
+
+def test_example_service_config_is_valid():
+    from edgerl.config import build_layers, resolve
+
+    cfg = resolve(build_layers(REPO / "systemd" / "edgerl.toml.example", use_system=False))
+    assert cfg.hw.max_clocks is True and cfg.env.id == "ALE/Pong-v5"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not here")
+def test_unit_passes_systemd_analyze_verify(tmp_path):
+    assert install("--prefix", str(tmp_path), "--no-venv").returncode == 0
+    edgerl = tmp_path / "opt/edgerl/venv/bin/edgerl"
+    edgerl.parent.mkdir(parents=True)
+    edgerl.symlink_to(Path(sys.executable).with_name("edgerl"))
+    unit = tmp_path / "etc/systemd/system/edgerl.service"
+    r = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_shell_scripts_pass_shellcheck():
+    r = subprocess.run(
+        ["shellcheck", str(INSTALL), str(REPO / ".ci" / "run")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout
