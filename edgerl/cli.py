@@ -237,6 +237,8 @@ def play(
         from edgerl.display.render import make_renderer
 
         renderer = make_renderer(render, policy.spec, fullscreen=fullscreen)
+        if fps == 0 and render == "screen":
+            fps = 15.0  # the game's pace with frame skip 4 (60 Hz / 4); --fps overrides
     try:
         result = run_play(
             policy,
@@ -328,9 +330,79 @@ def _default_status_dir() -> Path:
     return found[0]
 
 
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Run directory (default: the service's, else the newest under ./runs).",
+)
+@click.option(
+    "--scale",
+    type=click.IntRange(1, 16),
+    default=6,
+    show_default=True,
+    help="Pixels per frame pixel.",
+)
+@click.option("--fullscreen", is_flag=True, help="Fill the screen (kmsdrm on a bare console).")
+@click.option(
+    "--snapshot",
+    type=click.Path(path_type=Path),
+    help="Wait for one fresh frame, save the window as this PNG, exit.",
+)
+@click.option("--console", is_flag=True, help="Draw in the terminal (for ssh sessions).")
+@click.option(
+    "--fps",
+    type=click.FloatRange(min=0.5),
+    default=None,
+    help="Most frames drawn per second (default: 30 window, 5 console).",
+)
+@click.option(
+    "--frames",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Stop after drawing this many frames (0: until q).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="With --snapshot/--frames: seconds to wait for frames.",
+)
+@click.pass_context
+def view(
+    ctx: click.Context,
+    run_dir: Path | None,
+    scale: int,
+    fullscreen: bool,
+    snapshot: Path | None,
+    console: bool,
+    fps: float | None,
+    frames: int,
+    timeout: float,
+) -> None:
+    """Watch a running trainer: keys q quit, f fullscreen, +/- scale, o overlay, s screenshot."""
+    from edgerl.display.viewer import ViewOptions, run
+
+    if snapshot is not None and console:
+        raise click.UsageError("give either --snapshot or --console, not both")
+    opts = ViewOptions(
+        run_dir=run_dir if run_dir is not None else _default_status_dir(),
+        scale=scale,
+        fullscreen=fullscreen,
+        snapshot=snapshot,
+        console=console,
+        fps=fps if fps is not None else (5.0 if console else 30.0),
+        frames=frames,
+        timeout_s=timeout,
+    )
+    ctx.exit(run(opts))
+
+
 @cli.command("config")
 @config_options
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
+@click.option("--markdown", is_flag=True, help="With --reference: the README's table.")
 def config_cmd(
     config_file: Path | None,
     overrides: tuple[str, ...],
@@ -338,11 +410,17 @@ def config_cmd(
     steps: int | None,
     run_dir: Path | None,
     reference: bool,
+    markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
     from edgerl.config import apply_presets, check_consistency, describe
     from edgerl.envs import probe
 
+    if reference and markdown:
+        from edgerl.config import reference_markdown
+
+        click.echo(reference_markdown(), nl=False)
+        return
     if reference:
         for key, default, doc in describe():
             click.echo(

@@ -119,6 +119,7 @@ class DisplayConfig:
         3, "publish every Nth env step (DeepMind's display_freq)", min=1, live=True
     )
     env_index: int = setting(0, "which environment is shown", min=0)
+    group: str = setting("edgerl", "group that may read the frame stream when training as root")
 
 
 @dataclass
@@ -427,6 +428,18 @@ def check_consistency(cfg: Config) -> None:
         raise ConfigError(f"agent.lr_end must be -1 (constant) or at least 0, got {a.lr_end}")
     if any(h < 1 for h in a.hidden) or not a.hidden:
         raise ConfigError(f"agent.hidden must list positive layer widths, got {list(a.hidden)}")
+
+
+def reference_markdown() -> str:
+    """The README's config reference (regenerate: `edgerl config --reference --markdown`)."""
+    import json
+
+    rows = ["| key | default | what it is |", "| --- | --- | --- |"]
+    for key, default, doc in describe():
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        live = " (live: SIGHUP)" if field_info(key)[0].metadata.get("live") else ""
+        rows.append(f"| `{key}` | `{shown}` | {doc}{live} |")
+    return "\n".join(rows) + "\n"
 
 
 def describe() -> list[tuple[str, Any, str]]:

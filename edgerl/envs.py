@@ -139,7 +139,7 @@ def _gym_spec(env_id: str) -> EnvSpec:
                 f"environment '{env_id}' has observations of shape {getattr(obs, 'shape', obs)}; "
                 f"edgerl handles Atari frames and flat vectors{hint}"
             )
-        meanings = tuple(f"action {i}" for i in range(int(act.n)))
+        meanings = tuple(str(i) for i in range(int(act.n)))
         return EnvSpec(env_id, "vector", (int(obs.shape[0]),), "float32", int(act.n), meanings)
     finally:
         env.close()

@@ -121,8 +121,9 @@ class PlayResult:
         }
 
 
-# A renderer gets the observation, the action chosen, the Q-values and the running return.
-Renderer = Callable[[np.ndarray, int, np.ndarray | None, float], None]
+# A renderer gets the observation, the action, the Q-values, the running return, the episode and
+# the step; it returns False to stop playing (the window was closed).
+Renderer = Callable[[np.ndarray, int, np.ndarray | None, float, int, int], bool]
 
 
 def play(
@@ -177,8 +178,10 @@ def play(
             step = env.step(np.asarray(action, dtype=np.int64))
             ret += float(step.rewards[0])
             steps += 1
-            if renderer is not None:
-                renderer(obs[0], int(action[0]), None if q is None else q[0], ret)
+            if renderer is not None and not renderer(
+                obs[0], int(action[0]), None if q is None else q[0], ret, len(returns) + 1, steps
+            ):
+                break
             if frame_s:
                 next_frame += frame_s
                 time.sleep(max(0.0, next_frame - time.perf_counter()))

@@ -30,6 +30,7 @@ import torch
 from edgerl import __version__
 from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, write_atomic
 from edgerl.config import Config, apply_presets, check_consistency
+from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.dqn import DQN, configure_backends, epsilon_greedy, linear_schedule, resolve_device
 from edgerl.envs import EnvSpec, VecEnv, make_env, probe
 from edgerl.errors import RunDirError
@@ -76,6 +77,10 @@ class TrainResult:
     stopped: bool  # a stop was requested before train.steps was reached
 
 
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
 def env_spec_dict(spec: EnvSpec) -> dict[str, Any]:
     return {
         "id": spec.id,
@@ -117,6 +122,7 @@ class Trainer:
         self.requested_cfg = cfg
         self.fresh = fresh
         self.hooks = list(hooks or [])
+        self.display: DisplayPublisher | None = None
         self.clocks: Any = None  # MaxClocks, when a training session maxed them
         self.monitor: Any = None  # LoadMonitor, when a training session runs one
         self.quiet = quiet
@@ -210,6 +216,10 @@ class Trainer:
             self.resumed_from = found[0].path
         self._env = make_env(cfg.env, spec)
         write_atomic(self._rundir.config_file, cfg.to_toml().encode())
+        frame_hw = (spec.obs_shape[-2], spec.obs_shape[-1]) if spec.kind == "frames" else (0, 0)
+        self.display = DisplayPublisher(
+            cfg.display, run_path, spec.kind, frame_hw, list(spec.action_meanings)
+        )
 
     def _extra_columns(self) -> list[str]:
         cols: list[str] = []
@@ -265,6 +275,7 @@ class Trainer:
 
     def _close_resources(self) -> None:
         for closer in (
+            lambda: self.display and self.display.close(),
             lambda: self._progress and self._progress.close(),
             lambda: self._metrics and self._metrics.close(),
             lambda: self._env and self._env.close(),
@@ -379,6 +390,8 @@ class Trainer:
         obs = env.reset(seed=cfg.env.seed + self.step)
         replay.add_first(obs)
         episode_returns = np.zeros(env.num_envs, dtype=np.float64)
+        shown = min(cfg.display.env_index, env.num_envs - 1)
+        shown_episode = self.episodes + 1
         now = time.monotonic()
         last_tick = last_row = now
         last_ckpt = now
@@ -387,7 +400,17 @@ class Trainer:
 
         while self.step < total and not self.stop_requested:
             epsilon = self.epsilon()
-            actions, _ = self._act(obs, epsilon)
+            actions, q_values = self._act(obs, epsilon)
+            if self.display is not None and self.display.due():
+                self._show(
+                    obs[shown],
+                    actions[shown],
+                    q_values,
+                    shown,
+                    shown_episode,
+                    episode_returns[shown],
+                    epsilon,
+                )
             result = env.step(actions)
             rewards = np.clip(result.rewards, -1.0, 1.0) if clip else result.rewards
             replay.add(
@@ -398,6 +421,8 @@ class Trainer:
                 self.recent_returns.append(float(episode_returns[i]))
                 self.episodes += 1
                 episode_returns[i] = 0.0
+                if i == shown:
+                    shown_episode = self.episodes + 1
             self.step += env.num_envs
             self._learn()
             obs = result.obs
@@ -449,6 +474,34 @@ class Trainer:
             checkpoint=self.last_checkpoint,
             stopped=stopped,
         )
+
+    def _show(
+        self,
+        obs: np.ndarray,
+        action: int,
+        q_values: torch.Tensor | None,
+        index: int,
+        episode: int,
+        episode_return: float,
+        epsilon: float,
+    ) -> None:
+        """Publish one frame for `edgerl view` (a copy into shared memory, never a wait)."""
+        assert self.display is not None
+        q = () if q_values is None else tuple(q_values[index].float().cpu().tolist())
+        load = self.stats.load
+        meta = FrameMeta(
+            step=self.step,
+            episode=episode,
+            episode_return=float(episode_return),
+            epsilon=epsilon,
+            action=int(action),
+            sps=self.stats.sps,
+            cpu_max_core=_nan(load.get("cpu_max_core")),
+            gr3d=_nan(load.get("gr3d")),
+            time=time.time(),
+            q_values=q,
+        )
+        self.display.publish(obs[-1], meta)
 
     def _refresh_stats(self, epsilon: float, row_step: int, interval_s: float) -> None:
         s = self.stats

@@ -86,3 +86,43 @@ def test_empty_run_dir(cli, tmp_path):
 def test_env_mismatch(cli, cartpole_run):
     r = cli("play", "--run-dir", cartpole_run, "--env", "Acrobot-v1")
     assert r.code == 2 and "does not match" in r.err
+
+
+def test_console_rendering(cli, cartpole_run):
+    r = cli(
+        "play",
+        "--run-dir",
+        cartpole_run,
+        "--episodes",
+        "1",
+        "--epsilon",
+        "1",
+        "--render",
+        "console",
+        "--seed",
+        "3",
+    )
+    assert r.code == 0, r.err
+    screens = [s for s in r.out.split("\x1b[H\x1b[2J") if s.strip()]
+    assert len(screens) >= 8
+    for n, screen in enumerate(screens, start=1):  # CartPole has no frames: its numbers
+        assert screen.startswith("obs [") and f"| step {n} | score +{n} | action " in screen
+
+
+def test_screen_rendering_with_the_dummy_driver(cli, tmp_path):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0
+    r = cli(
+        "play",
+        "--run-dir",
+        run,
+        "--episodes",
+        "1",
+        "--render",
+        "screen",
+        "--fps",
+        "100000",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    assert json.loads(r.out.splitlines()[-1])["episodes"] == 1

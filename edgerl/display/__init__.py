@@ -1,0 +1,1 @@
+"""Showing the game: the trainer's frame stream (stream.py), drawing (render.py), the viewer."""

@@ -1,0 +1,244 @@
+"""Drawing a frame with its overlay: a pygame surface (window, screenshot) or text (console).
+
+Shared by ``edgerl view`` and ``edgerl play --render``. pygame is imported lazily (an extra).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from edgerl.display.stream import FrameMeta
+from edgerl.errors import EdgerlError, MissingDependencyError
+
+PANEL_HEIGHT = 96  # the Q-value bar chart under the game
+TEXT = (235, 235, 235)
+DIM = (140, 140, 140)
+BAR = (70, 130, 200)
+CHOSEN = (240, 170, 40)
+
+
+def import_pygame(purpose: str) -> Any:
+    """pygame with its greeting silenced; MissingDependencyError if the extra is not installed."""
+    import os
+
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    try:
+        import pygame
+    except ImportError:
+        raise MissingDependencyError("pygame", "viewer", purpose) from None
+    return pygame
+
+
+def _pct(v: float) -> str:
+    return "n/a" if math.isnan(v) else f"{v:.0f}%"
+
+
+def overlay_lines(meta: FrameMeta) -> list[str]:
+    """The overlay's text: score, episode, step, epsilon, steps/s, CPU max-core, GR3D."""
+    return [
+        f"score {meta.episode_return:+.0f}   episode {meta.episode:,}   step {meta.step:,}",
+        f"epsilon {meta.epsilon:.3f}   {meta.sps:,.0f} steps/s",
+        f"CPU {_pct(meta.cpu_max_core)} max-core   GR3D {_pct(meta.gr3d)}",
+    ]
+
+
+class SurfaceRenderer:
+    """Draws a grey frame scaled up, the text overlay and a Q-value bar chart (pygame)."""
+
+    def __init__(
+        self, pygame: Any, action_meanings: list[str], frame_hw: tuple[int, int], scale: int
+    ) -> None:
+        self.pg = pygame
+        pygame.font.init()
+        self.font = pygame.font.Font(None, 22)
+        self.small = pygame.font.Font(None, 16)
+        self.actions = action_meanings
+        self.frame_hw = frame_hw
+        self.scale = scale
+
+    @property
+    def size(self) -> tuple[int, int]:
+        h, w = self.frame_hw
+        return max(w * self.scale, 320), h * self.scale + PANEL_HEIGHT
+
+    def draw(
+        self,
+        target: Any,
+        frame: np.ndarray | None,
+        meta: FrameMeta,
+        overlay: bool = True,
+        banner: str = "",
+    ) -> None:
+        pg = self.pg
+        target.fill((12, 12, 12))
+        width, height = target.get_size()
+        game_h = height - PANEL_HEIGHT
+        if frame is not None:
+            rgb = np.repeat(frame[:, :, None], 3, axis=2) if frame.ndim == 2 else frame
+            surf = pg.surfarray.make_surface(np.ascontiguousarray(rgb.swapaxes(0, 1)))
+            fh, fw = frame.shape[:2]
+            s = max(1, min(width // fw, game_h // fh))
+            scaled = pg.transform.scale(surf, (fw * s, fh * s))
+            target.blit(scaled, ((width - fw * s) // 2, (game_h - fh * s) // 2))
+        if overlay:
+            self._text_box(target, overlay_lines(meta) + ([banner] if banner else []))
+            self._q_bars(target, meta, pg.Rect(0, game_h, width, PANEL_HEIGHT))
+        elif banner:
+            self._text_box(target, [banner])
+
+    def _text_box(self, target: Any, lines: list[str]) -> None:
+        rendered = [self.font.render(line, True, TEXT) for line in lines]
+        w = max(r.get_width() for r in rendered) + 12
+        h = sum(r.get_height() + 2 for r in rendered) + 8
+        box = self.pg.Surface((w, h), self.pg.SRCALPHA)
+        box.fill((0, 0, 0, 170))
+        target.blit(box, (6, 6))
+        y = 10
+        for r in rendered:
+            target.blit(r, (12, y))
+            y += r.get_height() + 2
+
+    def _q_bars(self, target: Any, meta: FrameMeta, rect: Any) -> None:
+        pg = self.pg
+        q = [v for v in meta.q_values if not math.isnan(v)]
+        n = max(len(self.actions), 1)
+        slot = rect.width / n
+        label_h = 16
+        if len(q) != len(meta.q_values) or not q:
+            msg = self.small.render("Q-values: none (random action)", True, DIM)
+            target.blit(msg, (rect.x + 8, rect.y + 8))
+            return
+        lo, hi = min(q), max(q)
+        span = hi - lo or 1.0
+        top, bottom = rect.y + 6, rect.bottom - label_h - 4
+        for i, v in enumerate(meta.q_values):
+            frac = 0.1 + 0.9 * (v - lo) / span
+            h = int((bottom - top) * frac)
+            x = int(rect.x + i * slot + slot * 0.15)
+            color = CHOSEN if i == meta.action else BAR
+            pg.draw.rect(target, color, pg.Rect(x, bottom - h, max(2, int(slot * 0.7)), h))
+            name = self.actions[i] if i < len(self.actions) else str(i)
+            label = self.small.render(name[:9], True, CHOSEN if i == meta.action else DIM)
+            target.blit(
+                label, (int(rect.x + i * slot + (slot - label.get_width()) / 2), bottom + 3)
+            )
+
+
+GREYS = 24  # the 256-colour palette's grey ramp, colours 232..255
+
+
+def text_frame(
+    frame: np.ndarray | None,
+    meta: FrameMeta,
+    action_meanings: list[str],
+    columns: int = 42,
+    status: str | None = None,
+) -> str:
+    """The frame as text (each character shows two pixels with a half block) plus a status line."""
+    lines: list[str] = []
+    if frame is not None and frame.ndim == 2:
+        h, w = frame.shape
+        cols = max(8, min(columns, w))
+        rows = max(2, round(h * cols / w / 2) * 2)
+        ys = (np.arange(rows) * h / rows).astype(int)
+        xs = (np.arange(cols) * w / cols).astype(int)
+        small = frame[ys][:, xs].astype(np.int32) * GREYS // 256 + 232
+        for r in range(0, rows, 2):
+            top, bottom = small[r], small[r + 1]
+            cells = "".join(
+                f"\x1b[38;5;{t}m\x1b[48;5;{b}m\u2580" for t, b in zip(top, bottom, strict=True)
+            )
+            lines.append(cells + "\x1b[0m")
+    action = (
+        action_meanings[meta.action]
+        if 0 <= meta.action < len(action_meanings)
+        else str(meta.action)
+    )
+    if status is None:
+        status = " | ".join([*overlay_lines(meta), f"action {action}"]).replace("   ", " ")
+    lines.append(status)
+    return "\n".join(lines)
+
+
+class DisplayUnavailable(EdgerlError):
+    """No video device for a window."""
+
+
+class PlayRenderer:
+    """``edgerl play --render screen|console``: draws each step; returns False to stop playing."""
+
+    def __init__(
+        self,
+        kind: str,
+        action_meanings: list[str],
+        frame_hw: tuple[int, int] | None,
+        fullscreen: bool = False,
+        scale: int = 6,
+    ) -> None:
+        self.kind = kind
+        self.actions = action_meanings
+        self.pg: Any = None
+        self.screen: Any = None
+        self.renderer: SurfaceRenderer | None = None
+        if kind == "screen":
+            from edgerl.display.viewer import _open_display
+
+            self.pg = import_pygame("edgerl play --render screen")
+            _open_display(self.pg)
+            self.renderer = SurfaceRenderer(self.pg, action_meanings, frame_hw or (84, 84), scale)
+            flags = self.pg.FULLSCREEN if fullscreen else 0
+            self.screen = self.pg.display.set_mode(
+                (0, 0) if fullscreen else self.renderer.size, flags
+            )
+            self.pg.display.set_caption("edgerl play")
+
+    def __call__(
+        self,
+        obs: np.ndarray,
+        action: int,
+        q: np.ndarray | None,
+        ret: float,
+        episode: int,
+        step: int,
+    ) -> bool:
+        frame = obs[-1] if obs.ndim == 3 else None
+        meta = FrameMeta(
+            step=step,
+            episode=episode,
+            episode_return=ret,
+            epsilon=0.0,
+            action=action,
+            q_values=tuple(q.tolist()) if q is not None else (),
+        )
+        if self.kind == "console":
+            name = self.actions[action] if 0 <= action < len(self.actions) else str(action)
+            best = f" | Q {max(meta.q_values):+.3f}" if meta.q_values else ""
+            status = f"episode {episode} | step {step:,} | score {ret:+.0f} | action {name}{best}"
+            if frame is None:
+                status = "obs [" + " ".join(f"{v:+.3f}" for v in obs.ravel()) + "] | " + status
+            screen = text_frame(frame, meta, self.actions, status=status)
+            print("\x1b[H\x1b[2J" + screen, flush=True)
+            return True
+        pg = self.pg
+        for event in pg.event.get():
+            if event.type == pg.QUIT or (
+                event.type == pg.KEYDOWN and event.key in (pg.K_q, pg.K_ESCAPE)
+            ):
+                return False
+        assert self.renderer is not None
+        self.renderer.draw(self.screen, frame, meta)
+        pg.display.flip()
+        return True
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.display.quit()
+
+
+def make_renderer(kind: str, spec: Any, fullscreen: bool = False) -> PlayRenderer:
+    """A renderer for ``edgerl play``; raises EdgerlError when no display is available."""
+    frame_hw = tuple(spec.obs_shape[-2:]) if spec.kind == "frames" else None
+    return PlayRenderer(kind, list(spec.action_meanings), frame_hw, fullscreen)

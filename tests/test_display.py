@@ -1,0 +1,291 @@
+"""The frame stream and `edgerl view`: real Pong trainers, a real pygame surface (dummy driver)."""
+
+from __future__ import annotations
+
+import grp
+import mmap
+import os
+import signal
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgerl.config import DisplayConfig
+from edgerl.display.render import text_frame
+from edgerl.display.stream import (
+    HEADER,
+    SEQ,
+    DisplayPublisher,
+    FrameMeta,
+    FrameReader,
+    FrameRing,
+    shm_path,
+    slot_size,
+)
+from edgerl.display.viewer import Attachment
+
+from .conftest import PONG_FAST, edgerl_cmd
+
+ACTIONS = ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
+
+
+def frame_for(step: int) -> np.ndarray:
+    return np.full((84, 84), step % 251, dtype=np.uint8)
+
+
+def meta_for(step: int) -> FrameMeta:
+    return FrameMeta(
+        step=step,
+        episode=1,
+        episode_return=-3.0,
+        epsilon=0.5,
+        action=step % 6,
+        q_values=tuple(float(i + step) for i in range(6)),
+    )
+
+
+def test_the_ring_works_with_no_reader(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        for step in range(100):
+            ring.publish(frame_for(step), meta_for(step))
+        assert ring.writes == 100 and ring.path.exists()
+        assert (tmp_path / "display.json").exists()
+    assert not ring.path.exists() and not (tmp_path / "display.json").exists()
+
+
+def test_reader_gets_the_newest_frame_once(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        reader = FrameReader(tmp_path)
+        assert reader.latest() is None
+        for step in range(1, 10):
+            ring.publish(frame_for(step), meta_for(step))
+        frame = reader.latest()
+        assert frame is not None and frame.meta.step == 9
+        assert frame.meta.q_values == tuple(float(i + 9) for i in range(6))
+        assert (frame.pixels == 9).all() and reader.action_meanings == ACTIONS
+        assert reader.latest() is None  # nothing new
+        reader.close()
+
+
+def test_torn_and_corrupt_slots_are_rejected(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(1), meta_for(1))
+        reader = FrameReader(tmp_path)
+        with open(ring.path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0)
+            base = HEADER.size  # slot 0
+            SEQ.pack_into(mm, base, 2)  # a writer has begun slot 0 again and not finished
+            assert reader.read_slot(0) is None
+            SEQ.pack_into(mm, base, 1)  # back to consistent
+            assert reader.read_slot(0) is not None
+            pixel = base + slot_size(84, 84) - SEQ.size - 10
+            mm[pixel] ^= 0xFF  # same sequence numbers, changed bytes: the CRC catches it
+            assert reader.read_slot(0) is None
+            mm.close()
+        assert reader.torn == 2
+        reader.close()
+
+
+def test_concurrent_writer_never_yields_a_torn_frame(tmp_path):
+    """A writer thread publishing as fast as it can; every frame read must be self-consistent."""
+    with FrameRing(tmp_path, 84, 84, ACTIONS, slots=2) as ring:
+        reader = FrameReader(tmp_path)
+        stop = threading.Event()
+
+        def write() -> None:
+            step = 0
+            while not stop.is_set():
+                step += 1
+                ring.publish(frame_for(step), meta_for(step))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        seen = 0
+        deadline = time.monotonic() + 2.0
+        try:
+            while time.monotonic() < deadline:
+                frame = reader.latest()
+                if frame is None:
+                    continue
+                seen += 1
+                assert (frame.pixels == frame.meta.step % 251).all()
+                assert frame.meta.q_values[0] == float(frame.meta.step)
+        finally:
+            stop.set()
+            writer.join()
+        assert seen > 50
+        reader.close()
+
+
+def test_stream_permissions_and_group(tmp_path):
+    group = "daemon"  # exists on Debian and Ubuntu (L4T)
+    with FrameRing(tmp_path, 84, 84, ACTIONS, group=group) as ring:
+        st = ring.path.stat()
+        assert st.st_mode & 0o777 == 0o640
+        assert st.st_gid == grp.getgrnam(group).gr_gid
+    with FrameRing(tmp_path, 84, 84, ACTIONS, group="no-such-group") as ring:
+        assert ring.group is None and ring.path.stat().st_mode & 0o777 == 0o640
+
+
+def test_display_can_be_switched_live(tmp_path):
+    pub = DisplayPublisher(DisplayConfig(enabled=False), tmp_path, "frames", (84, 84), ACTIONS)
+    assert not pub.active and not shm_path(tmp_path).exists()
+    pub.configure(DisplayConfig(enabled=True, every=2))
+    assert pub.active and shm_path(tmp_path).exists()
+    assert [pub.due() for _ in range(4)] == [False, True, False, True]
+    pub.configure(DisplayConfig(enabled=False))
+    assert not shm_path(tmp_path).exists()
+    vector = DisplayPublisher(DisplayConfig(), tmp_path, "vector", (0, 0), ["l", "r"])
+    assert not vector.active  # nothing to show for vector observations
+
+
+def test_console_text_frame():
+    frame = np.tile(np.linspace(0, 255, 84).astype(np.uint8), (84, 1))
+    text = text_frame(frame, meta_for(1234), ACTIONS, columns=42)
+    lines = text.splitlines()
+    assert len(lines) == 21 + 1  # two pixel rows per text line, then the status line
+    assert all(line.count("\u2580") == 42 for line in lines[:-1])
+    assert "\x1b[38;5;232m" in lines[0] and "\x1b[48;5;255m" in lines[0]  # black ... white
+    assert "step 1,234" in lines[-1] and "action RIGHTFIRE" in lines[-1]
+
+
+def start_trainer(run: Path, steps: int = 10_000_000, every: int = 1) -> subprocess.Popen:
+    args = [
+        "train",
+        *PONG_FAST,
+        "--steps",
+        str(steps),
+        "--run-dir",
+        str(run),
+        "--set",
+        f"display.every={every}",
+        "--quiet",
+    ]
+    return subprocess.Popen(
+        edgerl_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return err
+
+
+@pytest.fixture
+def live_trainer(tmp_path):
+    run = tmp_path / "pong"
+    proc = start_trainer(run)
+    deadline = time.monotonic() + 60
+    while not (run / "display.json").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    yield run, proc
+    if proc.poll() is None:
+        stop(proc)
+
+
+def test_snapshot_of_a_live_trainer_has_the_game_and_the_overlay(live_trainer, cli, tmp_path):
+    import pygame
+
+    run, proc = live_trainer
+    png = tmp_path / "snap.png"
+    r = cli("view", "--run-dir", run, "--snapshot", png, "--timeout", "60")
+    assert r.code == 0, r.err
+    pixels = pygame.surfarray.array3d(pygame.image.load(str(png)))  # (W, H, 3)
+    _, h, _ = pixels.shape
+    game = pixels[:, 100 : h - 100]
+    assert game.std() > 10  # not blank: the Pong field, paddles, ball
+    orange = (
+        (pixels[..., 0] > 220)
+        & (abs(pixels[..., 1].astype(int) - 170) < 15)
+        & (pixels[..., 2] < 70)
+    )
+    assert orange[:, h - 96 :].sum() > 100  # the chosen action's bar in the Q-value panel
+    text_box = pixels[6:220, 6:70]
+    assert (text_box.max(axis=2) > 200).sum() > 200  # light overlay text on its dark box
+    assert proc.poll() is None  # the trainer did not notice
+
+
+def test_window_and_console_views_against_a_live_trainer(live_trainer, cli, capsys):
+    run, _ = live_trainer
+    r = cli("view", "--run-dir", run, "--frames", "3", "--timeout", "60")
+    assert r.code == 0, r.err
+    r = cli("view", "--run-dir", run, "--console", "--frames", "2", "--fps", "20")
+    assert r.code == 0
+    assert r.out.count("score ") == 2 and "\u2580" in r.out
+
+
+def test_viewer_reattaches_after_the_trainer_restarts(tmp_path):
+    run = tmp_path / "pong"
+    attach = Attachment(run)
+    first = start_trainer(run)
+    try:
+        deadline = time.monotonic() + 60
+        frame = None
+        while frame is None and time.monotonic() < deadline:
+            reader = attach.poll()
+            frame = reader.latest() if reader else None
+            time.sleep(0.05)
+        assert frame is not None
+        old_session = attach.reader.session
+        stop(first)
+        assert not shm_path(run).exists()  # the stream is removed with the trainer
+        time.sleep(1.1)
+        assert attach.poll() is None  # noticed that the trainer is gone
+        second = start_trainer(run)
+        try:
+            frame, deadline = None, time.monotonic() + 60
+            while frame is None and time.monotonic() < deadline:
+                reader = attach.poll()
+                frame = reader.latest() if reader else None
+                time.sleep(0.1)
+            assert frame is not None and attach.reader.session != old_session
+        finally:
+            stop(second)
+    finally:
+        attach.close()
+
+
+def test_nothing_running_is_said_clearly(cli, tmp_path):
+    (tmp_path / "idle").mkdir()
+    r = cli(
+        "view", "--run-dir", tmp_path / "idle", "--snapshot", tmp_path / "x.png", "--timeout", "0.5"
+    )
+    assert r.code == 2
+    assert "no frame from" in r.err and "display.enabled = true" in r.err
+
+
+def test_no_display_names_sdl_videodriver(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("SDL_VIDEODRIVER", "no-such-driver")
+    (tmp_path / "idle").mkdir()
+    r = cli("view", "--run-dir", tmp_path / "idle")
+    assert r.code == 2
+    assert "no display available" in r.err and "SDL_VIDEODRIVER" in r.err
+    assert "--snapshot FILE.png" in r.err and "Traceback" not in r.err
+
+
+def test_without_pygame_the_viewer_says_how_to_install_it(cli, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pygame", None)  # import pygame now raises ImportError
+    (tmp_path / "idle").mkdir()
+    r = cli("view", "--run-dir", tmp_path / "idle", "--snapshot", tmp_path / "x.png")
+    assert r.code == 2 and "pip install 'edgerl[viewer]'" in r.err
+
+
+def test_shared_memory_is_gone_after_a_normal_end(tmp_path, cli):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "300", "--run-dir", run).code == 0
+    assert not shm_path(run).exists() and not (run / "display.json").exists()
+
+
+def test_header_layout_is_stable():
+    # Readers of other edgerl versions rely on this: bump VERSION when it changes.
+    assert HEADER.size == 48 and struct.calcsize("<Q") == SEQ.size
+    assert os.path.basename(str(shm_path(Path("/x")))).startswith("edgerl-")
