@@ -399,6 +399,145 @@ def view(
     ctx.exit(run(opts))
 
 
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Export the run's newest valid checkpoint (default: the service's run).",
+)
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="Export this checkpoint.")
+@click.option("--onnx", "to_onnx", is_flag=True, help="Write an ONNX file (works anywhere).")
+@click.option(
+    "--trt",
+    "to_trt",
+    is_flag=True,
+    help="Also build a TensorRT engine (on the device that will run it).",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output file (.onnx / .engine) or directory (default: <run_dir>/export).",
+)
+@click.option(
+    "--fp16/--fp32",
+    default=True,
+    show_default=True,
+    help="Engine precision (FP16 only where the GPU has fast FP16).",
+)
+@click.option("--int8", is_flag=True, help="INT8 engine, calibrated on real game frames.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Largest batch the engine accepts (optimisation profile 1..N).",
+)
+@click.option(
+    "--workspace-mb",
+    type=click.IntRange(16, 65536),
+    default=1024,
+    show_default=True,
+    help="TensorRT builder workspace.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def export(
+    run_dir: Path | None,
+    checkpoint: Path | None,
+    to_onnx: bool,
+    to_trt: bool,
+    out: Path | None,
+    fp16: bool,
+    int8: bool,
+    batch: int,
+    workspace_mb: int,
+    as_json: bool,
+) -> None:
+    """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
+    from edgerl.export import ExportRequest, run_export
+
+    if not (to_onnx or to_trt):
+        raise click.UsageError("give --onnx, --trt or both")
+    if run_dir is not None and checkpoint is not None:
+        raise click.UsageError("give either --run-dir or --checkpoint, not both")
+    rows = run_export(
+        ExportRequest(
+            checkpoint=_export_source(run_dir, checkpoint),
+            out=out,
+            trt=to_trt,
+            fp16=fp16,
+            int8=int8,
+            batch=batch,
+            workspace_mb=workspace_mb,
+        )
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "file": str(r.file),
+                        "backend": r.backend,
+                        "precision": r.precision,
+                        "size_bytes": r.size_bytes,
+                        "agreement": r.agreement.to_dict(),
+                        "latency_us": r.latency,
+                        **r.extra,
+                    }
+                    for r in rows
+                ],
+                indent=1,
+            )
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="edgerl export: batch-1 action latency on this machine")
+    for col in (
+        "file",
+        "size",
+        "backend",
+        "precision",
+        "agreement with PyTorch",
+        "p50 us",
+        "p99 us",
+    ):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.file.name,
+            f"{r.size_bytes / 2**20:.1f} MiB",
+            r.backend,
+            r.precision,
+            r.agreement.describe(),
+            f"{r.latency['p50']:.0f}",
+            f"{r.latency['p99']:.0f}",
+        )
+    Console(width=160).print(table)
+
+
+def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
+    """The checkpoint to export: given, the run's newest, or the service's run's newest."""
+    from edgerl.errors import CheckpointError
+    from edgerl.play import newest_checkpoint
+
+    if checkpoint is not None:
+        if not checkpoint.is_file():
+            raise CheckpointError(f"checkpoint {checkpoint} does not exist")
+        return checkpoint
+    if run_dir is None:
+        from edgerl.daemon import daemon_config
+
+        service_run = Path(daemon_config(None).train.run_dir)
+        if not (service_run / "checkpoints").is_dir():
+            raise CheckpointError(
+                f"give --run-dir RUN or --checkpoint FILE (no service run at {service_run})"
+            )
+        run_dir = service_run
+    return newest_checkpoint(run_dir)
+
+
 @cli.command("config")
 @config_options
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")

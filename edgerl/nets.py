@@ -30,6 +30,7 @@ class NatureCNN(nn.Module):
             nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, num_actions)
         )
         self.channels_last = False
+        self.input_dtype = torch.float32  # float16 for an FP16-typed export
 
     def use_channels_last(self) -> NatureCNN:
         """Store weights NHWC: cuDNN's and oneDNN's fast convolution layout (~1.1-1.5x here)."""
@@ -37,7 +38,7 @@ class NatureCNN(nn.Module):
         return self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float() / 255.0
+        x = obs.to(self.input_dtype) / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return self.head(self.features(x))
@@ -55,9 +56,10 @@ class MLP(nn.Module):
             width = h
         layers.append(nn.Linear(width, num_actions))
         self.net = nn.Sequential(*layers)
+        self.input_dtype = torch.float32
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.float())
+        return self.net(obs.to(self.input_dtype))
 
 
 def build_q_network(spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:

@@ -69,12 +69,19 @@ class TorchPolicy:
             ) from None
         self.source = source
         self.env_config = state["config"]["env"]
+        self.hidden = cfg.agent.hidden
+        self.step = int(state.get("step", 0))
+        self._q_state = q_state
         self.device = resolve_device(device)
         net = build_q_network(self.spec, cfg.agent.hidden)
         net.load_state_dict(q_state)
         if isinstance(net, NatureCNN):
             net.use_channels_last()
         self.net = net.to(self.device).eval()
+
+    def state_dict_cpu(self) -> dict[str, Any]:
+        """The Q-network's weights as saved in the checkpoint (CPU tensors)."""
+        return self._q_state
 
     @classmethod
     def from_file(cls, path: Path, device: str = "cpu") -> TorchPolicy:

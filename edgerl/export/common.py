@@ -1,0 +1,180 @@
+"""What every export shares: the sidecar, real observations, agreement with PyTorch, latency."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgerl import __version__
+from edgerl.config import EnvConfig
+from edgerl.envs import make_env
+from edgerl.errors import EdgerlError
+
+INPUT = "obs"
+OUTPUTS = ("q_values", "action")
+SIDECAR_FORMAT = "edgerl-policy"
+
+
+class ExportError(EdgerlError):
+    """An export could not be made, or does not agree with PyTorch."""
+
+
+@dataclass
+class Sidecar:
+    """What a policy file is for; stored as ``<file>.json`` (and inside an ONNX file)."""
+
+    env_id: str
+    kind: str
+    obs_shape: list[int]
+    obs_dtype: str
+    action_meanings: list[str]
+    env_config: dict[str, Any]
+    source_checkpoint: str
+    source_sha256: str
+    step: int
+    precision: str = "fp32"
+    batch_max: int = 1
+    backend: str = "onnx"
+    onnx_opset: int | None = None
+    tensorrt_version: str | None = None
+    gpu: str | None = None
+    built_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    edgerl_version: str = __version__
+    agreement: dict[str, Any] = field(default_factory=dict)
+    latency_us: dict[str, float] = field(default_factory=dict)
+    format: str = SIDECAR_FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str) -> Sidecar:
+        if d.get("format") != SIDECAR_FORMAT:
+            raise ExportError(f"{source} is not an edgerl policy description")
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        try:
+            return cls(**known)
+        except TypeError as e:
+            raise ExportError(f"{source} is incomplete: {e}") from None
+
+    @classmethod
+    def read(cls, policy_file: Path) -> Sidecar:
+        """The sidecar ``<file>.json`` of a policy file; raises ExportError when missing."""
+        path = sidecar_path(policy_file)
+        try:
+            return cls.from_dict(json.loads(path.read_text()), str(path))
+        except FileNotFoundError:
+            raise ExportError(
+                f"{path} is missing: it says which game {policy_file.name} plays; export again "
+                "with edgerl export"
+            ) from None
+        except ValueError as e:
+            raise ExportError(f"{path} is not valid JSON: {e}") from None
+
+
+def sidecar_path(policy_file: Path) -> Path:
+    return policy_file.with_name(policy_file.name + ".json")
+
+
+def slug(text: str) -> str:
+    """``NVIDIA Jetson AGX Orin`` -> ``jetson-agx-orin`` (for file names)."""
+    s = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+    return re.sub(r"^nvidia-", "", s) or "unknown"
+
+
+def collect_observations(
+    env_config: dict[str, Any], count: int = 96, seed: int = 0, every: int = 5
+) -> np.ndarray:
+    """``count`` real observations from the game, one every ``every`` random-action steps."""
+    cfg = EnvConfig(**{k: v for k, v in env_config.items() if k in EnvConfig.__annotations__})
+    cfg.num_envs, cfg.threads = 1, 1
+    env = make_env(cfg)
+    rng = np.random.default_rng(seed)
+    try:
+        obs = env.reset(seed=seed)
+        out = []
+        step = 0
+        while len(out) < count:
+            if step % every == 0:
+                out.append(obs[0].copy())
+            obs = env.step(rng.integers(env.spec.num_actions, size=1)).obs
+            step += 1
+        return np.stack(out)
+    finally:
+        env.close()
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How closely an exported policy matches PyTorch on the same observations."""
+
+    max_abs_diff: float
+    tolerance: float
+    actions_equal: int
+    near_ties: int  # differing actions whose Q-values PyTorch itself puts within the tolerance
+    total: int
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.max_abs_diff <= self.tolerance
+            and self.actions_equal + self.near_ties == self.total
+        )
+
+    def describe(self) -> str:
+        return (
+            f"max |dQ| {self.max_abs_diff:.2e} (tolerance {self.tolerance:.1e}), actions "
+            f"{self.actions_equal}/{self.total} equal"
+            + (f", {self.near_ties} near-ties" if self.near_ties else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "int8": 1e-1}  # relative to max(1, max |Q|)
+
+
+def compare(
+    reference_q: np.ndarray, q: np.ndarray, actions: np.ndarray, precision: str = "fp32"
+) -> Agreement:
+    """Compare Q-values and greedy actions with PyTorch's."""
+    scale = max(1.0, float(np.abs(reference_q).max()))
+    tol = TOLERANCE[precision] * scale
+    diff = float(np.abs(reference_q - q.astype(np.float64)).max())
+    ref_actions = reference_q.argmax(axis=1)
+    equal = actions.reshape(-1) == ref_actions
+    ties = 0
+    for i in np.flatnonzero(~equal):
+        a = int(actions.reshape(-1)[i])
+        if 0 <= a < reference_q.shape[1] and reference_q[i].max() - reference_q[i, a] <= tol:
+            ties += 1
+    return Agreement(diff, tol, int(equal.sum()), ties, len(ref_actions))
+
+
+def latency_us(
+    act: Callable[[np.ndarray], Any], obs: np.ndarray, runs: int = 300, warmup: int = 30
+) -> dict[str, float]:
+    """Per-call latency of ``act`` on single observations: p50, p99, max in microseconds."""
+    one = obs[:1]
+    for _ in range(warmup):
+        act(one)
+    times = []
+    for i in range(runs):
+        x = obs[i % len(obs) : i % len(obs) + 1]
+        t = time.perf_counter_ns()
+        act(x)
+        times.append(time.perf_counter_ns() - t)
+    lat = np.asarray(times, dtype=np.float64) / 1000
+    return {
+        "p50": round(float(np.percentile(lat, 50)), 1),
+        "p99": round(float(np.percentile(lat, 99)), 1),
+        "max": round(float(lat.max()), 1),
+    }

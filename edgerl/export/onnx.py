@@ -1,0 +1,182 @@
+"""ONNX export of the greedy policy, its check in ONNX Runtime, and the ONNX Runtime backend.
+
+The graph takes the uint8 observation batch exactly as the environment returns it (the scaling is
+inside) and returns ``q_values`` (float32) and ``action`` (int32, the argmax; int32 because
+TensorRT 8.x has no int64 outputs). The batch dimension is dynamic. Opset 17 is the newest that
+TensorRT 8.5 (JetPack 5) parses; TensorRT 8.6 and 10 (JetPack 6 and 7) read it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgerl.errors import MissingDependencyError
+from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar
+from edgerl.nets import build_q_network
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+METADATA_KEY = "edgerl"
+
+
+class GreedyPolicy(nn.Module):
+    """Q-network plus argmax: the whole policy in one graph."""
+
+    def __init__(self, q_net: nn.Module) -> None:
+        super().__init__()
+        self.q = q_net
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q_values = self.q(obs).float()
+        return q_values, q_values.argmax(dim=1).to(torch.int32)
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise MissingDependencyError("onnx", "export", "edgerl export") from None
+    return onnx
+
+
+def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) -> Path:
+    """Write the greedy policy of a TorchPolicy to ``out`` (atomically); returns ``out``.
+
+    ``fp16`` makes an FP16-typed graph (weights and arithmetic), which TensorRT 11's strongly typed
+    builder needs for FP16 engines. Raises ExportError if the exporter or the checker fails.
+    """
+    onnx = _import_onnx()
+    spec = policy.spec
+    net = build_q_network(spec, tuple(policy.hidden))
+    net.load_state_dict(policy.state_dict_cpu())
+    if fp16:
+        net = net.half()
+        net.input_dtype = torch.float16
+    module = GreedyPolicy(net).eval()
+    dummy = torch.zeros(
+        (1, *spec.obs_shape), dtype=torch.uint8 if spec.kind == "frames" else torch.float32
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    axes = {INPUT: {0: "batch"}, OUTPUTS[0]: {0: "batch"}, OUTPUTS[1]: {0: "batch"}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+            try:
+                torch.onnx.export(
+                    module,
+                    (dummy,),
+                    str(tmp),
+                    input_names=[INPUT],
+                    output_names=list(OUTPUTS),
+                    dynamic_axes=axes,
+                    opset_version=OPSET,
+                    dynamo=False,
+                )
+                sidecar.onnx_opset = OPSET
+            except TypeError:  # a torch without the `dynamo` switch: TorchScript is its exporter
+                torch.onnx.export(
+                    module,
+                    (dummy,),
+                    str(tmp),
+                    input_names=[INPUT],
+                    output_names=list(OUTPUTS),
+                    dynamic_axes=axes,
+                    opset_version=OPSET,
+                )
+                sidecar.onnx_opset = OPSET
+        model = onnx.load(str(tmp))
+        onnx.checker.check_model(model)
+        entry = model.metadata_props.add()
+        entry.key, entry.value = METADATA_KEY, sidecar.to_json()
+        onnx.save(model, str(tmp))
+        os.replace(tmp, out)
+    except ExportError:
+        raise
+    except Exception as e:
+        raise ExportError(f"ONNX export to {out} failed: {type(e).__name__}: {e}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return out
+
+
+def _import_ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MissingDependencyError("onnxruntime", "export", "ONNX policies") from None
+    return onnxruntime
+
+
+def providers(available: list[str], cuda: bool = True) -> list[str]:
+    """ONNX Runtime providers to use, best first: TensorRT, CUDA, then the CPU."""
+    order = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    if not cuda:
+        order = order[2:]
+    return [p for p in order if p in available] or ["CPUExecutionProvider"]
+
+
+def read_metadata(path: Path) -> Sidecar:
+    """The policy description embedded in an ONNX file (else its sidecar file)."""
+    onnx = _import_onnx()
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise ExportError(f"{path} does not exist") from None
+    except Exception as e:
+        raise ExportError(f"{path} is not a readable ONNX file: {e}") from None
+    for prop in model.metadata_props:
+        if prop.key == METADATA_KEY:
+            return Sidecar.from_dict(json.loads(prop.value), str(path))
+    return Sidecar.read(path)
+
+
+class OnnxPolicy:
+    """A policy served by ONNX Runtime (TensorRT, CUDA or CPU execution provider)."""
+
+    backend = "onnx"
+
+    def __init__(self, path: Path, cpu_only: bool = False) -> None:
+        from edgerl.envs import EnvSpec
+
+        ort = _import_ort()
+        self.path = path
+        self.sidecar = read_metadata(path)
+        s = self.sidecar
+        self.spec = EnvSpec(
+            s.env_id,
+            s.kind,
+            tuple(s.obs_shape),
+            s.obs_dtype,
+            len(s.action_meanings),
+            tuple(s.action_meanings),
+        )
+        self.env_config = s.env_config
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self.providers = providers(ort.get_available_providers(), cuda=not cpu_only)
+        self.session = ort.InferenceSession(str(path), options, providers=self.providers)
+        self._dtype = np.uint8 if s.kind == "frames" else np.float32
+
+    def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q, action = self.session.run(None, {INPUT: np.ascontiguousarray(obs, dtype=self._dtype)})
+        return q, action
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self._run(obs)[0]
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self._run(obs)[1].astype(np.int64)

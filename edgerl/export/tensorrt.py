@@ -1,0 +1,324 @@
+"""TensorRT engines from the ONNX policy, and the TensorRT backend of ``edgerl play``.
+
+Engines are specific to the GPU and TensorRT version that built them, so they are built on the
+device that runs them. The builder branches on the TensorRT version where the API changed:
+
+* 8.5-8.6 (JetPack 5, JetPack 6.0): explicit-batch flag, memory-pool limits, precision flags,
+  INT8 entropy calibration;
+* 10.x (JetPack 6.1+, JetPack 7): explicit batch is implied; the same flags and calibrator;
+* 11+: networks are strongly typed: FP16 comes from an FP16-typed ONNX graph, and INT8 needs
+  explicit Q/DQ quantization, which edgerl does not do.
+
+Execution uses the name-based tensor API (``set_input_shape``, ``set_tensor_address``,
+``execute_async_v3``), present from 8.5 on. Device buffers are torch CUDA tensors, allocated once
+for the largest batch, so no pycuda or cuda-python is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgerl.checkpoint import write_atomic
+from edgerl.errors import EdgerlError
+from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, slug
+
+log = logging.getLogger(__name__)
+
+ONNX_HINT = "engines must be built on the device that runs them, and --onnx works anywhere"
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """What one TensorRT version's Python API looks like, for the parts edgerl uses."""
+
+    version: str
+    major: int
+    explicit_batch_flag: bool  # 8.x needs NetworkDefinitionCreationFlag.EXPLICIT_BATCH
+    precision_flags: bool  # BuilderFlag.FP16 / INT8 exist (removed in 11)
+    int8_calibration: bool  # IInt8EntropyCalibrator2 with implicit quantization
+    strongly_typed: bool  # precision comes from the graph's types
+
+    @property
+    def tag(self) -> str:
+        return "trt" + ".".join(self.version.split(".")[:3])
+
+
+def flavor(version: str) -> Flavor:
+    """The API flavor of a TensorRT version string; raises ExportError if older than 8.5."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m:
+        raise ExportError(f"cannot read the TensorRT version {version!r}")
+    major, minor = int(m[1]), int(m[2])
+    if (major, minor) < (8, 5):
+        raise ExportError(
+            f"TensorRT {version} is older than 8.5 (JetPack 5): upgrade JetPack to export engines"
+        )
+    return Flavor(
+        version,
+        major,
+        explicit_batch_flag=major < 10,
+        precision_flags=major < 11,
+        int8_calibration=major < 11,
+        strongly_typed=major >= 11,
+    )
+
+
+def fast_fp16(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability runs FP16 at least twice as fast as FP32.
+
+    5.3 (Nano, TX1), 6.0, 6.2 (TX2), 7.x (Xavier), 8.x (Orin) and newer do; desktop Maxwell (5.0,
+    5.2) and consumer Pascal (6.1) do not.
+    """
+    return capability == (5, 3) or capability in ((6, 0), (6, 2)) or capability >= (7, 0)
+
+
+def import_tensorrt() -> Any:
+    """TensorRT and a usable CUDA device, or ExportError saying which is missing."""
+    try:
+        import tensorrt
+    except ImportError:
+        raise ExportError(
+            "--trt needs TensorRT, which is not installed (JetPack ships it on a Jetson; on a "
+            f"desktop GPU: pip install tensorrt); {ONNX_HINT}"
+        ) from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ExportError(f"--trt needs a CUDA GPU and none is usable here; {ONNX_HINT}")
+    return tensorrt
+
+
+def engine_name(env_short: str, precision: str, batch: int, fl: Flavor, gpu: str) -> str:
+    """``policy-Pong-v5-fp16-b8-trt10.3.0-jetson-agx-orin.engine``: what it is for, by name."""
+    return f"policy-{env_short}-{precision}-b{batch}-{fl.tag}-{slug(gpu)}.engine"
+
+
+class _Logger:
+    """A TensorRT logger that forwards to ``logging`` (built lazily: needs the module)."""
+
+    @staticmethod
+    def make(trt: Any) -> Any:
+        class Forward(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+
+            def log(self, severity: Any, msg: str) -> None:
+                level = logging.DEBUG
+                if severity in (trt.ILogger.ERROR, trt.ILogger.INTERNAL_ERROR):
+                    level = logging.ERROR
+                elif severity == trt.ILogger.WARNING:
+                    level = logging.DEBUG  # TensorRT warns about int64 casts etc. on every build
+                log.log(level, "TensorRT: %s", msg)
+
+        return Forward()
+
+
+def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: Path) -> Any:
+    """INT8 entropy calibration on real game frames (implicit quantization, TensorRT < 11)."""
+    import torch
+
+    class Calibrator(trt.IInt8EntropyCalibrator2):
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self.index = 0
+            self.device = torch.empty((batch, *frames.shape[1:]), dtype=torch.uint8, device="cuda")
+
+        def get_batch_size(self) -> int:
+            return batch
+
+        def get_batch(self, names: list[str]) -> list[int] | None:
+            if self.index + batch > len(frames):
+                return None
+            self.device.copy_(torch.from_numpy(frames[self.index : self.index + batch]))
+            self.index += batch
+            return [int(self.device.data_ptr())]
+
+        def read_calibration_cache(self) -> bytes | None:
+            return cache.read_bytes() if cache.exists() else None
+
+        def write_calibration_cache(self, data: Any) -> None:
+            write_atomic(cache, bytes(data))
+
+    return Calibrator()
+
+
+@dataclass
+class BuildResult:
+    engine: Path
+    precision: str
+    build_s: float
+    timing_cache: Path
+
+
+def build_engine(
+    onnx_path: Path,
+    out_dir: Path,
+    env_short: str,
+    obs_shape: tuple[int, ...],
+    precision: str,
+    batch: int,
+    workspace_mb: int,
+    calibration_frames: np.ndarray | None,
+    onnx_fp16: Path | None = None,
+) -> BuildResult:
+    """Build and save an engine for ``onnx_path``; raises ExportError on any failure.
+
+    ``precision`` is "fp32", "fp16" or "int8". On TensorRT 11+, FP16 builds from ``onnx_fp16``
+    (an FP16-typed graph). The timing cache next to the engine makes rebuilds fast.
+    """
+    import torch
+
+    trt = import_tensorrt()
+    fl = flavor(trt.__version__)
+    gpu = torch.cuda.get_device_name(0)
+    capability = torch.cuda.get_device_capability(0)
+    if precision == "fp16" and not fast_fp16(capability):
+        log.warning("%s (compute %d.%d) has no fast FP16; building FP32", gpu, *capability)
+        precision = "fp32"
+    if precision == "int8" and not fl.int8_calibration:
+        raise ExportError(
+            f"TensorRT {fl.version} builds INT8 only from explicitly quantized (Q/DQ) graphs, "
+            "which edgerl does not make; use --fp16"
+        )
+    source = onnx_fp16 if (precision == "fp16" and fl.strongly_typed) else onnx_path
+    if source is None:
+        raise ExportError("an FP16-typed ONNX graph is needed for FP16 on TensorRT 11+")
+
+    logger = _Logger.make(trt)
+    builder = trt.Builder(logger)
+    flags = 0
+    if fl.explicit_batch_flag:
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    if fl.strongly_typed:
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(source.read_bytes()):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ExportError(f"TensorRT cannot parse {source.name}: {errors}")
+
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
+    if fl.precision_flags and precision in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)  # INT8 layers fall back to FP16, not FP32
+    profile = builder.create_optimization_profile()
+    profile.set_shape(INPUT, (1, *obs_shape), (1, *obs_shape), (batch, *obs_shape))
+    config.add_optimization_profile(profile)
+    calib_cache = out_dir / f"{env_short}.int8-calibration.cache"
+    if precision == "int8":
+        if calibration_frames is None or len(calibration_frames) < batch:
+            raise ExportError("INT8 needs calibration frames from the game")
+        config.set_flag(trt.BuilderFlag.INT8)
+        config.int8_calibrator = _calibrator(trt, calibration_frames, batch, calib_cache)
+        config.set_calibration_profile(profile)
+
+    cache_path = out_dir / f"timing-{fl.tag}-{slug(gpu)}.cache"
+    cache = config.create_timing_cache(cache_path.read_bytes() if cache_path.exists() else b"")
+    config.set_timing_cache(cache, ignore_mismatch=False)
+
+    started = time.monotonic()
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise ExportError(
+            f"TensorRT could not build an engine from {source.name} (run with --debug for its log)"
+        )
+    build_s = time.monotonic() - started
+    out_dir.mkdir(parents=True, exist_ok=True)
+    engine = out_dir / engine_name(env_short, precision, batch, fl, gpu)
+    write_atomic(engine, bytes(serialized))
+    write_atomic(cache_path, bytes(config.get_timing_cache().serialize()))
+    return BuildResult(engine, precision, build_s, cache_path)
+
+
+class TensorRTPolicy:
+    """A policy served by a TensorRT engine; device buffers allocated once, one CUDA stream."""
+
+    backend = "trt"
+
+    def __init__(self, path: Path) -> None:
+        import torch
+
+        from edgerl.envs import EnvSpec
+
+        trt = import_tensorrt()
+        self.sidecar = Sidecar.read(path)
+        s = self.sidecar
+        self.spec = EnvSpec(
+            s.env_id,
+            s.kind,
+            tuple(s.obs_shape),
+            s.obs_dtype,
+            len(s.action_meanings),
+            tuple(s.action_meanings),
+        )
+        self.env_config = s.env_config
+        flavor(trt.__version__)
+        self._logger = _Logger.make(trt)
+        runtime = trt.Runtime(self._logger)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ExportError(f"cannot read {path}: {e.strerror}") from None
+        engine = runtime.deserialize_cuda_engine(data)
+        if engine is None:
+            raise ExportError(
+                f"{path.name} does not load here: it was built for another GPU or TensorRT "
+                f"{s.tensorrt_version} (this is {trt.__version__}); rebuild it on this device "
+                "with edgerl export --trt"
+            )
+        self.engine = engine
+        self.context = engine.create_execution_context()
+        self.batch_max = s.batch_max
+        dev = torch.device("cuda")
+        in_dtype = torch.uint8 if s.kind == "frames" else torch.float32
+        self.d_obs = torch.empty((self.batch_max, *s.obs_shape), dtype=in_dtype, device=dev)
+        self.h_obs = torch.empty_like(self.d_obs, device="cpu").pin_memory()
+        self.d_q = torch.empty(
+            (self.batch_max, len(s.action_meanings)), dtype=torch.float32, device=dev
+        )
+        out_dtype = self._dtype_of(trt, OUTPUTS[1])
+        self.d_action = torch.empty((self.batch_max,), dtype=out_dtype, device=dev)
+        self.stream = torch.cuda.Stream()
+        self._torch = torch
+
+    def _dtype_of(self, trt: Any, name: str) -> Any:
+        torch_dtype = {trt.int32: "int32", trt.float32: "float32"}
+        with contextlib.suppress(AttributeError):
+            torch_dtype[trt.int64] = "int64"
+        kind = torch_dtype.get(self.engine.get_tensor_dtype(name), "int32")
+        import torch
+
+        return getattr(torch, kind)
+
+    def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        torch = self._torch
+        n = len(obs)
+        if n > self.batch_max:
+            raise EdgerlError(f"this engine takes batches of at most {self.batch_max}, not {n}")
+        self.h_obs[:n].copy_(torch.from_numpy(np.ascontiguousarray(obs)))
+        with torch.cuda.stream(self.stream):
+            self.d_obs[:n].copy_(self.h_obs[:n], non_blocking=True)
+            self.context.set_input_shape(INPUT, (n, *self.sidecar.obs_shape))
+            self.context.set_tensor_address(INPUT, self.d_obs.data_ptr())
+            self.context.set_tensor_address(OUTPUTS[0], self.d_q.data_ptr())
+            self.context.set_tensor_address(OUTPUTS[1], self.d_action.data_ptr())
+            if not self.context.execute_async_v3(self.stream.cuda_stream):
+                raise EdgerlError("TensorRT failed to run the engine")
+            q = self.d_q[:n].to("cpu", non_blocking=True)
+            action = self.d_action[:n].to("cpu", non_blocking=True)
+        self.stream.synchronize()
+        return q.numpy(), action.numpy()
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self._run(obs)[0]
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self._run(obs)[1].astype(np.int64)

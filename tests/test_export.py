@@ -1,0 +1,205 @@
+"""Export: ONNX checked in a real ONNX Runtime session; TensorRT where TensorRT and a GPU exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.export import ExportRequest, run_export
+from edgerl.export.common import ExportError, Sidecar, compare
+from edgerl.export.tensorrt import engine_name, fast_fp16, flavor
+
+from .conftest import PONG_FAST
+
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available()
+needs_trt = pytest.mark.skipif(not HAS_TRT, reason="needs TensorRT and a CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def pong_run(tmp_path_factory):
+    from edgerl.cli import main
+
+    run = tmp_path_factory.mktemp("export") / "pong"
+    assert main(["train", *PONG_FAST, "--steps", "400", "--run-dir", str(run), "--quiet"]) == 0
+    return run
+
+
+def test_onnx_export_is_checked_against_pytorch(cli, pong_run):
+    r = cli("export", "--run-dir", pong_run, "--onnx", "--json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    onnx_row = rows[0]
+    assert onnx_row["backend"].startswith("onnxruntime") and onnx_row["agreement"]["ok"]
+    assert onnx_row["agreement"]["max_abs_diff"] < 1e-4
+    assert onnx_row["agreement"]["actions_equal"] == onnx_row["agreement"]["total"] == 96
+    assert rows[-1]["backend"].startswith("torch")
+    path = Path(onnx_row["file"])
+    assert path.parent == pong_run / "export" and path.name == "policy-Pong-v5-step400.onnx"
+
+    import onnx
+
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model)
+    assert model.opset_import[0].version == 17
+    graph_input = model.graph.input[0]
+    assert graph_input.name == "obs"
+    assert graph_input.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    dims = graph_input.type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [4, 84, 84]
+    assert [o.name for o in model.graph.output] == ["q_values", "action"]
+
+
+def test_sidecar_contents(pong_run):
+    from edgerl.checkpoint import file_sha256
+    from edgerl.play import newest_checkpoint
+
+    ckpt = newest_checkpoint(pong_run)
+    rows = run_export(ExportRequest(checkpoint=ckpt, out=pong_run / "x" / "p.onnx"))
+    sidecar = json.loads((pong_run / "x" / "p.onnx.json").read_text())
+    assert sidecar["format"] == "edgerl-policy" and sidecar["env_id"] == "ALE/Pong-v5"
+    assert sidecar["source_checkpoint"] == str(ckpt.resolve())
+    assert sidecar["source_sha256"] == file_sha256(ckpt)
+    assert sidecar["action_meanings"][:2] == ["NOOP", "FIRE"]
+    assert sidecar["obs_shape"] == [4, 84, 84] and sidecar["precision"] == "fp32"
+    assert sidecar["onnx_opset"] == 17 and sidecar["step"] == 400
+    assert sidecar["agreement"]["ok"] and sidecar["latency_us"]["p50"] > 0
+    assert rows[0].file == pong_run / "x" / "p.onnx"
+
+
+def test_onnx_and_torch_play_the_same_game(cli, pong_run):
+    onnx_file = next((pong_run / "export").glob("*.onnx"))
+    results = {}
+    for args in (["--run-dir", pong_run], ["--model", onnx_file]):
+        r = cli("play", *args, "--episodes", "1", "--seed", "11", "--json")
+        assert r.code == 0, r.err
+        results[json.loads(r.out)["backend"]] = json.loads(r.out)
+    assert results["onnx"]["returns"] == results["torch"]["returns"]
+    assert results["onnx"]["steps"] == results["torch"]["steps"]
+
+
+def test_an_onnx_file_alone_knows_its_game(cli, pong_run, tmp_path):
+    onnx_file = next((pong_run / "export").glob("*.onnx"))
+    lone = tmp_path / "lone.onnx"
+    lone.write_bytes(onnx_file.read_bytes())  # no sidecar next to it: metadata inside
+    r = cli("play", "--model", lone, "--episodes", "1", "--json")
+    assert r.code == 0 and json.loads(r.out)["env"] == "ALE/Pong-v5"
+
+
+def test_export_fails_when_onnx_runtime_disagrees(pong_run, monkeypatch):
+    from edgerl.export.onnx import OnnxPolicy
+    from edgerl.play import newest_checkpoint
+
+    real = OnnxPolicy.q_values
+    monkeypatch.setattr(OnnxPolicy, "q_values", lambda self, obs: real(self, obs) + 0.05)
+    with pytest.raises(ExportError, match=r"disagrees with PyTorch .* max \|dQ\| 5\.00e-02"):
+        run_export(ExportRequest(checkpoint=newest_checkpoint(pong_run), out=pong_run / "bad"))
+
+
+@pytest.mark.skipif(HAS_TRT, reason="TensorRT is installed here")
+def test_trt_without_tensorrt_says_what_is_missing(cli, pong_run, tmp_path):
+    r = cli("export", "--run-dir", pong_run, "--trt", "-o", tmp_path / "out")
+    assert r.code == 2
+    assert "--trt needs TensorRT, which is not installed" in r.err
+    assert "engines must be built on the device that runs them" in r.err
+    assert "--onnx works anywhere" in r.err
+    assert not (tmp_path / "out").exists()  # it said so before doing any work
+
+
+def test_play_an_engine_without_tensorrt(cli, tmp_path):
+    if HAS_TRT:
+        pytest.skip("TensorRT is installed here")
+    (tmp_path / "p.engine").write_bytes(b"x")
+    r = cli("play", "--model", tmp_path / "p.engine")
+    assert r.code == 2 and "needs TensorRT" in r.err
+
+
+def test_export_usage_errors(cli, tmp_path, monkeypatch):
+    assert "give --onnx, --trt or both" in cli("export").err
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    r = cli("export", "--onnx")
+    assert r.code == 2 and "give --run-dir RUN or --checkpoint FILE" in r.err
+    r = cli("export", "--onnx", "--checkpoint", tmp_path / "none.ckpt")
+    assert r.code == 2 and "does not exist" in r.err
+
+
+@pytest.mark.parametrize(
+    ("version", "batch_flag", "precision_flags", "strong"),
+    [
+        ("8.5.2.2", True, True, False),  # JetPack 5.1
+        ("8.6.2.3", True, True, False),  # JetPack 6.0
+        ("10.3.0.30", False, True, False),  # JetPack 6.1/6.2
+        ("10.13.3.9", False, True, False),  # JetPack 7 (Thor)
+        ("11.4.0.106", False, False, True),
+    ],
+)
+def test_tensorrt_api_flavors(version, batch_flag, precision_flags, strong):
+    fl = flavor(version)
+    assert (fl.explicit_batch_flag, fl.precision_flags, fl.strongly_typed) == (
+        batch_flag,
+        precision_flags,
+        strong,
+    )
+    assert fl.int8_calibration == (not strong)
+
+
+def test_old_or_unreadable_tensorrt_versions():
+    with pytest.raises(ExportError, match=r"older than 8\.5"):
+        flavor("8.2.1")
+    with pytest.raises(ExportError, match="cannot read"):
+        flavor("nightly")
+
+
+@pytest.mark.parametrize(
+    ("capability", "fast"),
+    [
+        ((5, 3), True),
+        ((6, 2), True),
+        ((7, 2), True),
+        ((8, 7), True),
+        ((9, 0), True),
+        ((6, 1), False),
+        ((5, 2), False),
+    ],
+)
+def test_fast_fp16_by_compute_capability(capability, fast):
+    assert fast_fp16(capability) is fast
+
+
+def test_engine_names_say_what_they_are_for():
+    name = engine_name("Pong-v5", "fp16", 8, flavor("10.3.0.30"), "NVIDIA Jetson AGX Orin")
+    assert name == "policy-Pong-v5-fp16-b8-trt10.3.0-jetson-agx-orin.engine"
+
+
+def test_compare_tolerates_near_ties_only():
+    ref = np.array([[1.0, 0.99999, 0.0], [0.0, 2.0, 1.0]])
+    ok = compare(ref, ref + 1e-6, np.array([1, 1]))
+    assert ok.ok and ok.near_ties == 1 and ok.actions_equal == 1
+    wrong = compare(ref, ref, np.array([0, 2]))
+    assert not wrong.ok
+
+
+def test_a_missing_sidecar_is_explained(tmp_path):
+    with pytest.raises(ExportError, match=r"p.engine.json is missing"):
+        Sidecar.read(tmp_path / "p.engine")
+
+
+@needs_trt
+def test_tensorrt_engine_round_trip(cli, pong_run, tmp_path):
+    r = cli("export", "--run-dir", pong_run, "--trt", "-o", tmp_path, "--json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    engine = next(row for row in rows if row["backend"].startswith("tensorrt"))
+    assert engine["agreement"]["ok"]
+    path = Path(engine["file"])
+    assert path.suffix == ".engine" and Path(str(path) + ".json").exists()
+    assert list(tmp_path.glob("timing-trt*.cache"))
+    results = [
+        json.loads(cli("play", *args, "--episodes", "1", "--seed", "5", "--json").out)
+        for args in (["--model", path], ["--run-dir", pong_run])
+    ]
+    assert results[0]["returns"] == results[1]["returns"]
