@@ -54,6 +54,19 @@ class Sidecar:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
+    def env_spec(self) -> Any:
+        """The EnvSpec of the game this policy plays."""
+        from edgerl.envs import EnvSpec
+
+        return EnvSpec(
+            self.env_id,
+            self.kind,
+            tuple(self.obs_shape),
+            self.obs_dtype,
+            len(self.action_meanings),
+            tuple(self.action_meanings),
+        )
+
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str) -> Sidecar:
         if d.get("format") != SIDECAR_FORMAT:

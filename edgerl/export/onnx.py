@@ -9,6 +9,7 @@ TensorRT 8.5 (JetPack 5) parses; TensorRT 8.6 and 10 (JetPack 6 and 7) read it t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -73,29 +74,16 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-            try:
-                torch.onnx.export(
-                    module,
-                    (dummy,),
-                    str(tmp),
-                    input_names=[INPUT],
-                    output_names=list(OUTPUTS),
-                    dynamic_axes=axes,
-                    opset_version=OPSET,
-                    dynamo=False,
-                )
-                sidecar.onnx_opset = OPSET
-            except TypeError:  # a torch without the `dynamo` switch: TorchScript is its exporter
-                torch.onnx.export(
-                    module,
-                    (dummy,),
-                    str(tmp),
-                    input_names=[INPUT],
-                    output_names=list(OUTPUTS),
-                    dynamic_axes=axes,
-                    opset_version=OPSET,
-                )
-                sidecar.onnx_opset = OPSET
+            options: dict[str, Any] = {
+                "input_names": [INPUT],
+                "output_names": list(OUTPUTS),
+                "dynamic_axes": axes,
+                "opset_version": OPSET,
+            }
+            if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+                options["dynamo"] = False  # TorchScript exporter: opset 17, read by TensorRT 8.5
+            torch.onnx.export(module, (dummy,), str(tmp), **options)
+            sidecar.onnx_opset = OPSET
         model = onnx.load(str(tmp))
         onnx.checker.check_model(model)
         entry = model.metadata_props.add()
@@ -149,20 +137,10 @@ class OnnxPolicy:
     backend = "onnx"
 
     def __init__(self, path: Path, cpu_only: bool = False) -> None:
-        from edgerl.envs import EnvSpec
-
         ort = _import_ort()
         self.path = path
-        self.sidecar = read_metadata(path)
-        s = self.sidecar
-        self.spec = EnvSpec(
-            s.env_id,
-            s.kind,
-            tuple(s.obs_shape),
-            s.obs_dtype,
-            len(s.action_meanings),
-            tuple(s.action_meanings),
-        )
+        self.sidecar = s = read_metadata(path)
+        self.spec = s.env_spec()
         self.env_config = s.env_config
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -246,19 +246,9 @@ class TensorRTPolicy:
     def __init__(self, path: Path) -> None:
         import torch
 
-        from edgerl.envs import EnvSpec
-
         trt = import_tensorrt()
-        self.sidecar = Sidecar.read(path)
-        s = self.sidecar
-        self.spec = EnvSpec(
-            s.env_id,
-            s.kind,
-            tuple(s.obs_shape),
-            s.obs_dtype,
-            len(s.action_meanings),
-            tuple(s.action_meanings),
-        )
+        self.sidecar = s = Sidecar.read(path)
+        self.spec = s.env_spec()
         self.env_config = s.env_config
         flavor(trt.__version__)
         self._logger = _Logger.make(trt)
