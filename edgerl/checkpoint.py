@@ -172,12 +172,16 @@ class CheckpointStore:
 
     def save(self, state: dict[str, Any], step: int) -> Path:
         """Write a new checkpoint and prune old ones; raises CheckpointWriteError on failure."""
+        return self.save_encoded(encode(state), step)
+
+    def save_encoded(self, data: bytes, step: int) -> Path:
+        """Like :meth:`save`, for bytes from :func:`encode` (made while the learner was paused)."""
         existing = self.files()
         seq = existing[-1].seq + 1 if existing else 1
         path = self.directory / f"ckpt-{seq:06d}-step{step:010d}.ckpt"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, encode(state))
+            write_atomic(path, data)
         except OSError as e:
             previous = f"; {existing[-1].path.name} is still the newest" if existing else ""
             raise CheckpointWriteError(

@@ -538,6 +538,49 @@ def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
     return newest_checkpoint(run_dir)
 
 
+@cli.command()
+@click.option("--env", "env_id", default="ALE/Pong-v5", show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="Seconds per whole-loop measurement (stages take a tenth of it each).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override one config key (e.g. agent.train_freq=4); repeatable.",
+)
+@click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
+@click.option(
+    "--compile",
+    "compile_",
+    is_flag=True,
+    help="Also measure the torch.compile'd CPU update (compiling takes ~20 s).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
+def bench(
+    env_id: str,
+    seconds: float,
+    overrides: tuple[str, ...],
+    autotune: bool,
+    compile_: bool,
+    as_json: bool,
+) -> None:
+    """Measure env, act, update and the whole loop (sync and async) on this machine."""
+    from edgerl.bench import BenchOptions, render, run_bench
+
+    result = run_bench(
+        BenchOptions(
+            env_id=env_id, seconds=seconds, overrides=overrides, autotune=autotune, compile=compile_
+        )
+    )
+    click.echo(json.dumps(result, indent=1) if as_json else render(result))
+
+
 @cli.command("config")
 @config_options
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")

@@ -144,6 +144,32 @@ class PerfConfig:
         "auto", "compute device: auto (CUDA if usable), cpu, cuda", choices=("auto", "cpu", "cuda")
     )
     threads: int = setting(0, "PyTorch CPU threads (0: PyTorch's default)", min=0)
+    pipeline: str = setting(
+        "auto",
+        "async: learner thread beside the actor; sync: one loop; auto: async when the "
+        "learner is on a GPU, sync on the CPU (where the learner already uses every core)",
+        choices=("auto", "async", "sync"),
+    )
+    max_policy_lag: int = setting(4, "updates the actor's weights may lag the learner's", min=1)
+    max_ahead: int = setting(
+        8, "updates the actor may run ahead of the learner (x train_freq)", min=1
+    )
+    amp: str = setting(
+        "auto",
+        "mixed precision: auto (bf16 on Ampere+, fp16 on older fast-FP16 "
+        "GPUs, off on CPU), off, fp16, bf16",
+        choices=("auto", "off", "fp16", "bf16"),
+    )
+    cuda_graphs: str = setting(
+        "auto", "capture the update as a CUDA graph: auto, on, off", choices=("auto", "on", "off")
+    )
+    compile: str = setting(
+        "auto",
+        "torch.compile the update on the CPU: auto (tried for long runs, kept only if it "
+        "measurably repays its compile time), on, off",
+        choices=("auto", "on", "off"),
+    )
+    autotune: bool = setting(False, "measure at start and pick env.num_envs and env.threads")
 
 
 @dataclass
@@ -211,6 +237,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "agent.eps_decay_steps": 8_000,
         "replay.capacity": 50_000,
         "train.steps": 100_000,
+        # A small MLP's update is shorter than Python's thread switching: one loop is faster.
+        "perf.pipeline": "sync",
     },
 }
 

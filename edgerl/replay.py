@@ -15,8 +15,11 @@ Slot flags:
     VALID     the slot's transition is complete (its next observation is in the next slot)
     TERMINAL  that transition ended the episode by termination (no bootstrapping)
 
-Frames live on the learner's device (on a Jetson, memory is shared, so nothing is copied); indices,
-actions, rewards and flags live on the host, so sampling needs no device synchronisation.
+Frames live on the learner's device by default (on a Jetson, memory is shared, so nothing is
+copied; on a desktop GPU it saves the host-to-device copy of every batch): gathering and stacking
+are tensor ops on that device. Indices, actions, rewards and flags live on the host, where the
+sampler draws and checks indices without a device synchronisation; only the indices (a few hundred
+bytes) travel. With ``replay.device = "cpu"`` and a GPU learner, batches go through pinned memory.
 """
 
 from __future__ import annotations
@@ -140,8 +143,13 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         seed: int = 0,
         available_bytes: int | None = None,
+        out_device: torch.device | str | None = None,
     ) -> None:
         self.device = torch.device(device)
+        # Where batches go: the learner's device. Host storage feeding a GPU goes through pinned
+        # memory so the copy is asynchronous.
+        self.out_device = torch.device(out_device) if out_device is not None else self.device
+        self._pin = self.device.type == "cpu" and self.out_device.type == "cuda"
         if available_bytes is None:
             available_bytes, where = available_memory(self.device)
         else:
@@ -234,8 +242,12 @@ class ReplayBuffer:
         first = (self.flags[env[:, None], idx] & FIRST) != 0
         # A frame is padding if any newer frame in the stack starts an episode.
         newer_firsts = np.cumsum(first[:, ::-1], axis=1)[:, ::-1] - first
-        pad = torch.from_numpy(newer_firsts > 0).to(self.device)
+        pad_np = newer_firsts > 0
+        has_pad = bool(pad_np.any())
+        pad = torch.from_numpy(pad_np).to(self.device)
         frames = self.items[torch.from_numpy(env)[:, None], torch.from_numpy(idx)]
+        if not has_pad:  # most stacks lie inside one episode
+            return frames
         return frames.masked_fill_(pad[:, :, None, None], 0)
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -266,7 +278,7 @@ class ReplayBuffer:
         obs = self._stack(env, slot)
         next_obs = self._stack(env, (slot + 1) % self.slots)
         dev = self.device
-        return Batch(
+        batch = Batch(
             obs=obs,
             actions=torch.from_numpy(self.actions[env, slot].astype(np.int64)).to(dev),
             rewards=torch.from_numpy(self.rewards[env, slot]).to(dev),
@@ -275,6 +287,11 @@ class ReplayBuffer:
                 dev
             ),
         )
+        if self.out_device == dev:
+            return batch
+        if self._pin:
+            batch = Batch(*(t.pin_memory() for t in batch))
+        return Batch(*(t.to(self.out_device, non_blocking=True) for t in batch))
 
     def rng_state(self) -> dict[str, Any]:
         return self.rng.bit_generator.state

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from edgerl import __version__
-from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, write_atomic
+from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, encode, write_atomic
 from edgerl.config import Config, apply_presets, check_consistency
 from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.dqn import DQN, configure_backends, epsilon_greedy, linear_schedule, resolve_device
@@ -36,7 +37,8 @@ from edgerl.envs import EnvSpec, VecEnv, make_env, probe
 from edgerl.errors import RunDirError
 from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
 from edgerl.nets import build_q_network
-from edgerl.replay import ReplayBuffer, available_memory, plan_memory
+from edgerl.pipeline import make_learning
+from edgerl.replay import Batch, ReplayBuffer, available_memory, plan_memory
 from edgerl.rundir import RunDir, default_run_dir
 
 log = logging.getLogger(__name__)
@@ -142,10 +144,12 @@ class Trainer:
         self._rundir: RunDir | None = None
         self._metrics: MetricsWriter | None = None
         self._progress: ConsoleProgress | None = None
-        self._loss_sum: torch.Tensor | None = (
-            None  # summed on the learner's device: no sync per update
-        )
+        # Losses are summed on the learner's device: no host sync per update.
+        self._loss_sum: torch.Tensor | None = None
         self._loss_n = 0
+        self._loss_lock = threading.Lock()
+        self.learning: Any = None  # SyncLearning or AsyncLearning, while run() runs
+        self.autotune: Any = None  # the autotune Choice, when perf.autotune ran
         self._last_saved_step = -1
 
     # ----------------------------------------------------------------------------- set-up
@@ -200,12 +204,22 @@ class Trainer:
             self._check_compatible(found[1], found[0].path)
 
         configure_backends(self.device, cfg.perf.threads)
+        if cfg.perf.autotune:
+            self._autotune(cfg, spec)
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
-        self.learner = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, self.device)
+        self.learner = DQN(
+            build_q_network(spec, cfg.agent.hidden), cfg.agent, self.device, cfg.perf
+        )
         self.replay = ReplayBuffer(
-            spec, cfg.replay.capacity, cfg.env.num_envs, replay_device, seed + 1, available
+            spec,
+            cfg.replay.capacity,
+            cfg.env.num_envs,
+            replay_device,
+            seed + 1,
+            available,
+            out_device=self.device,
         )
         self._learn_from = (
             cfg.agent.learning_starts,
@@ -219,6 +233,30 @@ class Trainer:
         frame_hw = (spec.obs_shape[-2], spec.obs_shape[-1]) if spec.kind == "frames" else (0, 0)
         self.display = DisplayPublisher(
             cfg.display, run_path, spec.kind, frame_hw, list(spec.action_meanings)
+        )
+
+    def _autotune(self, cfg: Config, spec: EnvSpec) -> None:
+        """Pick env.num_envs and env.threads by measuring (perf.autotune); logs why."""
+        from edgerl.autotune import calibrate, table
+        from edgerl.pipeline import resolve_pipeline
+
+        if "env.num_envs" in cfg.explicit:
+            log.info("autotune: env.num_envs=%d was set explicitly; keeping it", cfg.env.num_envs)
+            return
+        mode = resolve_pipeline(cfg.perf.pipeline, self.device)
+        log.info("autotune: measuring the actor and the learner (a few seconds)")
+        choice, measurements, _ = calibrate(cfg, spec, self.device, mode)
+        log.info("autotune measurements:\n%s", table(measurements))
+        cfg.env.num_envs, cfg.env.threads = choice.num_envs, choice.threads
+        if cfg.display.env_index >= choice.num_envs:
+            cfg.display.env_index = 0
+        check_consistency(cfg)
+        self.autotune = choice
+        log.info(
+            "autotune: env.num_envs=%d, env.threads=%d: %s",
+            choice.num_envs,
+            choice.threads,
+            choice.reason,
         )
 
     def _extra_columns(self) -> list[str]:
@@ -329,8 +367,11 @@ class Trainer:
 
     def save_checkpoint(self) -> Path | None:
         """Write a checkpoint now; returns its path, or None if writing failed (logged)."""
+        paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+        with paused:  # a consistent learner state, encoded in memory; the disk write is outside
+            data = encode(self.state_dict())
         try:
-            path = self.checkpoints.save(self.state_dict(), self.step)
+            path = self.checkpoints.save_encoded(data, self.step)
         except CheckpointWriteError as e:
             log.error("%s", e)
             for hook in self.hooks:
@@ -344,39 +385,55 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- the loop
 
-    def _updates_due(self) -> int:
+    def updates_due(self) -> int:
+        """Updates the replay ratio asks for at the current step (one per train_freq steps)."""
         start_step, start_updates = self._learn_from
         if self.step < start_step:
             return self.learner.updates
         return start_updates + (self.step - start_step) // self.cfg.agent.train_freq
 
-    def _learn(self) -> None:
+    def one_update(self, replay_lock: threading.Lock | None = None) -> None:
+        """Sample a batch and make one update (with target sync and learning-rate schedule)."""
         a = self.cfg.agent
-        target_every = max(1, a.target_update // a.train_freq)
-        while self.learner.updates < self._updates_due():
-            if a.lr_end >= 0:
-                self.learner.set_lr(
-                    linear_schedule(a.lr, a.lr_end, self.cfg.train.steps, self.step)
-                )
-            loss = self.learner.update(self.replay.sample(a.batch_size))
+        with replay_lock or contextlib.nullcontext():
+            batch = self.replay.sample(a.batch_size)
+        if a.lr_end >= 0:
+            self.learner.set_lr(linear_schedule(a.lr, a.lr_end, self.cfg.train.steps, self.step))
+        loss = self.learner.update(batch)
+        with self._loss_lock:
             self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
             self._loss_n += 1
-            if self.learner.updates % target_every == 0:
-                self.learner.sync_target()
+        if self.learner.updates % max(1, a.target_update // a.train_freq) == 0:
+            self.learner.sync_target()
+
+    def _example_batch(self) -> Batch:
+        """A batch of the training shape (zeros), to compile the update before training."""
+        b, dev = self.cfg.agent.batch_size, self.device
+        dtype = torch.uint8 if self.spec.kind == "frames" else torch.float32
+        obs = torch.zeros((b, *self.spec.obs_shape), dtype=dtype, device=dev)
+        return Batch(
+            obs,
+            torch.zeros(b, dtype=torch.int64, device=dev),
+            torch.zeros(b, device=dev),
+            obs.clone(),
+            torch.zeros(b, device=dev),
+        )
 
     def _act(self, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, torch.Tensor | None]:
-        q_values = None if epsilon >= 1.0 else self.learner.q_values(obs)
+        q_values = None
+        if epsilon < 1.0:
+            with self.learning.acting() as net, torch.no_grad():
+                q_values = net(torch.as_tensor(obs, device=self.device))
         actions = epsilon_greedy(q_values, epsilon, self.spec.num_actions, len(obs), self.actor_rng)
         return actions, q_values
 
     def run(self) -> TrainResult:
         """Train until ``train.steps`` or a stop request; returns a summary of the session."""
         assert self._env is not None
-        cfg, env, replay = self.cfg, self._env, self.replay
+        cfg = self.cfg
         columns = CSV_COLUMNS + [c for c in self._extra_columns() if c not in CSV_COLUMNS]
         self._metrics = MetricsWriter(self.run_dir, columns, cfg.train.tensorboard)
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
-        clip = self.spec.kind == "frames"  # Atari rewards are clipped for learning only
         self._session_start = time.monotonic()
         self._session_step0 = self.step
         total = cfg.train.steps
@@ -387,8 +444,23 @@ class Trainer:
             self._progress.close()
             return self._result(stopped=False)
 
+        remaining = (total - self.step) // cfg.agent.train_freq
+        self.learner.maybe_compile(remaining, self._example_batch())
+        self.learning = make_learning(self)
+        log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
+        self.learning.start()
+        try:
+            return self._loop(total)
+        finally:
+            self.learning.finish(drain=False)  # stops the learner thread on every exit path
+
+    def _loop(self, total: int) -> TrainResult:
+        assert self._env is not None and self._progress is not None
+        cfg, env, replay, learning = self.cfg, self._env, self.replay, self.learning
+        clip = self.spec.kind == "frames"  # Atari rewards are clipped for learning only
         obs = env.reset(seed=cfg.env.seed + self.step)
-        replay.add_first(obs)
+        with learning.replay_access():
+            replay.add_first(obs)
         episode_returns = np.zeros(env.num_envs, dtype=np.float64)
         shown = min(cfg.display.env_index, env.num_envs - 1)
         shown_episode = self.episodes + 1
@@ -413,9 +485,15 @@ class Trainer:
                 )
             result = env.step(actions)
             rewards = np.clip(result.rewards, -1.0, 1.0) if clip else result.rewards
-            replay.add(
-                actions, rewards, result.terminated, result.truncated, result.obs, result.final_obs
-            )
+            with learning.replay_access():
+                replay.add(
+                    actions,
+                    rewards,
+                    result.terminated,
+                    result.truncated,
+                    result.obs,
+                    result.final_obs,
+                )
             episode_returns += result.rewards
             for i in np.flatnonzero(result.terminated | result.truncated):
                 self.recent_returns.append(float(episode_returns[i]))
@@ -424,7 +502,7 @@ class Trainer:
                 if i == shown:
                     shown_episode = self.episodes + 1
             self.step += env.num_envs
-            self._learn()
+            learning.after_step()
             obs = result.obs
 
             if not started:
@@ -447,6 +525,7 @@ class Trainer:
                 retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
                 last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
 
+        learning.finish(drain=self.step >= total)  # the last updates due, then the learner stops
         if not started:
             for hook in self.hooks:
                 hook.on_start(self)
