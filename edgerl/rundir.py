@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import grp
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -39,6 +41,22 @@ def service_state_dir() -> Path:
 def service_run_dir(env_id: str) -> Path:
     """Where the service trains ``env_id`` unless train.run_dir says otherwise."""
     return service_state_dir() / "runs" / short_env_name(env_id)
+
+
+def share_with_group(paths: list[Path], group: str) -> bool:
+    """chgrp ``paths`` to ``group`` and add group read/traverse and setgid; False if no group."""
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        return False
+    for path in dict.fromkeys(paths):
+        try:
+            os.chown(path, -1, gid)
+            mode = path.stat().st_mode
+            os.chmod(path, mode | stat.S_ISGID | stat.S_IRGRP | stat.S_IXGRP)
+        except OSError:
+            continue
+    return True
 
 
 class RunDir:
@@ -93,8 +111,13 @@ class RunDir:
             "stop it first or use another --run-dir"
         )
 
-    def open(self) -> None:
-        """Create the directory, check that it is writable and take its lock; raises RunDirError."""
+    def open(self, group: str = "") -> None:
+        """Create the directory, check that it is writable and take its lock; raises RunDirError.
+
+        As root, directories created here are given to ``group`` (when it exists) with group
+        read/traverse and setgid, so its members can watch a service's run (``edgerl view``).
+        """
+        created = [p for p in (self.path.parent, self.path, self.checkpoints) if not p.exists()]
         try:
             self.checkpoints.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write-test-{os.getpid()}"
@@ -115,6 +138,9 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
+        if group and os.geteuid() == 0:  # the parent only if we created it (never /tmp or ~)
+            parent = [self.path.parent] if self.path.parent in created else []
+            share_with_group([*parent, self.path, self.checkpoints], group)
 
     def close(self) -> None:
         if self._lock_fd is not None:

@@ -196,7 +196,7 @@ class Trainer:
             self.moved_aside = self._rundir.move_aside()
             if self.moved_aside:
                 log.info("--fresh: moved the previous run to %s", self.moved_aside)
-        self._rundir.open()
+        self._rundir.open(group=cfg.display.group)
         self.run_dir = run_path
         self.checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
         found = self.checkpoints.newest_valid()

@@ -123,7 +123,7 @@ if [ -e "$CONF_DIR/edgerl.toml" ]; then
 else
     run install -D -m 0644 "$SRC/systemd/edgerl.toml.example" "$CONF_DIR/edgerl.toml"
 fi
-run install -d -m 0750 "$STATE_DIR"
+run install -d -m 0751 "$STATE_DIR"
 
 if [ "$SYSTEM" = 1 ]; then
     if ! getent group edgerl >/dev/null; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import time
@@ -170,3 +171,24 @@ def test_cuda_without_a_gpu_is_refused(cli):
     r = cli("train", "--steps", "10", "--set", "perf.device=cuda")
     assert r.code == 2
     assert "perf.device=cuda but no usable CUDA GPU was found" in r.err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sharing a run with a group needs root")
+def test_a_root_run_is_shared_with_the_display_group(tmp_path):
+    import grp
+    import stat
+
+    gid = grp.getgrnam("daemon").gr_gid  # a group every Debian/Ubuntu (L4T) system has
+    before = tmp_path.stat()
+    holder = RunDir(tmp_path / "runs" / "pong")
+    holder.open(group="daemon")
+    holder.close()
+    for path in (
+        tmp_path / "runs",
+        tmp_path / "runs" / "pong",
+        tmp_path / "runs" / "pong" / "checkpoints",
+    ):
+        st = path.stat()
+        assert st.st_gid == gid and st.st_mode & stat.S_ISGID and st.st_mode & stat.S_IRGRP
+    after = tmp_path.stat()  # a parent that existed before is left alone
+    assert (after.st_gid, after.st_mode) == (before.st_gid, before.st_mode)
