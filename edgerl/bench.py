@@ -10,7 +10,6 @@ reaches it. Figures are per second and per update / per env step, so they scale 
 
 from __future__ import annotations
 
-import csv
 import logging
 import shutil
 import tempfile
@@ -156,27 +155,27 @@ def run_loop(opts: BenchOptions, mode: str, num_envs: int, seconds: float) -> di
     workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
     cfg.train.run_dir = str(workdir / "run")
     try:
+        window: dict[str, float] = {}
         with Trainer(cfg, quiet=True) as trainer:
-            started = threading.Event()
 
             def stop_later() -> None:
-                while not started.is_set():
-                    if trainer.step >= cfg.agent.learning_starts * 2:
-                        started.set()
-                    time.sleep(0.05)
+                # The window opens once learning runs, and is read from the trainer's own
+                # counters (the learner makes its updates before the actor steps on, in sync mode).
+                while trainer.step < cfg.agent.learning_starts * 2:
+                    time.sleep(0.01)
+                window["step0"], window["t0"] = trainer.step, time.perf_counter()
+                window["busy0"] = trainer.learning.busy_s
                 time.sleep(seconds)
+                window["step1"], window["t1"] = trainer.step, time.perf_counter()
+                window["busy1"] = trainer.learning.busy_s
                 trainer.request_stop("bench")
 
             timer = threading.Thread(target=stop_later, daemon=True)
             timer.start()
             trainer.run()
-            busy = trainer.learning.busy_fraction()
-        with (workdir / "run" / "metrics.csv").open() as f:
-            rows = [r for r in csv.DictReader(f) if int(r["step"]) >= cfg.agent.learning_starts * 2]
-        first, last = rows[0], rows[-1]
-        sps = (int(last["step"]) - int(first["step"])) / max(
-            float(last["wall_s"]) - float(first["wall_s"]), 1e-9
-        )
+        elapsed = window["t1"] - window["t0"]
+        sps = (window["step1"] - window["step0"]) / elapsed
+        busy = min(1.0, (window["busy1"] - window["busy0"]) / elapsed)
         return {
             "mode": mode,
             "num_envs": num_envs,

@@ -244,8 +244,26 @@ class DQN:
         assert self._graph_loss is not None
         return self._graph_loss.clone()
 
+    def prepare(self, example: Batch, remaining_updates: int) -> None:
+        """Make the update fast before training starts, changing nothing else.
+
+        CUDA: capture the graph now, on ``example`` (a batch of the training shape), with weights
+        and optimizer state restored in place afterwards: capturing later, on the learner thread,
+        would collide with the actor thread's CUDA calls. CPU: maybe ``torch.compile``.
+        """
+        if not self.cuda_graphs:
+            self.maybe_compile(remaining_updates, example)
+            return
+        snapshot = self._snapshot()
+        updates = self.updates
+        self._static = Batch(*(t.clone() for t in example))
+        self._capture()
+        self._restore_in_place(*snapshot, clear_grads=False)  # the graph owns its gradients
+        self.updates = updates
+        torch.cuda.synchronize()
+
     def _capture(self) -> torch.Tensor:
-        """Warm up on a side stream (these are real updates), then capture the update."""
+        """Warm up on a side stream (real updates on the static batch), then capture."""
         assert self._static is not None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -348,13 +366,15 @@ class DQN:
         params: list[torch.Tensor],
         saved_params: list[torch.Tensor],
         saved_state: dict[Any, dict[str, torch.Tensor]],
+        clear_grads: bool = True,
     ) -> None:
         """Put weights and Adam state back without replacing tensors (compiled code keeps its
         references; zeroed moments with step 0 are exactly a fresh Adam)."""
         with torch.no_grad():
             for p, value in zip(params, saved_params, strict=True):
                 p.copy_(value)
-                p.grad = None
+                if clear_grads:
+                    p.grad = None
                 for key, tensor in self.optimizer.state.get(p, {}).items():
                     if not torch.is_tensor(tensor):
                         continue

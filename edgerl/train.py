@@ -445,7 +445,7 @@ class Trainer:
             return self._result(stopped=False)
 
         remaining = (total - self.step) // cfg.agent.train_freq
-        self.learner.maybe_compile(remaining, self._example_batch())
+        self.learner.prepare(self._example_batch(), remaining)  # CUDA graph or compile, now
         self.learning = make_learning(self)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()

@@ -130,19 +130,21 @@ def test_graph_shaped_update_equals_the_eager_update_on_the_cpu():
 def test_cuda_graph_update_equals_eager_on_the_gpu():
     torch.manual_seed(0)
     eager = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="off"))
-    graph = copy.deepcopy(eager)
-    graph.cuda_graphs = True
-    graph.optimizer = torch.optim.Adam(
-        graph.q.parameters(), lr=torch.tensor(1e-4, device=GPU), capturable=True, foreach=True
-    )
-    eager.optimizer = torch.optim.Adam(eager.q.parameters(), lr=1e-4, foreach=True)
-    for _ in range(6):
+    graph = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="on"))
+    graph.q.load_state_dict(eager.q.state_dict())
+    graph.target.load_state_dict(eager.target.state_dict())
+    graph.prepare(Batch(*(t.to(GPU) for t in random_batch())), remaining_updates=0)
+    assert graph._graph is not None and graph.updates == 0
+    for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
+        assert torch.equal(a, b)  # capturing changed nothing
+    for step in range(6):
         batch = Batch(*(t.to(GPU) for t in random_batch()))
+        batch = batch._replace(rewards=batch.rewards + step)
         eager.update(batch)
         graph.update(batch)
-    assert graph.updates == eager.updates == 6 and graph._graph is not None
+    assert graph.updates == eager.updates == 6
     for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
-        assert torch.allclose(a, b, atol=1e-5)
+        assert torch.allclose(a, b, atol=1e-4)
 
 
 def test_compile_changes_speed_only(caplog):
