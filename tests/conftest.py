@@ -76,6 +76,8 @@ PONG_FAST = [
     "replay.capacity=2000",
     "--set",
     "train.log_every_s=0.2",
+    "--set",
+    "perf.compile=off",  # long runs would first try torch.compile (~20 s)
 ]
 
 

@@ -94,6 +94,8 @@ def service_config(tmp_path: Path, **extra: str) -> Path:
         every = {extra.get("every", 3)}
         [log]
         level = "{extra.get("level", "info")}"
+        [perf]
+        compile = "off"
     """)
     )
     return cfg

@@ -194,6 +194,17 @@ def test_snapshot_of_a_live_trainer_has_the_game_and_the_overlay(live_trainer, c
     import pygame
 
     run, proc = live_trainer
+    # The very first frame (step 0, epsilon exactly 1) was picked without a forward pass and has
+    # no Q-values to draw: wait until frames carry them.
+    reader = FrameReader(run)
+    deadline = time.monotonic() + 60
+    while True:
+        frame = reader.latest()
+        if frame is not None and frame.meta.q_values:
+            break
+        assert time.monotonic() < deadline, "no frame with Q-values"
+        time.sleep(0.02)
+    reader.close()
     png = tmp_path / "snap.png"
     r = cli("view", "--run-dir", run, "--snapshot", png, "--timeout", "60")
     assert r.code == 0, r.err
@@ -289,3 +300,12 @@ def test_header_layout_is_stable():
     # Readers of other edgerl versions rely on this: bump VERSION when it changes.
     assert HEADER.size == 48 and struct.calcsize("<Q") == SEQ.size
     assert os.path.basename(str(shm_path(Path("/x")))).startswith("edgerl-")
+
+
+def test_a_frame_without_q_values_reads_back_without_them(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(0), FrameMeta(step=0, action=2))  # a random action, no forward
+        reader = FrameReader(tmp_path)
+        frame = reader.latest()
+        assert frame is not None and frame.meta.q_values == ()
+        reader.close()

@@ -26,6 +26,7 @@ import grp
 import hashlib
 import json
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -90,6 +91,8 @@ class FrameMeta:
     def unpack(cls, data: bytes, num_actions: int) -> FrameMeta:
         v = META.unpack(data)
         q = tuple(v[9 : 9 + num_actions])
+        if all(math.isnan(x) for x in q):
+            q = ()  # the action was random and no forward pass ran: no Q-values to show
         return cls(int(v[0]), int(v[1]), v[2], v[3], int(v[4]), v[5], v[6], v[7], v[8], q)
 
 
