@@ -128,7 +128,9 @@ class AsyncLearning:
         self._started = time.monotonic()
         if self.t.device.type == "cpu":
             # OpenMP's thread count is per thread: the actor's small batched forward runs on one
-            # thread, so it does not fight the learner's parallel regions for the cores.
+            # thread and opens no parallel region of its own. That does not stop it slowing the
+            # learner (its core is taken from the learner's team), which is why async loses to
+            # sync on a CPU; see resolve_pipeline.
             self._actor_threads = torch.get_num_threads()
             torch.set_num_threads(1)
         self._thread.start()
