@@ -389,11 +389,6 @@ class DQN:
             for t, q in zip(self.target.parameters(), self.q.parameters(), strict=True):
                 t.copy_(q)  # in place: a captured graph keeps reading the same tensors
 
-    @torch.no_grad()
-    def q_values(self, obs: np.ndarray) -> torch.Tensor:
-        """Q-values for a batch of observations (numpy, as the environments return them)."""
-        return self.q(torch.as_tensor(obs, device=self.device))
-
     def _adapt_optimizer_state(self, saved: dict[str, Any]) -> dict[str, Any]:
         """Saved optimizer state made loadable here: the checkpoint may come from a machine whose
         Adam was fused (CPU) or capturable (CUDA graphs)."""

@@ -46,8 +46,7 @@ class SyncLearning:
 
     def __init__(self, trainer: Trainer) -> None:
         self.t = trainer
-        self.busy_s = 0.0
-        self._started = time.monotonic()
+        self.busy_s = 0.0  # seconds spent in updates (edgerl bench reads it)
 
     @contextlib.contextmanager
     def acting(self) -> Iterator[nn.Module]:
@@ -64,7 +63,7 @@ class SyncLearning:
         yield
 
     def start(self) -> None:
-        self._started = time.monotonic()
+        pass
 
     def after_step(self) -> None:
         started = time.perf_counter()
@@ -78,9 +77,6 @@ class SyncLearning:
 
     def check(self) -> None:
         pass
-
-    def busy_fraction(self) -> float:
-        return self.busy_s / max(time.monotonic() - self._started, 1e-9)
 
 
 class AsyncLearning:
@@ -101,11 +97,10 @@ class AsyncLearning:
         self.actor_version = trainer.learner.updates
         self.max_lag_seen = 0
         self.max_ahead_seen = 0
-        self.busy_s = 0.0
+        self.busy_s = 0.0  # seconds spent in updates (edgerl bench reads it)
         self.error: BaseException | None = None
         self._stop = False
         self._drain = False
-        self._started = time.monotonic()
         self._actor_threads = 0
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
@@ -125,7 +120,6 @@ class AsyncLearning:
             yield
 
     def start(self) -> None:
-        self._started = time.monotonic()
         if self.t.device.type == "cpu":
             # OpenMP's thread count is per thread: the actor's small batched forward runs on one
             # thread and opens no parallel region of its own. That does not stop it slowing the
@@ -201,9 +195,6 @@ class AsyncLearning:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
-
-    def busy_fraction(self) -> float:
-        return self.busy_s / max(time.monotonic() - self._started, 1e-9)
 
 
 def resolve_pipeline(setting: str, device: torch.device) -> str:
