@@ -25,6 +25,7 @@ import torch
 
 from edgerl.config import Config, EnvConfig
 from edgerl.envs import EnvSpec, make_env
+from edgerl.replay import example_batch
 
 log = logging.getLogger(__name__)
 
@@ -108,27 +109,10 @@ def measure_actor(
         env.close()
 
 
-def random_batch(learner: Any, spec: EnvSpec, batch_size: int) -> Any:
-    """A random batch of the training shape on the learner's device."""
-    from edgerl.replay import Batch
-
-    dev = learner.device
-    dtype = torch.uint8 if spec.kind == "frames" else torch.float32
-    high = 255 if spec.kind == "frames" else 1
-    obs = torch.randint(0, high + 1, (batch_size, *spec.obs_shape), device=dev).to(dtype)
-    return Batch(
-        obs,
-        torch.randint(0, spec.num_actions, (batch_size,), device=dev),
-        torch.randn(batch_size, device=dev),
-        obs.clone(),
-        torch.zeros(batch_size, device=dev),
-    )
-
-
 def measure_updates(learner: Any, spec: EnvSpec, batch_size: int, seconds: float) -> float:
     """Updates/s of ``learner`` on random batches of the training shape (its weights change)."""
-    batch = random_batch(learner, spec, batch_size)
     dev = learner.device
+    batch = example_batch(spec, batch_size, dev, random=True)
     for _ in range(3):
         learner.update(batch)
     if dev.type == "cuda":

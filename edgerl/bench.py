@@ -27,7 +27,7 @@ from edgerl.config import Config, EnvConfig, apply_presets, build_layers, check_
 from edgerl.dqn import DQN, configure_backends, resolve_device
 from edgerl.envs import make_env, probe
 from edgerl.nets import NatureCNN, build_q_network
-from edgerl.replay import bytes_per_transition
+from edgerl.replay import bytes_per_transition, example_batch
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +138,9 @@ def measure_update_variant(
         learner.target.to(memory_format=torch.contiguous_format)
         learner.target.channels_last = False
     if variant.get("compile"):
-        from edgerl.autotune import random_batch
-
         started = time.perf_counter()
         learner.compile_setting = "on"
-        learner.maybe_compile(0, random_batch(learner, spec, cfg.agent.batch_size))
+        learner.maybe_compile(0, example_batch(spec, cfg.agent.batch_size, device, random=True))
         log.info("bench: compiling took %.0f s", time.perf_counter() - started)
     return measure_updates(learner, spec, cfg.agent.batch_size, seconds)
 

@@ -51,6 +51,26 @@ class Batch(NamedTuple):
     dones: torch.Tensor  # (B,) float32: 1.0 where the episode terminated
 
 
+def example_batch(
+    spec: EnvSpec, batch_size: int, device: torch.device, random: bool = False
+) -> Batch:
+    """A batch of the training shape on ``device``, to prepare or time the update before
+    training: zeros, or (``random``) random frames/0-1 vectors, actions and rewards, which draw
+    from torch's global RNG."""
+    b = batch_size
+    dtype = torch.uint8 if spec.kind == "frames" else torch.float32
+    if random:
+        high = 255 if spec.kind == "frames" else 1
+        obs = torch.randint(0, high + 1, (b, *spec.obs_shape), device=device).to(dtype)
+        actions = torch.randint(0, spec.num_actions, (b,), device=device)
+        rewards = torch.randn(b, device=device)
+    else:
+        obs = torch.zeros((b, *spec.obs_shape), dtype=dtype, device=device)
+        actions = torch.zeros(b, dtype=torch.int64, device=device)
+        rewards = torch.zeros(b, device=device)
+    return Batch(obs, actions, rewards, obs.clone(), torch.zeros(b, device=device))
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

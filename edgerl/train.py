@@ -38,7 +38,7 @@ from edgerl.errors import RunDirError
 from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
 from edgerl.nets import build_q_network
 from edgerl.pipeline import make_learning
-from edgerl.replay import Batch, ReplayBuffer, available_memory, plan_memory
+from edgerl.replay import ReplayBuffer, available_memory, example_batch, plan_memory
 from edgerl.rundir import RunDir, default_run_dir
 
 log = logging.getLogger(__name__)
@@ -406,19 +406,6 @@ class Trainer:
         if self.learner.updates % max(1, a.target_update // a.train_freq) == 0:
             self.learner.sync_target()
 
-    def _example_batch(self) -> Batch:
-        """A batch of the training shape (zeros), to compile the update before training."""
-        b, dev = self.cfg.agent.batch_size, self.device
-        dtype = torch.uint8 if self.spec.kind == "frames" else torch.float32
-        obs = torch.zeros((b, *self.spec.obs_shape), dtype=dtype, device=dev)
-        return Batch(
-            obs,
-            torch.zeros(b, dtype=torch.int64, device=dev),
-            torch.zeros(b, device=dev),
-            obs.clone(),
-            torch.zeros(b, device=dev),
-        )
-
     def _act(self, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, torch.Tensor | None]:
         q_values = None
         if epsilon < 1.0:
@@ -445,7 +432,8 @@ class Trainer:
             return self._result(stopped=False)
 
         remaining = (total - self.step) // cfg.agent.train_freq
-        self.learner.prepare(self._example_batch(), remaining)  # CUDA graph or compile, now
+        example = example_batch(self.spec, cfg.agent.batch_size, self.device)  # zeros: no RNG
+        self.learner.prepare(example, remaining)  # CUDA graph or compile, now
         self.learning = make_learning(self)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
