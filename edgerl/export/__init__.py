@@ -161,7 +161,11 @@ def _export_trt(
             dataclasses.replace(base, precision="fp16"),
             fp16=True,
         )
-    frames = collect_observations(torch_policy.env_config, max(256, req.batch * 32), seed=1)
+    calibration = None  # INT8 only: game frames to calibrate on (seconds of emulation)
+    if precision == "int8":
+        calibration = collect_observations(
+            torch_policy.env_config, max(256, req.batch * 32), seed=1
+        )
     result = build_engine(
         onnx_path,
         out_dir,
@@ -170,7 +174,7 @@ def _export_trt(
         precision,
         req.batch,
         req.workspace_mb,
-        frames if precision == "int8" else None,
+        calibration,
         onnx_fp16,
     )
     if req.out is not None and req.out.suffix in (".engine", ".plan"):
