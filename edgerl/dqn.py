@@ -29,6 +29,7 @@ from edgerl.config import AgentConfig, PerfConfig
 from edgerl.errors import ConfigError, DeviceError
 from edgerl.nets import NatureCNN
 from edgerl.replay import Batch
+from edgerl.versions import check_torch
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +41,29 @@ COMPILE_TIMING_UPDATES = 20
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device for ``perf.device``; raises DeviceError if CUDA is asked but unusable."""
+    """The torch device for ``perf.device``; raises DeviceError if CUDA is asked but unusable.
+
+    A CUDA device is returned with its index (``cuda:0``): several torch calls (memory queries,
+    RNG state) refuse a device without one on the torch releases JetPack ships. Raises
+    PlatformError first if torch is older than edgerl supports.
+    """
+    check_torch(torch.__version__)
     if name == "cpu":
         return torch.device("cpu")
-    usable = torch.cuda.is_available()
+    try:
+        usable = torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if usable else None
+    except Exception as e:  # a broken driver or CUDA install raises here, not in is_available()
+        raise DeviceError(
+            f"cannot use the CUDA GPU ({type(e).__name__}: {e}); check the driver with "
+            "edgerl doctor, or use perf.device=cpu"
+        ) from None
     if name == "cuda" and not usable:
         raise DeviceError(
             "perf.device=cuda but no usable CUDA GPU was found (torch.cuda.is_available() is "
             f"False for torch {torch.__version__}); use perf.device=auto or cpu"
         )
-    return torch.device("cuda" if usable else "cpu")
+    return device if device is not None else torch.device("cpu")
 
 
 def configure_backends(device: torch.device, threads: int = 0) -> None:
@@ -63,13 +77,18 @@ def configure_backends(device: torch.device, threads: int = 0) -> None:
 
 
 def resolve_amp(
-    setting: str, device: torch.device, capability: tuple[int, int] | None = None
+    setting: str,
+    device: torch.device,
+    capability: tuple[int, int] | None = None,
+    frames: bool = True,
 ) -> torch.dtype | None:
     """The autocast dtype for ``perf.amp`` on ``device`` (None: full precision).
 
-    Raises ConfigError for a precision the device cannot do.
+    ``auto`` keeps networks for vector observations (``frames`` False) in fp32: their inputs
+    lose precision in bf16 and a small MLP's update gains nothing. Raises ConfigError for a
+    precision the device cannot do.
     """
-    if setting == "off":
+    if setting == "off" or (setting == "auto" and not frames):
         return None
     if device.type != "cuda":
         if setting == "auto":
@@ -115,6 +134,18 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return start + (end - start) * (t / duration)
 
 
+def make_grad_scaler() -> Any:
+    """A CUDA grad scaler for fp16 training.
+
+    ``torch.amp.GradScaler`` is the current name; NVIDIA's JetPack 6.0 builds (torch 2.3
+    pre-releases) may predate it and only have ``torch.cuda.amp.GradScaler``.
+    """
+    scaler = getattr(torch.amp, "GradScaler", None)
+    if scaler is not None:
+        return scaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
 def make_adam(net: nn.Module, lr: float, capturable: bool = False) -> torch.optim.Adam:
     """Adam, fused into one kernel where this torch build supports it on the net's device.
 
@@ -149,14 +180,11 @@ class DQN:
         self.q = q_net.to(device)
         self.target = copy.deepcopy(self.q).eval()
         self.target.requires_grad_(False)
-        self.amp = resolve_amp(perf.amp, device)
+        self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         self.cuda_graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
         self.optimizer = make_adam(self.q, cfg.lr, capturable=self.cuda_graphs)
-        self.scaler = (
-            torch.amp.GradScaler("cuda")
-            if self.amp is torch.float16 and not self.cuda_graphs
-            else None
-        )
+        fp16_scaled = self.amp is torch.float16 and not self.cuda_graphs
+        self.scaler = make_grad_scaler() if fp16_scaled else None
         self.compile_setting = perf.compile
         self.updates = 0
         self._static: Batch | None = None  # the fixed-shape input buffers of the update
@@ -184,14 +212,26 @@ class DQN:
 
     # -- the update -----------------------------------------------------------------------------
 
+    def _autocast(self) -> Any:
+        """The mixed-precision region of the update (a no-op at full precision).
+
+        The weight cache is off: with it, the online network's low-precision weights are cast
+        once per region, and a cast made in the ``no_grad`` pass over ``next_obs`` has no
+        gradient history, so on torch before the upstream fix (pytorch#112583; JetPack's 2.3-2.9
+        builds) the loss loses its ``grad_fn`` and ``backward()`` raises. CUDA graph capture
+        needs the cache off as well. The cost is one extra cast of the weights per update.
+        """
+        if self.amp is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp, cache_enabled=False)
+
     def loss(self, b: Batch) -> torch.Tensor:
-        """Huber loss of Q(s, a) against r + gamma * (1 - done) * Q_target(s', a*)."""
-        autocast = (
-            torch.autocast(self.device.type, dtype=self.amp)
-            if self.amp is not None
-            else contextlib.nullcontext()
-        )
-        with autocast:
+        """Huber loss of Q(s, a) against r + gamma * (1 - done) * Q_target(s', a*).
+
+        Under mixed precision the convolutions run in bf16/fp16; the networks' output layers,
+        and so the Q-values and the TD target, stay in fp32 (see :mod:`edgerl.nets`).
+        """
+        with self._autocast():
             with torch.no_grad():
                 next_q_target = self.target(b.next_obs).float()
                 if self.cfg.double:

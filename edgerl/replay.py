@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from edgerl.envs import EnvSpec
-from edgerl.errors import ReplayMemoryError
+from edgerl.errors import DeviceError, ReplayMemoryError
 
 FIRST = np.uint8(1)
 VALID = np.uint8(2)
@@ -133,9 +133,20 @@ def bytes_per_transition(spec: EnvSpec) -> int:
 
 
 def available_memory(device: torch.device) -> tuple[int, str]:
-    """Free memory on ``device`` in bytes and a word for it ("host" or "GPU")."""
+    """Free memory on ``device`` in bytes and a word for it ("host" or "GPU").
+
+    Raises DeviceError (one sentence) when the GPU cannot be queried.
+    """
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
+        # An explicit index: torch before 2.5 raises ValueError for a device without one.
+        try:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            free, _ = torch.cuda.mem_get_info(index)
+        except Exception as e:  # a driver problem must be a sentence, not a traceback
+            raise DeviceError(
+                f"cannot read the free memory of the CUDA GPU ({type(e).__name__}: {e}); "
+                "check it with edgerl doctor, or use perf.device=cpu"
+            ) from None
         return int(free), "GPU"
     import psutil
 
@@ -196,6 +207,10 @@ class ReplayBuffer:
         self.valid = 0  # complete transitions stored
         self.rng = np.random.default_rng(seed)
         self._envs = np.arange(num_envs)
+        self._staging: torch.Tensor | None = None
+        self._staged: Any = None  # the CUDA event of the staging buffer's last copy
+        if self.device.type == "cuda":
+            self._staging = torch.empty((num_envs, *item_shape), dtype=item_dtype, pin_memory=True)
         self._offsets = np.arange(stack - 1, -1, -1)  # oldest frame first
 
     def __len__(self) -> int:
@@ -209,12 +224,25 @@ class ReplayBuffer:
     def _item(self, obs: np.ndarray) -> np.ndarray:
         return obs[:, -1] if self.stack > 1 else obs
 
+    def _on_device(self, items: np.ndarray) -> torch.Tensor:
+        """``items`` on the storage device. On CUDA through a pinned staging buffer: the copy is
+        asynchronous on the current stream (the actor's, in the async pipeline) instead of a
+        pageable copy; the buffer is reused only once its previous copy has landed."""
+        if self._staging is None:
+            return torch.as_tensor(items, device=self.device)
+        if self._staged is not None:
+            self._staged.synchronize()
+        staging = self._staging[: len(items)]
+        staging.numpy()[...] = items
+        on_device = staging.to(self.device, non_blocking=True)
+        self._staged = torch.cuda.Event()
+        self._staged.record()
+        return on_device
+
     def _write(self, envs: np.ndarray, items: np.ndarray, flags: np.uint8) -> None:
         slot = self.head[envs]
         self.valid -= int(np.count_nonzero(self.flags[envs, slot] & VALID))
-        self.items[torch.from_numpy(envs), torch.from_numpy(slot)] = torch.as_tensor(
-            items, device=self.device
-        )
+        self.items[torch.from_numpy(envs), torch.from_numpy(slot)] = self._on_device(items)
         self.flags[envs, slot] = flags
         self.head[envs] = (slot + 1) % self.slots
         self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
@@ -309,9 +337,12 @@ class ReplayBuffer:
         )
         if self.out_device == dev:
             return batch
-        if self._pin:
+        if self._pin:  # host storage feeding a GPU: an asynchronous copy from pinned memory
             batch = Batch(*(t.pin_memory() for t in batch))
-        return Batch(*(t.to(self.out_device, non_blocking=True) for t in batch))
+            return Batch(*(t.to(self.out_device, non_blocking=True) for t in batch))
+        # Any other pair, GPU storage for a CPU learner above all, copies synchronously: a
+        # non-blocking device-to-host copy can be read before it has landed.
+        return Batch(*(t.to(self.out_device) for t in batch))
 
     def rng_state(self) -> dict[str, Any]:
         return self.rng.bit_generator.state

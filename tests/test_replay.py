@@ -79,6 +79,43 @@ def fill(buffer: ReplayBuffer, envs: ReferenceEnvs, steps: int, end_prob: float)
         buffer.add(actions, rewards, term, trunc, obs, final)
 
 
+def check_samples(buffer: ReplayBuffer, envs: ReferenceEnvs, rounds: int) -> set[int]:
+    """Sample ``rounds`` batches and check each transition against what the envs showed;
+    returns the newest frame ids seen."""
+    seen = set()
+    for _ in range(rounds):
+        batch = buffer.sample(32)
+        assert all(t.device == buffer.out_device for t in batch)
+        batch = type(batch)(*(t.cpu() for t in batch))
+        for i in range(32):
+            obs = batch.obs[i].numpy()
+            fid = frame_id(obs[-1])
+            assert fid in envs.transitions, "sampled a transition that never happened"
+            want_obs, action, reward, want_next, terminal = envs.transitions[fid]
+            np.testing.assert_array_equal(obs, want_obs)  # zero padding before episode starts
+            np.testing.assert_array_equal(batch.next_obs[i].numpy(), want_next)
+            assert batch.actions[i].item() == action
+            assert batch.rewards[i].item() == pytest.approx(reward)
+            assert batch.dones[i].item() == float(terminal)
+            seen.add(fid)
+    return seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("storage", "learner"), [("cuda", "cuda"), ("cuda", "cpu"), ("cpu", "cuda")]
+)
+def test_samples_are_exact_across_devices(storage, learner):
+    """GPU storage written through pinned staging; GPU to CPU batches copied synchronously (an
+    asynchronous device-to-host copy can be read before it lands); CPU to GPU through pinned
+    memory."""
+    envs = ReferenceEnvs(3, np.random.default_rng(5))
+    buffer = ReplayBuffer(SPEC, 96, 3, storage, seed=1, out_device=learner)
+    fill(buffer, envs, 400, 0.15)
+    check_samples(buffer, envs, rounds=20)
+
+
 @pytest.mark.parametrize(
     ("num_envs", "capacity", "steps", "end_prob"),
     [
@@ -92,20 +129,7 @@ def test_samples_match_what_the_environment_showed(num_envs, capacity, steps, en
     envs = ReferenceEnvs(num_envs, rng)
     buffer = ReplayBuffer(SPEC, capacity, num_envs, "cpu", seed=1)
     fill(buffer, envs, steps, end_prob)
-    seen = set()
-    for _ in range(50):
-        batch = buffer.sample(32)
-        for i in range(32):
-            obs = batch.obs[i].numpy()
-            fid = frame_id(obs[-1])
-            assert fid in envs.transitions, "sampled a transition that never happened"
-            want_obs, action, reward, want_next, terminal = envs.transitions[fid]
-            np.testing.assert_array_equal(obs, want_obs)  # zero padding before episode starts
-            np.testing.assert_array_equal(batch.next_obs[i].numpy(), want_next)
-            assert batch.actions[i].item() == action
-            assert batch.rewards[i].item() == pytest.approx(reward)
-            assert batch.dones[i].item() == float(terminal)
-            seen.add(fid)
+    seen = check_samples(buffer, envs, rounds=50)
     # Only transitions still in the buffer are sampled, and all of them can be.
     newest = envs.next_id
     per_env = capacity // num_envs
