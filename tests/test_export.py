@@ -10,9 +10,24 @@ import numpy as np
 import pytest
 import torch
 
+from edgerl.errors import EdgerlError
 from edgerl.export import ExportRequest, run_export
-from edgerl.export.common import ExportError, Sidecar, compare
-from edgerl.export.tensorrt import engine_name, fast_fp16, flavor
+from edgerl.export.common import (
+    ExportError,
+    Sidecar,
+    check_agreement,
+    check_batch,
+    collect_observations,
+    compare,
+)
+from edgerl.export.onnx import OnnxPolicy, session_providers
+from edgerl.export.tensorrt import (
+    calibration_cache_path,
+    engine_name,
+    fast_fp16,
+    flavor,
+    profile_shapes,
+)
 
 from .conftest import PONG_FAST
 
@@ -181,6 +196,61 @@ def test_compare_tolerates_near_ties_only():
     assert ok.ok and ok.near_ties == 1 and ok.actions_equal == 1
     wrong = compare(ref, ref, np.array([0, 2]))
     assert not wrong.ok
+
+
+class EngineSizedOnnxPolicy(OnnxPolicy):
+    """An ONNX Runtime session standing where a TensorRT engine built for ``--batch 8`` would:
+    it refuses larger batches exactly as the engine's policy does."""
+
+    batch_max = 8
+
+    def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        check_batch(len(obs), self.batch_max)
+        return super()._run(obs)
+
+
+def test_the_agreement_check_feeds_an_engine_at_most_its_batch(cli, pong_run):
+    r = cli("export", "--run-dir", pong_run, "--onnx", "--json")
+    assert r.code == 0, r.err
+    policy = EngineSizedOnnxPolicy(Path(json.loads(r.out)[0]["file"]), cpu_only=True)
+    obs = collect_observations(policy.env_config, 96)
+    with pytest.raises(EdgerlError, match="batches of at most 8, not 96"):
+        policy.q_values(obs)  # all 96 at once, as the check used to: every --trt export failed
+
+    from edgerl.play import TorchPolicy, newest_checkpoint
+
+    reference = TorchPolicy.from_file(newest_checkpoint(pong_run)).q_values(obs)
+    agreement = check_agreement(policy, obs, reference.astype(np.float64))
+    assert agreement.ok and agreement.total == 96 and agreement.actions_equal == 96
+    wrong = check_agreement(policy, obs, reference[:, ::-1].astype(np.float64))
+    assert not wrong.ok  # the chunks are put back in order and compared, not just run
+
+
+def test_int8_calibrates_at_the_calibration_batch_not_at_batch_one():
+    run, calibration = profile_shapes((4, 84, 84), 8)
+    assert run == ((1, 4, 84, 84), (1, 4, 84, 84), (8, 4, 84, 84))
+    assert calibration == ((8, 4, 84, 84),) * 3  # TensorRT calibrates at the profile's opt
+
+
+def test_int8_scales_are_cached_per_checkpoint(tmp_path):
+    old = calibration_cache_path(tmp_path, "Pong-v5", "ab" * 32)
+    new = calibration_cache_path(tmp_path, "Pong-v5", "cd" * 32)
+    assert old != new and old.parent == tmp_path and old.name.startswith("Pong-v5-abab")
+
+
+def test_onnx_runtimes_tensorrt_provider_keeps_its_engine_next_to_the_model(tmp_path):
+    model = tmp_path / "policy.onnx"
+    available = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    chosen = session_providers(model, available, "1.19.2")
+    name, options = chosen[0]
+    assert name == "TensorrtExecutionProvider" and chosen[1:] == available[1:]
+    assert options["trt_engine_cache_enable"] and options["trt_timing_cache_enable"]
+    assert options["trt_engine_cache_path"] == str(tmp_path / "policy.trt-cache")
+    assert options["trt_timing_cache_path"] == options["trt_engine_cache_path"]
+    # 1.16 (JetPack 5's) rejects options it does not know: no timing cache path there.
+    assert "trt_timing_cache_path" not in session_providers(model, available, "1.16.0")[0][1]
+    assert session_providers(model, available[2:], "1.19.2") == ["CPUExecutionProvider"]
+    assert session_providers(model, available, "1.19.2", cuda=False) == ["CPUExecutionProvider"]
 
 
 def test_a_missing_sidecar_is_explained(tmp_path):

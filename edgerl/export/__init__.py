@@ -19,6 +19,7 @@ from edgerl.export.common import (
     Agreement,
     ExportError,
     Sidecar,
+    check_agreement,
     collect_observations,
     compare,
     latency_us,
@@ -104,7 +105,7 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
     )
     export_onnx(torch_policy, onnx_path, base)
     ort_policy = OnnxPolicy(onnx_path, cpu_only=True)
-    agreement = compare(reference, ort_policy.q_values(obs), ort_policy.act(obs))
+    agreement = check_agreement(ort_policy, obs, reference)
     if not agreement.ok:
         raise ExportError(
             f"ONNX Runtime disagrees with PyTorch on {onnx_path.name}: {agreement.describe()}"
@@ -148,7 +149,13 @@ def _export_trt(
     import dataclasses
 
     from edgerl.export.onnx import export_onnx
-    from edgerl.export.tensorrt import TensorRTPolicy, build_engine, flavor, import_tensorrt
+    from edgerl.export.tensorrt import (
+        Calibration,
+        TensorRTPolicy,
+        build_engine,
+        flavor,
+        import_tensorrt,
+    )
 
     trt = import_tensorrt()
     fl = flavor(trt.__version__)
@@ -163,9 +170,8 @@ def _export_trt(
         )
     calibration = None  # INT8 only: game frames to calibrate on (seconds of emulation)
     if precision == "int8":
-        calibration = collect_observations(
-            torch_policy.env_config, max(256, req.batch * 32), seed=1
-        )
+        frames = collect_observations(torch_policy.env_config, max(256, req.batch * 32), seed=1)
+        calibration = Calibration(frames, base.source_sha256)
     result = build_engine(
         onnx_path,
         out_dir,
@@ -191,9 +197,7 @@ def _export_trt(
     )
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
     engine_policy = TensorRTPolicy(result.engine)
-    agreement = compare(
-        reference, engine_policy.q_values(obs), engine_policy.act(obs), result.precision
-    )
+    agreement = check_agreement(engine_policy, obs, reference, result.precision)
     latency = latency_us(engine_policy.act, obs)
     sidecar.agreement, sidecar.latency_us = agreement.to_dict(), latency
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())

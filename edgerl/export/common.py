@@ -172,6 +172,29 @@ def compare(
     return Agreement(diff, tol, int(equal.sum()), ties, len(ref_actions))
 
 
+def check_batch(n: int, batch_max: int | None) -> None:
+    """Raise EdgerlError when a batch of ``n`` is more than a policy file accepts."""
+    if batch_max is not None and n > batch_max:
+        raise EdgerlError(f"this engine takes batches of at most {batch_max}, not {n}")
+
+
+def check_agreement(
+    policy: Any, obs: np.ndarray, reference_q: np.ndarray, precision: str = "fp32"
+) -> Agreement:
+    """Run ``policy`` on ``obs`` and compare with PyTorch's Q-values ``reference_q``.
+
+    The observations go in chunks of at most the policy's ``batch_max`` (a TensorRT engine
+    accepts no larger batch than its optimisation profile's maximum; None: no limit).
+    """
+    limit = getattr(policy, "batch_max", None) or len(obs)
+    q_values, actions = [], []
+    for start in range(0, len(obs), limit):
+        chunk = obs[start : start + limit]
+        q_values.append(policy.q_values(chunk))
+        actions.append(policy.act(chunk))
+    return compare(reference_q, np.concatenate(q_values), np.concatenate(actions), precision)
+
+
 def latency_us(
     act: Callable[[np.ndarray], Any], obs: np.ndarray, runs: int = 300, warmup: int = 30
 ) -> dict[str, float]:

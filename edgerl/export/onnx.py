@@ -116,6 +116,48 @@ def providers(available: list[str], cuda: bool = True) -> list[str]:
     return [p for p in order if p in available] or ["CPUExecutionProvider"]
 
 
+def trt_cache_dir(model: Path) -> Path:
+    """Where ONNX Runtime's TensorRT provider keeps the engine it builds for ``model``."""
+    return model.resolve().parent / f"{model.stem}.trt-cache"
+
+
+def session_providers(
+    model: Path, available: list[str], ort_version: str, cuda: bool = True
+) -> list[Any]:
+    """The providers to open ``model`` with, best first; the TensorRT provider with its caches.
+
+    Without its engine cache the TensorRT provider rebuilds the engine at every session start,
+    which takes minutes on a Jetson; the timing cache makes a rebuild (new model, new TensorRT)
+    faster. ``trt_timing_cache_path`` is only known to ONNX Runtime 1.17 and newer, which reject
+    options they do not know; older ones keep the timing cache in the engine cache directory.
+    """
+    names = providers(available, cuda)
+    if "TensorrtExecutionProvider" not in names:
+        return names
+    if not os.access(model.resolve().parent, os.W_OK):
+        log.warning(
+            "%s is in a directory this user cannot write: ONNX Runtime's TensorRT provider "
+            "will rebuild its engine at every start; copy the model somewhere writable",
+            model,
+        )
+        return names
+    cache = str(trt_cache_dir(model))
+    options: dict[str, Any] = {
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": cache,
+        "trt_timing_cache_enable": True,
+    }
+    if _release(ort_version) >= (1, 17):
+        options["trt_timing_cache_path"] = cache
+    return [(n, options) if n == "TensorrtExecutionProvider" else n for n in names]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``1.17.3`` -> (1, 17); anything unreadable -> (0,)."""
+    parts = version.split(".")[:2]
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (0,)
+
+
 def read_metadata(path: Path) -> Sidecar:
     """The policy description embedded in an ONNX file (else its sidecar file)."""
     onnx = _import_onnx()
@@ -145,8 +187,13 @@ class OnnxPolicy:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
-        self.providers = providers(ort.get_available_providers(), cuda=not cpu_only)
-        self.session = ort.InferenceSession(str(path), options, providers=self.providers)
+        chosen = session_providers(
+            path, ort.get_available_providers(), ort.__version__, cuda=not cpu_only
+        )
+        if any(isinstance(p, tuple) for p in chosen):
+            trt_cache_dir(path).mkdir(parents=True, exist_ok=True)
+        self.session = ort.InferenceSession(str(path), options, providers=chosen)
+        self.providers = self.session.get_providers()
         self._dtype = np.uint8 if s.kind == "frames" else np.float32
 
     def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from edgerl.checkpoint import write_atomic
 from edgerl.errors import EdgerlError
-from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, slug
+from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, check_batch, slug
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,38 @@ def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: Path) -> Any:
     return Calibrator()
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What INT8 calibration needs: game frames, and the checkpoint whose weights they scale."""
+
+    frames: np.ndarray
+    source_sha256: str
+
+
+def calibration_cache_path(out_dir: Path, env_short: str, source_sha256: str) -> Path:
+    """Where the INT8 scales of one checkpoint are cached.
+
+    Scales belong to one set of weights: keyed by the checkpoint's SHA-256, a newer checkpoint of
+    the same game never silently reuses an older one's.
+    """
+    return out_dir / f"{env_short}-{source_sha256[:16]}.int8-calibration.cache"
+
+
+Shapes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def profile_shapes(obs_shape: tuple[int, ...], batch: int) -> tuple[Shapes, Shapes]:
+    """(min, opt, max) input shapes of the engine's profile and of the calibration profile.
+
+    The engine accepts 1..``batch`` and is tuned for 1 (play acts on one observation at a time).
+    TensorRT calibrates at the profile's ``opt`` shape, so calibrating with that profile would
+    use 1 frame of every ``batch`` the calibrator hands over; the calibration profile is fixed
+    at the calibration batch instead.
+    """
+    one, full = (1, *obs_shape), (batch, *obs_shape)
+    return (one, one, full), (full, full, full)
+
+
 @dataclass
 class BuildResult:
     engine: Path
@@ -166,13 +198,14 @@ def build_engine(
     precision: str,
     batch: int,
     workspace_mb: int,
-    calibration_frames: np.ndarray | None,
+    calibration: Calibration | None,
     onnx_fp16: Path | None = None,
 ) -> BuildResult:
     """Build and save an engine for ``onnx_path``; raises ExportError on any failure.
 
-    ``precision`` is "fp32", "fp16" or "int8". On TensorRT 11+, FP16 builds from ``onnx_fp16``
-    (an FP16-typed graph). The timing cache next to the engine makes rebuilds fast.
+    ``precision`` is "fp32", "fp16" or "int8" (which needs ``calibration``). On TensorRT 11+,
+    FP16 builds from ``onnx_fp16`` (an FP16-typed graph). The timing cache next to the engine
+    makes rebuilds fast.
     """
     import torch
 
@@ -209,16 +242,19 @@ def build_engine(
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
     if fl.precision_flags and precision in ("fp16", "int8"):
         config.set_flag(trt.BuilderFlag.FP16)  # INT8 layers fall back to FP16, not FP32
+    run_shapes, calibration_shapes = profile_shapes(obs_shape, batch)
     profile = builder.create_optimization_profile()
-    profile.set_shape(INPUT, (1, *obs_shape), (1, *obs_shape), (batch, *obs_shape))
+    profile.set_shape(INPUT, *run_shapes)
     config.add_optimization_profile(profile)
-    calib_cache = out_dir / f"{env_short}.int8-calibration.cache"
     if precision == "int8":
-        if calibration_frames is None or len(calibration_frames) < batch:
+        if calibration is None or len(calibration.frames) < batch:
             raise ExportError("INT8 needs calibration frames from the game")
+        cache = calibration_cache_path(out_dir, env_short, calibration.source_sha256)
         config.set_flag(trt.BuilderFlag.INT8)
-        config.int8_calibrator = _calibrator(trt, calibration_frames, batch, calib_cache)
-        config.set_calibration_profile(profile)
+        config.int8_calibrator = _calibrator(trt, calibration.frames, batch, cache)
+        calibration_profile = builder.create_optimization_profile()
+        calibration_profile.set_shape(INPUT, *calibration_shapes)
+        config.set_calibration_profile(calibration_profile)
 
     cache_path = out_dir / f"timing-{fl.tag}-{slug(gpu)}.cache"
     cache = config.create_timing_cache(cache_path.read_bytes() if cache_path.exists() else b"")
@@ -291,8 +327,7 @@ class TensorRTPolicy:
     def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         torch = self._torch
         n = len(obs)
-        if n > self.batch_max:
-            raise EdgerlError(f"this engine takes batches of at most {self.batch_max}, not {n}")
+        check_batch(n, self.batch_max)
         self.h_obs[:n].copy_(torch.from_numpy(np.ascontiguousarray(obs)))
         with torch.cuda.stream(self.stream):
             self.d_obs[:n].copy_(self.h_obs[:n], non_blocking=True)
