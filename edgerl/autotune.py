@@ -15,6 +15,7 @@ than that only cost memory (replay per env) and staleness.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import time
@@ -144,8 +145,7 @@ def calibrate(
     measurements = []
     for n in sizes:
         for threads in sorted({1, min(n, cpus)}):
-            env_cfg = copy.copy(cfg.env)
-            env_cfg.num_envs, env_cfg.threads = n, threads
+            env_cfg = dataclasses.replace(cfg.env, num_envs=n, threads=threads)
             sps = measure_actor(env_cfg, actor_net, device, seconds)
             measurements.append(ActorMeasurement(n, threads, round(sps, 1)))
             log.debug("autotune: %d envs, %d threads: %.0f steps/s", n, threads, sps)

@@ -10,6 +10,7 @@ reaches it. Figures are per second and per update / per env step, so they scale 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -24,7 +25,8 @@ import torch
 
 from edgerl.autotune import calibrate, measure_updates
 from edgerl.config import Config, EnvConfig, apply_presets, build_layers, check_consistency, resolve
-from edgerl.dqn import DQN, configure_backends, resolve_device
+from edgerl.device import configure_backends, resolve_device
+from edgerl.dqn import DQN
 from edgerl.envs import make_env, probe
 from edgerl.nets import NatureCNN, build_q_network
 from edgerl.replay import bytes_per_transition, example_batch
@@ -46,6 +48,7 @@ BENCH_SETTINGS = {  # learning starts early so a few seconds reach the learner-b
 class BenchOptions:
     env_id: str = "ALE/Pong-v5"
     seconds: float = 20.0  # per whole-loop measurement; stages take a fraction of it
+    config_file: Path | None = None
     overrides: tuple[str, ...] = ()
     autotune: bool = False
     compile: bool = False  # also measure the torch.compile'd CPU update (about 20 s)
@@ -56,7 +59,9 @@ class BenchOptions:
 def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
     cfg = resolve(
-        build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, use_system=False)
+        build_layers(
+            opts.config_file, [*sets, *opts.overrides], {"env.id": opts.env_id}, use_system=False
+        )
     )
     cfg = apply_presets(cfg, probe(opts.env_id).kind)
     check_consistency(cfg)
@@ -83,12 +88,12 @@ def env_steps_per_s(env_id: str, num_envs: int, seconds: float) -> float:
 def forwards_per_s(
     net: torch.nn.Module,
     obs_shape: tuple[int, ...],
-    kind: str,
+    obs_dtype: str,
     batch: int,
     device: torch.device,
     seconds: float,
 ) -> float:
-    dtype = torch.uint8 if kind == "frames" else torch.float32
+    dtype = getattr(torch, obs_dtype)
     x = torch.zeros((batch, *obs_shape), dtype=dtype, device=device)
     with torch.no_grad():
         for _ in range(3):
@@ -125,11 +130,10 @@ def update_variants(
 def measure_update_variant(
     cfg: Config, device: torch.device, variant: dict[str, Any], seconds: float
 ) -> float:
-    import copy
-
     spec = probe(cfg.env.id)
-    perf = copy.copy(cfg.perf)
-    perf.amp, perf.cuda_graphs, perf.compile = variant["amp"], variant["cuda_graphs"], "off"
+    perf = dataclasses.replace(
+        cfg.perf, amp=variant["amp"], cuda_graphs=variant["cuda_graphs"], compile="off"
+    )
     net = build_q_network(spec, cfg.agent.hidden)
     learner = DQN(net, cfg.agent, device, perf)
     if isinstance(learner.q, NatureCNN) and not variant["channels_last"]:
@@ -139,8 +143,10 @@ def measure_update_variant(
         learner.target.channels_last = False
     if variant.get("compile"):
         started = time.perf_counter()
-        learner.compile_setting = "on"
-        learner.maybe_compile(0, example_batch(spec, cfg.agent.batch_size, device, random=True))
+        learner.fast.compile_setting = "on"
+        learner.fast.maybe_compile(
+            0, example_batch(spec, cfg.agent.batch_size, device, random=True)
+        )
         log.info("bench: compiling took %.0f s", time.perf_counter() - started)
     return measure_updates(learner, spec, cfg.agent.batch_size, seconds)
 
@@ -208,7 +214,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     net = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, device, cfg.perf).q.eval()
     result["act_per_s"] = {}
     for b in opts.act_batches:
-        fps = forwards_per_s(net, spec.obs_shape, spec.kind, b, device, stage_s)
+        fps = forwards_per_s(net, spec.obs_shape, spec.obs_dtype, b, device, stage_s)
         result["act_per_s"][str(b)] = {
             "forwards_per_s": round(fps, 1),
             "actions_per_s": round(fps * b, 1),

@@ -23,7 +23,6 @@ import errno
 import hashlib
 import io
 import logging
-import os
 import re
 import struct
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from typing import Any
 
 import torch
 
+from edgerl.atomic import write_atomic
 from edgerl.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -60,14 +60,6 @@ def list_checkpoints(directory: Path) -> list[CheckpointFile]:
         if m and p.is_file():
             found.append(CheckpointFile(p, int(m["seq"]), int(m["step"])))
     return sorted(found, key=lambda c: c.seq)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def encode(state: dict[str, Any]) -> bytes:
@@ -126,25 +118,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a fsync'ed temporary file and a rename.
-
-    Raises OSError (e.g. ENOSPC) with the temporary file removed and ``path`` untouched.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
 
 
 class CheckpointWriteError(CheckpointError):

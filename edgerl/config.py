@@ -421,14 +421,26 @@ def from_dict(table: Mapping[str, Any], source: str) -> Config:
     return resolve([Layer(source, _flatten(table, source))])
 
 
+def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
+    """A new config: ``cfg`` with ``section.key -> value`` replaced (``cfg`` is not changed).
+
+    Values are taken as they are (callers pass resolved, typed values); which keys count as
+    explicitly set does not change.
+    """
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, {})[name] = value
+    return dataclasses.replace(
+        cfg,
+        **{s: dataclasses.replace(getattr(cfg, s), **sections.get(s, {})) for s in SECTIONS},
+    )
+
+
 def apply_presets(cfg: Config, obs_kind: str) -> Config:
     """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector")."""
-    out = dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s)) for s in SECTIONS})
-    for key, value in PRESETS[obs_kind].items():
-        if key not in cfg.explicit:
-            section, name = key.split(".", 1)
-            setattr(getattr(out, section), name, value)
-    return out
+    preset = {k: v for k, v in PRESETS[obs_kind].items() if k not in cfg.explicit}
+    return with_values(cfg, preset)
 
 
 def check_consistency(cfg: Config) -> None:
@@ -468,6 +480,16 @@ def reference_markdown() -> str:
         live = " (live: SIGHUP)" if field_info(key)[0].metadata.get("live") else ""
         rows.append(f"| `{key}` | `{shown}` | {doc}{live} |")
     return "\n".join(rows) + "\n"
+
+
+def reference_text() -> str:
+    """Every key as ``key = default  # doc`` (``edgerl config --reference``)."""
+    import json
+
+    return "".join(
+        f"{key} = {json.dumps(list(default) if isinstance(default, tuple) else default)}  # {doc}\n"
+        for key, default, doc in describe()
+    )
 
 
 def describe() -> list[tuple[str, Any, str]]:

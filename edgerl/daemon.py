@@ -14,86 +14,94 @@ monitor interval, metrics interval), saying which changed. A user error exits 2 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from edgerl.config import Config, build_layers, field_info, keys, resolve
+from edgerl.config import Config, build_layers, field_info, keys, resolve, with_values
 from edgerl.errors import EdgerlError
+from edgerl.hooks import Hook, Run
+from edgerl.logs import set_level, setup_service_logging
 from edgerl.metrics import TrainStats, progress_fields
 from edgerl.notify import Notifier, watchdog_interval_s
 from edgerl.rundir import service_run_dir
-from edgerl.train import Hook, Trainer
+from edgerl.train import Trainer
 
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0
 LIVE_KEYS = [k for k in keys() if field_info(k)[0].metadata.get("live")]
-SYSLOG_PRIORITY = {
-    logging.DEBUG: 7,
-    logging.INFO: 6,
-    logging.WARNING: 4,
-    logging.ERROR: 3,
-    logging.CRITICAL: 2,
-}
-
-
-class JournalFormatter(logging.Formatter):
-    """``<priority>message``: journald reads the priority, and adds the time itself."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"<{SYSLOG_PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
 
 
 def daemon_config(config_file: Path | None) -> Config:
     """The service's config: the usual layers, with service defaults for keys nobody set."""
     cfg = resolve(build_layers(config_file))
-    if "hw.max_clocks" not in cfg.explicit:
-        cfg.hw.max_clocks = True
-    if "train.run_dir" not in cfg.explicit:
-        cfg.train.run_dir = str(service_run_dir(cfg.env.id))
-    return cfg
+    service_defaults = {
+        "hw.max_clocks": True,
+        "train.run_dir": str(service_run_dir(cfg.env.id)),
+    }
+    return with_values(cfg, {k: v for k, v in service_defaults.items() if k not in cfg.explicit})
+
+
+def live_changes(
+    requested: Config, reread: Config, running: Config
+) -> tuple[Config, list[str], list[str]]:
+    """What a reload can do: (``running`` with the live keys of ``reread``, those changes as
+    "key old -> new", the other keys that changed, which apply only after a restart).
+
+    A live key changes when the re-read file says other than what runs. Any other key is named
+    only if the file changed it since start: ``requested`` and ``reread`` are both taken before
+    presets and autotune, which change what runs but are no edit of the user's.
+    """
+    live = [k for k in LIVE_KEYS if running.get(k) != reread.get(k)]
+    applied = with_values(running, {k: reread.get(k) for k in live})
+    described = [f"{k} {running.get(k)} -> {reread.get(k)}" for k in live]
+    restart = [k for k in keys() if k not in LIVE_KEYS and requested.get(k) != reread.get(k)]
+    return applied, described, restart
 
 
 class ServiceHook(Hook):
     """READY, STATUS, WATCHDOG and STOPPING from the training loop; SIGHUP reloads there too."""
 
-    def __init__(self, notifier: Notifier, config_file: Path | None) -> None:
+    def __init__(self, notifier: Notifier, config_file: Path | None, debug: bool = False) -> None:
         self.notifier = notifier
         self.config_file = config_file
+        self.debug = debug
         self.watchdog_s = watchdog_interval_s()
         self._last_watchdog = 0.0
         self._last_status = 0.0
         self.reload_requested = False
         self.checkpoint_problem: str | None = None
+        self._trainer: Trainer | None = None
 
-    def status_line(self, trainer: Trainer, stats: TrainStats) -> str:
-        text = f"step {trainer.step:,}/{trainer.cfg.train.steps:,} | {progress_fields(stats)}"
+    def serve(self, trainer: Trainer) -> None:
+        """The trainer this hook may reconfigure when a reload is requested."""
+        self._trainer = trainer
+
+    def status_line(self, run: Run, stats: TrainStats) -> str:
+        text = f"step {run.step:,}/{run.cfg.train.steps:,} | {progress_fields(stats)}"
         if self.checkpoint_problem:
             text += f" | {self.checkpoint_problem}"
         return text
 
-    def on_start(self, trainer: Trainer) -> None:
-        self.notifier.ready(f"training {trainer.cfg.env.id} from step {trainer.step:,}")
-        log.info("ready: training %s, run directory %s", trainer.cfg.env.id, trainer.run_dir)
+    def on_start(self, run: Run) -> None:
+        self.notifier.ready(f"training {run.cfg.env.id} from step {run.step:,}")
+        log.info("ready: training %s, run directory %s", run.cfg.env.id, run.run_dir)
 
-    def on_tick(self, trainer: Trainer, stats: TrainStats) -> None:
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
         now = time.monotonic()
         if self.watchdog_s is not None and now - self._last_watchdog >= self.watchdog_s:
             self.notifier.watchdog()
             self._last_watchdog = now
         if now - self._last_status >= STATUS_EVERY_S:
-            self.notifier.status(self.status_line(trainer, stats))
+            self.notifier.status(self.status_line(run, stats))
             self._last_status = now
-        if self.reload_requested:
+        if self.reload_requested and self._trainer is not None:
             self.reload_requested = False
-            self.reload(trainer)
+            self.reload(self._trainer)
 
-    def on_checkpoint(self, trainer: Trainer, path: Path | None, error: str | None) -> None:
+    def on_checkpoint(self, run: Run, path: Path | None, error: str | None) -> None:
         if error is None:
             if self.checkpoint_problem:
                 log.info("checkpoint written again: %s", path)
@@ -102,11 +110,12 @@ class ServiceHook(Hook):
         self.checkpoint_problem = f"checkpoint failed, retrying in 60 s: {error}"
         self.notifier.status(self.checkpoint_problem)
 
-    def on_end(self, trainer: Trainer) -> None:
-        self.notifier.stopping(f"stopping at step {trainer.step:,}: writing a checkpoint")
+    def on_end(self, run: Run) -> None:
+        self.notifier.stopping(f"stopping at step {run.step:,}: writing a checkpoint")
 
     def reload(self, trainer: Trainer) -> list[str]:
-        """Apply the live keys of the re-read config; returns the changes ("key old -> new")."""
+        """Re-read the config and hand the trainer its live keys; returns the changes
+        ("key old -> new"). Called from the training loop."""
         self.notifier.reloading()
         try:
             new = daemon_config(self.config_file)
@@ -114,17 +123,10 @@ class ServiceHook(Hook):
             log.error("reload failed, keeping the running config: %s", e)
             self.notifier.ready(f"reload failed: {e}")
             return []
-        changes = []
-        for key in LIVE_KEYS:
-            old_value, new_value = trainer.cfg.get(key), new.get(key)
-            if old_value != new_value:
-                apply_live(trainer, key, new_value)
-                changes.append(f"{key} {old_value} -> {new_value}")
-        restart = [
-            k
-            for k in keys()
-            if k not in LIVE_KEYS and k not in ("train.run_dir",) and _differs(trainer.cfg, new, k)
-        ]
+        applied, changes, restart = live_changes(trainer.requested_cfg, new, trainer.cfg)
+        if changes:
+            trainer.reconfigure(applied)
+            set_level(self.debug, applied.log.level)
         log.info(
             "reloaded %s: %s",
             self.config_file or "the config",
@@ -134,33 +136,6 @@ class ServiceHook(Hook):
             log.warning("changed but only applied after a restart: %s", ", ".join(restart))
         self.notifier.ready(f"reloaded: {'; '.join(changes) or 'no live change'}")
         return changes
-
-
-def _differs(old: Config, new: Config, key: str) -> bool:
-    return old.get(key) != new.get(key)
-
-
-def apply_live(trainer: Trainer, key: str, value: Any) -> None:
-    """Change one live key in the running trainer."""
-    section, name = key.split(".", 1)
-    sub = getattr(trainer.cfg, section)
-    setattr(trainer.cfg, section, dataclasses.replace(sub, **{name: value}))
-    if key == "log.level":
-        logging.getLogger().setLevel(getattr(logging, str(value).upper()))
-    elif key == "hw.monitor_interval_ms" and trainer.monitor is not None:
-        trainer.monitor.set_interval(int(value))
-    display = getattr(trainer, "display", None)
-    if section == "display" and display is not None:
-        display.configure(trainer.cfg.display)
-
-
-def setup_service_logging(debug: bool, level: str) -> None:
-    from edgerl.cli import setup_logging
-
-    setup_logging(debug, level, timestamps=not os.environ.get("JOURNAL_STREAM"))
-    if os.environ.get("JOURNAL_STREAM"):
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JournalFormatter("%(message)s"))
 
 
 def run(config_file: Path | None, debug: bool = False) -> int:
@@ -177,7 +152,7 @@ def run(config_file: Path | None, debug: bool = False) -> int:
         notifier.status(f"failed: {e}")
         return e.exit_code
     setup_service_logging(debug, cfg.log.level)
-    hook = ServiceHook(notifier, config_file)
+    hook = ServiceHook(notifier, config_file, debug)
     stop = StopRequest()
 
     def hangup() -> None:
@@ -190,11 +165,12 @@ def run(config_file: Path | None, debug: bool = False) -> int:
     try:
         with (
             stop_on_signals(request_stop, hangup),
-            training_session(cfg, quiet=True, hooks=[hook]) as trainer,
+            training_session(cfg, quiet=True, hooks=[hook]) as session,
         ):
-            stop.target = trainer.request_stop
+            stop.target = session.trainer.request_stop
+            hook.serve(session.trainer)
             notifier.status(f"set up; taking the first step of {cfg.env.id}")
-            result = trainer.run()
+            result = session.trainer.run()
     except EdgerlError as e:
         log.error("%s", e)
         notifier.status(f"failed: {e}")

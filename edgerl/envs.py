@@ -27,6 +27,7 @@ import numpy as np
 
 from edgerl.config import EnvConfig
 from edgerl.errors import EnvError
+from edgerl.rundir import short_env_name
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,50 @@ class EnvSpec:
     @property
     def short_name(self) -> str:
         """A file-system friendly name: ``ALE/Pong-v5`` -> ``Pong-v5``."""
-        from edgerl.rundir import short_env_name
-
         return short_env_name(self.id)
+
+    @property
+    def has_frames(self) -> bool:
+        """Atari frame stacks (shown by the viewer, stored one frame per step)."""
+        return self.kind == "frames"
+
+    @property
+    def frame_size(self) -> tuple[int, int] | None:
+        """(height, width) of one frame; None for vector observations."""
+        return (self.obs_shape[-2], self.obs_shape[-1]) if self.has_frames else None
+
+    @property
+    def stack(self) -> int:
+        """Frames per observation (1 for vector observations)."""
+        return self.obs_shape[0] if self.has_frames else 1
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """What one replay slot stores: the newest frame, or the whole vector."""
+        return self.obs_shape[1:] if self.has_frames else self.obs_shape
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values, as checkpoints store them."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "obs_shape": list(self.obs_shape),
+            "obs_dtype": self.obs_dtype,
+            "num_actions": self.num_actions,
+            "action_meanings": list(self.action_meanings),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EnvSpec:
+        """The spec :meth:`to_dict` wrote; raises KeyError/TypeError when fields are missing."""
+        return cls(
+            d["id"],
+            d["kind"],
+            tuple(d["obs_shape"]),
+            d["obs_dtype"],
+            int(d["num_actions"]),
+            tuple(d["action_meanings"]),
+        )
 
 
 class Step(NamedTuple):

@@ -81,6 +81,6 @@ class MLP(nn.Module):
 
 def build_q_network(spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
     """The Q-network for an environment: Nature CNN for frames, MLP for vectors."""
-    if spec.kind == "frames":
+    if spec.has_frames:
         return NatureCNN(spec.obs_shape[0], spec.num_actions)
     return MLP(spec.obs_shape[0], spec.num_actions, hidden)

@@ -20,11 +20,10 @@ import torch
 
 from edgerl.checkpoint import CheckpointStore, load
 from edgerl.config import EnvConfig, from_dict
-from edgerl.dqn import resolve_device
+from edgerl.device import resolve_device
 from edgerl.envs import EnvSpec, make_env
 from edgerl.errors import CheckpointError, EnvError
 from edgerl.nets import NatureCNN, build_q_network
-from edgerl.train import env_spec_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class TorchPolicy:
 
     def __init__(self, state: dict[str, Any], device: str = "cpu", source: Path | None = None):
         try:
-            self.spec = env_spec_from_dict(state["env"])
+            self.spec = EnvSpec.from_dict(state["env"])
             cfg = from_dict(state["config"], f"checkpoint {source}")
             q_state = state["learner"]["q"]
         except (KeyError, TypeError) as e:
@@ -114,6 +113,16 @@ class PlayResult:
             "p99": round(float(np.percentile(lat, 99)), 2),
             "max": round(float(lat.max()), 2),
         }
+
+    def describe(self) -> str:
+        """One line: returns and action latency."""
+        summary = self.to_json()
+        lat = summary["latency_us"]
+        return (
+            f"{summary['env']} with {summary['backend']}: {summary['episodes']} episodes, "
+            f"mean return {summary['return_mean']:.2f} (returns {summary['returns']}); action "
+            f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
+        )
 
     def to_json(self) -> dict[str, Any]:
         returns = [float(r) for r in self.returns]

@@ -58,9 +58,9 @@ def example_batch(
     training: zeros, or (``random``) random frames/0-1 vectors, actions and rewards, which draw
     from torch's global RNG."""
     b = batch_size
-    dtype = torch.uint8 if spec.kind == "frames" else torch.float32
+    dtype = getattr(torch, spec.obs_dtype)
     if random:
-        high = 255 if spec.kind == "frames" else 1
+        high = 255 if spec.has_frames else 1
         obs = torch.randint(0, high + 1, (b, *spec.obs_shape), device=device).to(dtype)
         actions = torch.randint(0, spec.num_actions, (b,), device=device)
         rewards = torch.randn(b, device=device)
@@ -114,21 +114,13 @@ class MemoryPlan:
         )
 
 
-def _layout(spec: EnvSpec) -> tuple[tuple[int, ...], torch.dtype, int]:
-    """(item shape, item dtype, frames per observation) for an environment."""
-    if spec.kind == "frames":
-        return spec.obs_shape[1:], torch.uint8, spec.obs_shape[0]
-    return spec.obs_shape, torch.float32, 1
-
-
 def _action_dtype(num_actions: int) -> np.dtype[Any]:
     return np.dtype(np.uint8) if num_actions <= 256 else np.dtype(np.int32)
 
 
 def bytes_per_transition(spec: EnvSpec) -> int:
     """Bytes one stored transition costs: one item, its action, reward and flags."""
-    shape, dtype, _ = _layout(spec)
-    item = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    item = int(np.prod(spec.item_shape)) * np.dtype(spec.obs_dtype).itemsize
     return item + _action_dtype(spec.num_actions).itemsize + 4 + 1
 
 
@@ -188,7 +180,7 @@ class ReplayBuffer:
         self.plan = plan_memory(spec, capacity, available_bytes, where)
         self.plan.check()
 
-        item_shape, item_dtype, stack = _layout(spec)
+        item_shape, item_dtype, stack = spec.item_shape, getattr(torch, spec.obs_dtype), spec.stack
         self.spec = spec
         self.stack = stack
         self.num_envs = num_envs

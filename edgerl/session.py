@@ -8,34 +8,59 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from edgerl.config import Config
+from edgerl.hooks import Hook
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
 from edgerl.status import StatusWriter
-from edgerl.train import Hook, Trainer
+from edgerl.train import Trainer
+
+
+@dataclass
+class Session:
+    """A ready trainer and the hardware that the session set up around it."""
+
+    trainer: Trainer
+    monitor: LoadMonitor | None = None
+    clocks: MaxClocks | None = None
+
+    def clocks_state(self) -> str:
+        """``maximum``, why the clocks were left alone, or ``unchanged``."""
+        if self.clocks is not None and self.clocks.active:
+            return "maximum"
+        if self.clocks is not None and self.clocks.skipped:
+            return self.clocks.skipped
+        return "unchanged"
+
+    def verdict(self) -> str | None:
+        """What limited training, as a sentence (None without a monitor)."""
+        return self.monitor.verdict().sentence() if self.monitor is not None else None
 
 
 @contextlib.contextmanager
 def training_session(
     cfg: Config, *, fresh: bool = False, quiet: bool = False, hooks: Sequence[Hook] = ()
-) -> Iterator[Trainer]:
-    """Yield a ready Trainer with clocks maxed (``hw.max_clocks``) and the monitor running.
+) -> Iterator[Session]:
+    """Yield a ready session with clocks maxed (``hw.max_clocks``) and the monitor running.
 
     Every run keeps ``<run_dir>/status.json`` current (``stopped`` or ``failed`` at the end).
     Raises what :class:`Trainer` raises for user errors, before touching the clocks.
     """
-    status = StatusWriter()
+    session: Session | None = None
+    status = StatusWriter(clocks=lambda: session.clocks_state() if session else "unchanged")
     trainer = Trainer(cfg, fresh=fresh, quiet=quiet, hooks=[status, *hooks])
     with trainer, _final_status(trainer, status), contextlib.ExitStack() as stack:
+        session = Session(trainer)
         hw = trainer.cfg.hw
         if hw.max_clocks:
-            trainer.clocks = stack.enter_context(MaxClocks(hw, state_dir_for(hw)))
+            session.clocks = stack.enter_context(MaxClocks(hw, state_dir_for(hw)))
         if hw.monitor:
             monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step)
-            trainer.monitor = stack.enter_context(monitor)
-            trainer.hooks.insert(0, monitor)  # first, so later hooks see the newest load
-        yield trainer
+            session.monitor = stack.enter_context(monitor)
+            trainer.add_hook(monitor, first=True)  # so later hooks see the newest load
+        yield session
 
 
 @contextlib.contextmanager

@@ -13,14 +13,17 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from edgerl.checkpoint import write_atomic
+from edgerl.atomic import write_atomic
 from edgerl.errors import RunDirError
+from edgerl.hooks import Hook, Run
 from edgerl.metrics import TrainStats
+from edgerl.processes import pid_alive
 
 STATUS_FILE = "status.json"
 WRITE_EVERY_S = 3.0
@@ -35,10 +38,13 @@ def _num(v: float) -> float | None:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-class StatusWriter:
-    """A trainer hook that keeps ``status.json`` current."""
+class StatusWriter(Hook):
+    """A trainer hook that keeps ``status.json`` current; ``clocks`` says the clocks' state."""
 
-    def __init__(self, every_s: float = WRITE_EVERY_S) -> None:
+    def __init__(
+        self, clocks: Callable[[], str] = lambda: "unchanged", every_s: float = WRITE_EVERY_S
+    ) -> None:
+        self.clocks = clocks
         self.every_s = every_s
         self.started = time.time()
         self._last = 0.0
@@ -46,62 +52,55 @@ class StatusWriter:
         self.message = ""
         self.checkpoint_error: str | None = None
 
-    def write(self, trainer: Any, stats: TrainStats | None = None) -> None:
-        stats = stats or trainer.stats
-        monitor = getattr(trainer, "monitor", None)
-        latest = monitor.latest if monitor is not None else None
-        clocks = getattr(trainer, "clocks", None)
+    def write(self, run: Run, stats: TrainStats | None = None) -> None:
+        stats = stats or run.stats
         now = time.time()
         doc = {
             "state": self.state,
             "message": self.message,
-            "env": trainer.cfg.env.id,
-            "run_dir": str(trainer.run_dir),
+            "env": run.cfg.env.id,
+            "run_dir": str(run.run_dir),
             "pid": os.getpid(),
-            "step": trainer.step,
-            "total_steps": trainer.cfg.train.steps,
+            "step": run.step,
+            "total_steps": run.cfg.train.steps,
             "sps": round(stats.sps, 1),
-            "episodes": trainer.episodes,
-            "return_mean": _num(trainer.return_mean()),
-            "epsilon": round(trainer.epsilon(), 4),
-            "updates": trainer.learner.updates,
+            "episodes": run.episodes,
+            "return_mean": _num(run.return_mean()),
+            "epsilon": round(run.epsilon(), 4),
+            "updates": run.updates,
             "started_at": _iso(self.started),
             "updated_at": _iso(now),
             "updated_unix": now,
-            "checkpoint": str(trainer.last_checkpoint) if trainer.last_checkpoint else None,
+            "checkpoint": str(run.last_checkpoint) if run.last_checkpoint else None,
             "checkpoint_error": self.checkpoint_error,
-            "load": latest.to_dict() if latest is not None else None,
-            "load_line": latest.load_line() if latest is not None else None,
-            "clocks": (
-                "maximum"
-                if clocks is not None and clocks.active
-                else (clocks.skipped if clocks is not None and clocks.skipped else "unchanged")
-            ),
+            "load": stats.load.get("record"),
+            "load_line": stats.load.get("load_line"),
+            "clocks": self.clocks(),
         }
-        write_atomic(trainer.run_dir / STATUS_FILE, json.dumps(doc, indent=1).encode())
+        write_atomic(run.run_dir / STATUS_FILE, json.dumps(doc, indent=1).encode())
         self._last = time.monotonic()
 
     # -- hook --------------------------------------------------------------------------------
 
-    def on_start(self, trainer: Any) -> None:
+    def on_start(self, run: Run) -> None:
         self.state = "training"
-        self.write(trainer)
+        self.write(run)
 
-    def on_tick(self, trainer: Any, stats: TrainStats) -> None:
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
         if time.monotonic() - self._last >= self.every_s:
-            self.write(trainer, stats)
+            self.write(run, stats)
 
-    def on_checkpoint(self, trainer: Any, path: Path | None, error: str | None) -> None:
+    def on_checkpoint(self, run: Run, path: Path | None, error: str | None) -> None:
         self.checkpoint_error = error
 
-    def on_end(self, trainer: Any) -> None:
+    def on_end(self, run: Run) -> None:
         self.state = "stopping"
-        self.write(trainer)
+        self.write(run)
 
-    def finish(self, trainer: Any, state: str, message: str = "") -> None:
+    def finish(self, run: Run, state: str, message: str = "") -> None:
         """The last write: ``stopped`` or ``failed``."""
         self.state, self.message = state, message
-        self.write(trainer)
+        self.write(run)
 
 
 @dataclass(frozen=True)
@@ -110,22 +109,6 @@ class Liveness:
     stale: bool
     age_s: float
     reason: str
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists and looks like edgerl (guards against pid reuse)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    # An empty cmdline (a process mid-exec, or one whose memory is being torn down) proves nothing.
-    return not cmdline or b"edgerl" in cmdline
 
 
 def liveness(doc: dict[str, Any], now: float | None = None) -> Liveness:

@@ -1,10 +1,10 @@
 """The Trainer: environments, replay and learner, in one loop that reads top to bottom.
 
 Each iteration: one batched forward pass picks epsilon-greedy actions for all environments, the
-environments step, the transitions go to the replay, and the learner makes exactly the updates due,
-one per ``agent.train_freq`` env steps counted over all environments. Metrics, progress and
-checkpoints happen on wall-clock intervals. The loop stops when ``train.steps`` is reached or a stop
-is requested (Ctrl-C, SIGTERM): the step in flight finishes and a checkpoint is written.
+environments step, the transitions go to the replay, and the pipeline makes exactly the updates
+the learner's replay ratio asks for. Metrics, progress and checkpoints happen on wall-clock
+intervals. The loop stops when ``train.steps`` is reached or a stop is requested (Ctrl-C,
+SIGTERM): the step in flight finishes and a checkpoint is written.
 
 A run directory is resumed from its newest valid checkpoint: network, target network, optimizer,
 step and episode counts, the epsilon schedule position and every RNG. The replay buffer is not
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,15 +28,18 @@ import numpy as np
 import torch
 
 from edgerl import __version__
-from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, encode, write_atomic
-from edgerl.config import Config, apply_presets, check_consistency
+from edgerl.atomic import write_atomic
+from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, encode
+from edgerl.config import Config, apply_presets, check_consistency, with_values
+from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
-from edgerl.dqn import DQN, configure_backends, epsilon_greedy, linear_schedule, resolve_device
+from edgerl.dqn import DQN, epsilon_greedy
 from edgerl.envs import EnvSpec, VecEnv, make_env, probe
 from edgerl.errors import RunDirError
+from edgerl.hooks import Hook
 from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
 from edgerl.nets import build_q_network
-from edgerl.pipeline import make_learning
+from edgerl.pipeline import Learning, make_learning
 from edgerl.replay import ReplayBuffer, available_memory, example_batch, plan_memory
 from edgerl.rundir import RunDir, default_run_dir
 
@@ -48,22 +50,6 @@ PROGRESS_EVERY_S = 0.25
 CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
 # Config keys a resumed run must share with its checkpoint (they shape the network).
 SHAPING_KEYS = ("env.id", "agent.hidden")
-
-
-class Hook:
-    """Something that follows a training run (load monitor, service protocol, display)."""
-
-    def on_start(self, trainer: Trainer) -> None:
-        """Called once the trainer is fully set up, after the first environment step."""
-
-    def on_tick(self, trainer: Trainer, stats: TrainStats) -> None:
-        """Called a few times a second from the training loop."""
-
-    def on_checkpoint(self, trainer: Trainer, path: Path | None, error: str | None) -> None:
-        """Called after every checkpoint attempt (``error`` set when it failed)."""
-
-    def on_end(self, trainer: Trainer) -> None:
-        """Called when the loop has ended, before the final checkpoint is written."""
 
 
 @dataclass(frozen=True)
@@ -78,31 +64,19 @@ class TrainResult:
     checkpoint: Path | None
     stopped: bool  # a stop was requested before train.steps was reached
 
+    def summary(self) -> str:
+        """One line for the end of ``edgerl train``."""
+        ret = "n/a" if math.isnan(self.return_mean) else f"{self.return_mean:.2f}"
+        sps = self.session_steps / self.session_s if self.session_s > 0 else 0.0
+        return (
+            f"step {self.step:,}/{self.total_steps:,}: {self.episodes:,} episodes, "
+            f"mean return (last 100) {ret}, {sps:,.0f} steps/s this session; "
+            f"checkpoint {self.checkpoint or 'unchanged'}"
+        )
+
 
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
-
-
-def env_spec_dict(spec: EnvSpec) -> dict[str, Any]:
-    return {
-        "id": spec.id,
-        "kind": spec.kind,
-        "obs_shape": list(spec.obs_shape),
-        "obs_dtype": spec.obs_dtype,
-        "num_actions": spec.num_actions,
-        "action_meanings": list(spec.action_meanings),
-    }
-
-
-def env_spec_from_dict(d: dict[str, Any]) -> EnvSpec:
-    return EnvSpec(
-        d["id"],
-        d["kind"],
-        tuple(d["obs_shape"]),
-        d["obs_dtype"],
-        int(d["num_actions"]),
-        tuple(d["action_meanings"]),
-    )
 
 
 class Trainer:
@@ -110,7 +84,8 @@ class Trainer:
 
     Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
     raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
-    directory and environments (and writes a checkpoint if the loop crashed).
+    directory and environments (and writes a checkpoint if the loop crashed). ``hooks`` follow
+    the run (see :mod:`edgerl.hooks`); the Trainer is the :class:`~edgerl.hooks.Run` they read.
     """
 
     def __init__(
@@ -124,9 +99,6 @@ class Trainer:
         self.requested_cfg = cfg
         self.fresh = fresh
         self.hooks = list(hooks or [])
-        self.display: DisplayPublisher | None = None
-        self.clocks: Any = None  # MaxClocks, when a training session maxed them
-        self.monitor: Any = None  # LoadMonitor, when a training session runs one
         self.quiet = quiet
         self.cfg = cfg
         self.step = 0
@@ -136,6 +108,9 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.moved_aside: Path | None = None
         self.stats = TrainStats()
+        self.learning: Learning | None = None  # the pipeline, while run() runs
+        self.autotune: Any = None  # the autotune Choice, when perf.autotune ran
+        self.display: DisplayPublisher | None = None
         self._stop_reason: str | None = None
         self._wall_before = 0.0
         self._session_start = time.monotonic()
@@ -144,12 +119,6 @@ class Trainer:
         self._rundir: RunDir | None = None
         self._metrics: MetricsWriter | None = None
         self._progress: ConsoleProgress | None = None
-        # Losses are summed on the learner's device: no host sync per update.
-        self._loss_sum: torch.Tensor | None = None
-        self._loss_n = 0
-        self._loss_lock = threading.Lock()
-        self.learning: Any = None  # SyncLearning or AsyncLearning, while run() runs
-        self.autotune: Any = None  # the autotune Choice, when perf.autotune ran
         self._last_saved_step = -1
 
     # ----------------------------------------------------------------------------- set-up
@@ -189,7 +158,7 @@ class Trainer:
         run_path = (
             Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
         )
-        cfg.train.run_dir = str(run_path)
+        cfg = with_values(cfg, {"train.run_dir": str(run_path)})
         self.cfg = cfg
         self._rundir = RunDir(run_path)
         if self.fresh:
@@ -205,12 +174,16 @@ class Trainer:
 
         configure_backends(self.device, cfg.perf.threads)
         if cfg.perf.autotune:
-            self._autotune(cfg, spec)
+            self.cfg = cfg = self._autotune(cfg, spec)
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
         self.learner = DQN(
-            build_q_network(spec, cfg.agent.hidden), cfg.agent, self.device, cfg.perf
+            build_q_network(spec, cfg.agent.hidden),
+            cfg.agent,
+            self.device,
+            cfg.perf,
+            total_steps=cfg.train.steps,
         )
         self.replay = ReplayBuffer(
             spec,
@@ -221,35 +194,29 @@ class Trainer:
             available,
             out_device=self.device,
         )
-        self._learn_from = (
-            cfg.agent.learning_starts,
-            0,
-        )  # (step, updates) the schedule counts from
         if found is not None:
             self._restore(found[1])
             self.resumed_from = found[0].path
         self._env = make_env(cfg.env, spec)
         write_atomic(self._rundir.config_file, cfg.to_toml().encode())
-        frame_hw = (spec.obs_shape[-2], spec.obs_shape[-1]) if spec.kind == "frames" else (0, 0)
-        self.display = DisplayPublisher(
-            cfg.display, run_path, spec.kind, frame_hw, list(spec.action_meanings)
-        )
+        self.display = DisplayPublisher(cfg.display, run_path, spec)
 
-    def _autotune(self, cfg: Config, spec: EnvSpec) -> None:
-        """Pick env.num_envs and env.threads by measuring (perf.autotune); logs why."""
+    def _autotune(self, cfg: Config, spec: EnvSpec) -> Config:
+        """``cfg`` with env.num_envs and env.threads picked by measuring (perf.autotune)."""
         from edgerl.autotune import calibrate, table
         from edgerl.pipeline import resolve_pipeline
 
         if "env.num_envs" in cfg.explicit:
             log.info("autotune: env.num_envs=%d was set explicitly; keeping it", cfg.env.num_envs)
-            return
+            return cfg
         mode = resolve_pipeline(cfg.perf.pipeline, self.device)
         log.info("autotune: measuring the actor and the learner (a few seconds)")
         choice, measurements, _ = calibrate(cfg, spec, self.device, mode)
         log.info("autotune measurements:\n%s", table(measurements))
-        cfg.env.num_envs, cfg.env.threads = choice.num_envs, choice.threads
+        tuned = {"env.num_envs": choice.num_envs, "env.threads": choice.threads}
         if cfg.display.env_index >= choice.num_envs:
-            cfg.display.env_index = 0
+            tuned["display.env_index"] = 0
+        cfg = with_values(cfg, tuned)
         check_consistency(cfg)
         self.autotune = choice
         log.info(
@@ -258,12 +225,7 @@ class Trainer:
             choice.threads,
             choice.reason,
         )
-
-    def _extra_columns(self) -> list[str]:
-        cols: list[str] = []
-        for hook in self.hooks:
-            cols += getattr(hook, "csv_columns", [])
-        return cols
+        return cfg
 
     def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
         old_env = state.get("env", {})
@@ -297,10 +259,7 @@ class Trainer:
             with contextlib.suppress(RuntimeError):
                 torch.cuda.set_rng_state(rng["cuda"], self.device)
         refill = min(self.cfg.agent.learning_starts, self.replay.capacity)
-        self._learn_from = (
-            max(self.step + refill, self.cfg.agent.learning_starts),
-            self.learner.updates,
-        )
+        self.learner.resume_at(self.step, refill)
         self._last_saved_step = self.step
         self._session_step0 = self.step
         log.info(
@@ -308,7 +267,7 @@ class Trainer:
             "replay",
             f"{self.step:,}",
             f"{self.episodes:,}",
-            f"{self._learn_from[0] - self.step:,}",
+            f"{self.learner.learn_from[0] - self.step:,}",
         )
 
     def _close_resources(self) -> None:
@@ -343,16 +302,19 @@ class Trainer:
                 "cuda": cuda_rng,
             },
             "config": self.cfg.to_dict(),
-            "env": env_spec_dict(self.spec),
+            "env": self.spec.to_dict(),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
     def wall_s(self) -> float:
         return self._wall_before + (time.monotonic() - self._session_start)
 
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
     def epsilon(self) -> float:
-        a = self.cfg.agent
-        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, self.step)
+        return self.learner.epsilon(self.step)
 
     def return_mean(self) -> float:
         return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
@@ -360,10 +322,25 @@ class Trainer:
     def request_stop(self, reason: str) -> None:
         """Ask the loop to stop after the current step (safe from a signal handler)."""
         self._stop_reason = reason
+        if self.learning is not None:
+            self.learning.interrupt()
 
     @property
     def stop_requested(self) -> bool:
         return self._stop_reason is not None
+
+    def add_hook(self, hook: Hook, first: bool = False) -> None:
+        """Let ``hook`` follow the run (``first``: before the hooks given so far)."""
+        self.hooks.insert(0 if first else len(self.hooks), hook)
+
+    def reconfigure(self, cfg: Config) -> None:
+        """Take a new config with changed live settings (the service's reload): the display
+        and the hooks follow it."""
+        self.cfg = cfg
+        if self.display is not None:
+            self.display.configure(cfg.display)
+        for hook in self.hooks:
+            hook.on_reconfigure(self, cfg)
 
     def save_checkpoint(self) -> Path | None:
         """Write a checkpoint now; returns its path, or None if writing failed (logged)."""
@@ -385,41 +362,12 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- the loop
 
-    def updates_due(self) -> int:
-        """Updates the replay ratio asks for at the current step (one per train_freq steps)."""
-        start_step, start_updates = self._learn_from
-        if self.step < start_step:
-            return self.learner.updates
-        return start_updates + (self.step - start_step) // self.cfg.agent.train_freq
-
-    def one_update(self, replay_lock: threading.Lock | None = None) -> None:
-        """Sample a batch and make one update (with target sync and learning-rate schedule)."""
-        a = self.cfg.agent
-        with replay_lock or contextlib.nullcontext():
-            batch = self.replay.sample(a.batch_size)
-        if a.lr_end >= 0:
-            self.learner.set_lr(linear_schedule(a.lr, a.lr_end, self.cfg.train.steps, self.step))
-        loss = self.learner.update(batch)
-        with self._loss_lock:
-            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-            self._loss_n += 1
-        if self.learner.updates % max(1, a.target_update // a.train_freq) == 0:
-            self.learner.sync_target()
-
-    def _act(self, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, torch.Tensor | None]:
-        q_values = None
-        if epsilon < 1.0:
-            with self.learning.acting() as net, torch.no_grad():
-                q_values = net(torch.as_tensor(obs, device=self.device))
-        actions = epsilon_greedy(q_values, epsilon, self.spec.num_actions, len(obs), self.actor_rng)
-        return actions, q_values
-
     def run(self) -> TrainResult:
         """Train until ``train.steps`` or a stop request; returns a summary of the session."""
         assert self._env is not None
         cfg = self.cfg
-        columns = CSV_COLUMNS + [c for c in self._extra_columns() if c not in CSV_COLUMNS]
-        self._metrics = MetricsWriter(self.run_dir, columns, cfg.train.tensorboard)
+        extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
+        self._metrics = MetricsWriter(self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard)
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         self._session_start = time.monotonic()
         self._session_step0 = self.step
@@ -434,9 +382,11 @@ class Trainer:
         remaining = (total - self.step) // cfg.agent.train_freq
         example = example_batch(self.spec, cfg.agent.batch_size, self.device)  # zeros: no RNG
         self.learner.prepare(example, remaining)  # CUDA graph or compile, now
-        self.learning = make_learning(self)
+        self.learning = make_learning(cfg.perf, self.learner, self.replay)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
+        if self.stop_requested:
+            self.learning.interrupt()
         try:
             return self._loop(total)
         finally:
@@ -444,36 +394,34 @@ class Trainer:
 
     def _loop(self, total: int) -> TrainResult:
         assert self._env is not None and self._progress is not None
-        cfg, env, replay, learning = self.cfg, self._env, self.replay, self.learning
-        clip = self.spec.kind == "frames"  # Atari rewards are clipped for learning only
+        assert self.learning is not None and self.display is not None
+        cfg, env, learning = self.cfg, self._env, self.learning
+        clip = self.spec.has_frames  # Atari rewards are clipped for learning only
         obs = env.reset(seed=cfg.env.seed + self.step)
-        with learning.replay_access():
+        with learning.storing() as replay:
             replay.add_first(obs)
         episode_returns = np.zeros(env.num_envs, dtype=np.float64)
         shown = min(cfg.display.env_index, env.num_envs - 1)
         shown_episode = self.episodes + 1
         now = time.monotonic()
-        last_tick = last_row = now
-        last_ckpt = now
+        last_tick = last_row = last_ckpt = now
         row_step = self.step
         started = False
 
         while self.step < total and not self.stop_requested:
-            epsilon = self.epsilon()
-            actions, q_values = self._act(obs, epsilon)
-            if self.display is not None and self.display.due():
+            epsilon = self.learner.epsilon(self.step)
+            q_values = learning.act(obs) if epsilon < 1.0 else None
+            actions = epsilon_greedy(
+                q_values, epsilon, self.spec.num_actions, len(obs), self.actor_rng
+            )
+            if self.display.due():
+                q_shown = None if q_values is None else q_values[shown]
                 self._show(
-                    obs[shown],
-                    actions[shown],
-                    q_values,
-                    shown,
-                    shown_episode,
-                    episode_returns[shown],
-                    epsilon,
+                    obs[shown], actions[shown], q_shown, shown_episode, episode_returns[shown]
                 )
             result = env.step(actions)
             rewards = np.clip(result.rewards, -1.0, 1.0) if clip else result.rewards
-            with learning.replay_access():
+            with learning.storing() as replay:
                 replay.add(
                     actions,
                     rewards,
@@ -490,7 +438,7 @@ class Trainer:
                 if i == shown:
                     shown_episode = self.episodes + 1
             self.step += env.num_envs
-            learning.after_step()
+            learning.after_step(self.step)
             obs = result.obs
 
             if not started:
@@ -500,18 +448,19 @@ class Trainer:
             now = time.monotonic()
             if now - last_tick >= PROGRESS_EVERY_S:
                 last_tick = now
-                self._refresh_stats(epsilon, row_step, now - last_row)
+                self._refresh_stats(row_step, now - last_row)
                 self._progress.update(self.stats)
                 for hook in self.hooks:
                     hook.on_tick(self, self.stats)
             if now - last_row >= cfg.train.log_every_s:
-                self._refresh_stats(epsilon, row_step, now - last_row)
+                self._refresh_stats(row_step, now - last_row)
                 self._write_row()
                 last_row, row_step = now, self.step
             if now - last_ckpt >= cfg.train.checkpoint_every_s:
                 saved = self.save_checkpoint() is not None
                 retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
                 last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
+            cfg = self.cfg  # a live reload may have replaced it
 
         learning.finish(drain=self.step >= total)  # the last updates due, then the learner stops
         if not started:
@@ -520,7 +469,7 @@ class Trainer:
         for hook in self.hooks:
             hook.on_end(self)
         now = time.monotonic()
-        self._refresh_stats(self.epsilon(), row_step, now - last_row)
+        self._refresh_stats(row_step, now - last_row)
         self._progress.update(self.stats)
         if self.step != row_step:
             self._write_row()
@@ -544,43 +493,42 @@ class Trainer:
 
     def _show(
         self,
-        obs: np.ndarray,
+        frames: np.ndarray,
         action: int,
-        q_values: torch.Tensor | None,
-        index: int,
+        q_values: np.ndarray | None,
         episode: int,
         episode_return: float,
-        epsilon: float,
     ) -> None:
         """Publish one frame for `edgerl view` (a copy into shared memory, never a wait)."""
         assert self.display is not None
-        q = () if q_values is None else tuple(q_values[index].float().cpu().tolist())
         load = self.stats.load
         meta = FrameMeta(
             step=self.step,
             episode=episode,
             episode_return=float(episode_return),
-            epsilon=epsilon,
+            epsilon=self.learner.epsilon(self.step),
             action=int(action),
             sps=self.stats.sps,
             cpu_max_core=_nan(load.get("cpu_max_core")),
             gr3d=_nan(load.get("gr3d")),
             time=time.time(),
-            q_values=q,
+            q_values=() if q_values is None else tuple(float(q) for q in q_values),
         )
-        self.display.publish(obs[-1], meta)
+        self.display.publish(frames[-1], meta)
 
-    def _refresh_stats(self, epsilon: float, row_step: int, interval_s: float) -> None:
+    def _refresh_stats(self, row_step: int, interval_s: float) -> None:
         s = self.stats
         s.step, s.total_steps, s.wall_s = self.step, self.cfg.train.steps, self.wall_s()
         s.sps = (self.step - row_step) / interval_s if interval_s > 0 else 0.0
-        s.episodes, s.return_mean, s.epsilon = self.episodes, self.return_mean(), epsilon
+        s.episodes, s.return_mean = self.episodes, self.return_mean()
+        s.epsilon = self.learner.epsilon(self.step)
         s.updates = self.learner.updates
-        if self._loss_n and self._loss_sum is not None:
-            s.loss = float(self._loss_sum) / self._loss_n
+        loss = self.learner.losses.peek()
+        if not math.isnan(loss):  # no update since the last row: keep the last mean
+            s.loss = loss
 
     def _write_row(self) -> None:
         assert self._metrics is not None and self._progress is not None
         self._metrics.write(self.stats)
         self._progress.log_line(self.stats)
-        self._loss_sum, self._loss_n = None, 0
+        self.learner.losses.take()

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -22,45 +23,68 @@ from .conftest import REPO, edgerl_cmd
 
 
 class NotifySocket:
-    """The systemd side of sd_notify: a datagram socket that collects messages."""
+    """The systemd side of sd_notify: a datagram socket read all the time, as systemd reads it
+    (a socket nobody reads makes a blocking sender hang after 10 messages)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind("\0" + address[1:] if address.startswith("@") else address)
+        self.sock.settimeout(0.1)
         self.messages: list[dict[str, str]] = []
+        self._seen = 0  # messages already looked at by wait_for
+        self._arrived = threading.Condition()
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def _receive(self, timeout: float) -> dict[str, str] | None:
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(4096).decode()
-        except TimeoutError:
-            return None
-        msg = dict(line.split("=", 1) for line in data.splitlines())
-        self.messages.append(msg)
-        return msg
+    def _read(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(4096).decode()
+            except (TimeoutError, OSError):
+                continue
+            msg = dict(line.split("=", 1) for line in data.splitlines())
+            with self._arrived:
+                self.messages.append(msg)
+                self._arrived.notify_all()
 
     def wait_for(
         self, key: str, value: str | None = None, timeout: float = 120, contains: str = ""
     ) -> dict[str, str]:
         """The next message with ``key`` (equal to ``value``, or containing ``contains``)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = self._receive(max(0.05, deadline - time.monotonic()))
-            if msg is None or key not in msg or contains not in msg[key]:
-                continue
-            if value is None or msg[key] == value:
-                return msg
-        raise AssertionError(f"no {key}={value} within {timeout} s; got {self.messages[-5:]}")
+        with self._arrived:
+            while True:
+                while self._seen < len(self.messages):
+                    msg = self.messages[self._seen]
+                    self._seen += 1
+                    if key in msg and contains in msg[key] and value in (None, msg[key]):
+                        return msg
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"no {key}={value} within {timeout} s; got {self.messages[-5:]}"
+                    )
+                self._arrived.wait(left)
 
     def collect(self, seconds: float) -> list[dict[str, str]]:
-        start = len(self.messages)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self._receive(max(0.05, deadline - time.monotonic()))
-        return self.messages[start:]
+        """The messages that arrive in the next ``seconds``."""
+        with self._arrived:
+            start = len(self.messages)
+        time.sleep(seconds)
+        with self._arrived:
+            self._seen = len(self.messages)
+            return self.messages[start:]
+
+    def skip(self) -> None:
+        """Let wait_for look only at messages that arrive from now on."""
+        with self._arrived:
+            self._seen = len(self.messages)
 
     def close(self) -> None:
+        self._closed = True
+        self._reader.join(timeout=5)
         self.sock.close()
 
 
@@ -135,9 +159,10 @@ def test_service_lifecycle(tmp_path, notify, fake_jetson, cli):
 
         later = notify.collect(3.0)
         assert sum(1 for m in later if m.get("WATCHDOG") == "1") >= 4  # every 0.5 s
-        statuses = [m["STATUS"] for m in notify.messages if "STATUS" in m]
-        # the load comes from the tegrastats stand-in (captured Xavier NX lines, GR3D 62% or 0%)
-        assert any("steps/s" in s and "max-core | GR3D" in s for s in statuses), statuses
+        # the load comes from the tegrastats stand-in (captured Xavier NX lines, GR3D 62% or 0%);
+        # STATUS goes out every 5 s, the first one maybe before the monitor's first sample
+        loaded = notify.wait_for("STATUS", contains="max-core | GR3D", timeout=30)
+        assert "steps/s" in loaded["STATUS"]
 
         deadline = time.monotonic() + 20  # status.json is rewritten every 3 s
         while status_json(run)["load"] is None and time.monotonic() < deadline:
@@ -171,7 +196,7 @@ def test_service_lifecycle(tmp_path, notify, fake_jetson, cli):
     assert r.code == 3 and "stopped at" in r.out
 
     # a second start resumes past the first run's step
-    notify.messages.clear()
+    notify.skip()
     proc = start_daemon(cfg, notify)
     try:
         notify.wait_for("READY", "1")
@@ -296,6 +321,24 @@ def test_notifier_survives_a_missing_listener(tmp_path, caplog):
     n = Notifier(str(tmp_path / "nobody.sock"))
     assert n.status("x") is False and n.status("y") is False
     assert caplog.text.count("cannot notify systemd") == 1
+
+
+def test_a_listener_that_stops_reading_never_blocks_the_service(tmp_path, caplog):
+    """A Unix datagram send blocks once 10 messages wait unread: a blocking notifier hung the
+    service's crash path (no checkpoint, no restart until the watchdog fired)."""
+    path = tmp_path / "slow.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(path))  # bound, never read
+    try:
+        n = Notifier(str(path))
+        sent = [n.watchdog() for _ in range(100)]  # a blocking socket would hang at the 11th
+        assert sent[0] and not sent[-1]
+        assert caplog.text.count("not reading its notification socket") == 1
+        listener.recv(4096)  # systemd catches up: sending works again
+        assert n.status("back")
+        n.close()
+    finally:
+        listener.close()
 
 
 def _status_doc(pid: int, age_s: float, state: str = "training") -> dict:

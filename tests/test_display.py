@@ -28,6 +28,7 @@ from edgerl.display.stream import (
     slot_size,
 )
 from edgerl.display.viewer import Attachment
+from edgerl.envs import EnvSpec
 
 from .conftest import PONG_FAST, edgerl_cmd
 
@@ -133,14 +134,16 @@ def test_stream_permissions_and_group(tmp_path):
 
 
 def test_display_can_be_switched_live(tmp_path):
-    pub = DisplayPublisher(DisplayConfig(enabled=False), tmp_path, "frames", (84, 84), ACTIONS)
+    pong = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, tuple(ACTIONS))
+    pub = DisplayPublisher(DisplayConfig(enabled=False), tmp_path, pong)
     assert not pub.active and not shm_path(tmp_path).exists()
     pub.configure(DisplayConfig(enabled=True, every=2))
     assert pub.active and shm_path(tmp_path).exists()
     assert [pub.due() for _ in range(4)] == [False, True, False, True]
     pub.configure(DisplayConfig(enabled=False))
     assert not shm_path(tmp_path).exists()
-    vector = DisplayPublisher(DisplayConfig(), tmp_path, "vector", (0, 0), ["l", "r"])
+    cartpole = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("0", "1"))
+    vector = DisplayPublisher(DisplayConfig(), tmp_path, cartpole)
     assert not vector.active  # nothing to show for vector observations
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
-from edgerl.dqn import DQN, make_grad_scaler
+from edgerl.device import make_grad_scaler
+from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError
 from edgerl.export.common import collect_observations
@@ -90,7 +91,7 @@ def test_the_mlp_also_returns_fp32_q_values_under_autocast():
 def test_auto_precision_leaves_a_small_mlp_in_fp32():
     """Vector observations lose precision in bf16 before the first layer (0.5% on CartPole-like
     inputs here), and a small MLP's update gains nothing from it."""
-    from edgerl.dqn import resolve_amp
+    from edgerl.device import resolve_amp
 
     perf = PerfConfig(amp="auto", cuda_graphs="off", compile="off")
     assert resolve_amp(perf.amp, torch.device("cuda"), (8, 7), frames=False) is None

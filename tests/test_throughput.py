@@ -10,7 +10,8 @@ import torch
 
 from edgerl.autotune import ActorMeasurement, choose, predict
 from edgerl.config import AgentConfig, PerfConfig, build_layers, resolve
-from edgerl.dqn import DQN, resolve_amp, resolve_cuda_graphs
+from edgerl.device import resolve_amp, resolve_cuda_graphs
+from edgerl.dqn import DQN
 from edgerl.errors import ConfigError
 from edgerl.nets import MLP, NatureCNN
 from edgerl.pipeline import resolve_pipeline
@@ -134,7 +135,7 @@ def test_cuda_graph_update_equals_eager_on_the_gpu():
     graph.q.load_state_dict(eager.q.state_dict())
     graph.target.load_state_dict(eager.target.state_dict())
     graph.prepare(Batch(*(t.to(GPU) for t in random_batch())), remaining_updates=0)
-    assert graph._graph is not None and graph.updates == 0
+    assert graph.fast.captured and graph.updates == 0
     for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
         assert torch.equal(a, b)  # capturing changed nothing
     for step in range(6):
@@ -155,7 +156,7 @@ def test_compile_changes_speed_only(caplog):
     obs = torch.randn(b, 4)
     batch = Batch(obs, torch.randint(0, 2, (b,)), torch.randn(b), obs + 0.1, torch.zeros(b))
     reference = copy.deepcopy(learner)
-    assert learner.maybe_compile(10**6, batch)
+    assert learner.fast.maybe_compile(10**6, batch)
     for k, v in learner.q.state_dict().items():
         assert torch.equal(v, before[k]), k  # compiling on a batch left the weights alone
     assert learner.updates == 0 and "torch.compile" in learner.describe()
@@ -168,7 +169,7 @@ def test_compile_changes_speed_only(caplog):
 
 def test_auto_compile_only_for_long_runs():
     learner = DQN(MLP(4, 2, (8,)), AgentConfig(), CPU, PerfConfig(compile="auto"))
-    assert not learner.maybe_compile(1000, random_batch())
+    assert not learner.fast.maybe_compile(1000, random_batch())
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ Shared by ``edgerl view`` and ``edgerl play --render``. pygame is imported lazil
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -22,14 +23,25 @@ CHOSEN = (240, 170, 40)
 
 def import_pygame(purpose: str) -> Any:
     """pygame with its greeting silenced; MissingDependencyError if the extra is not installed."""
-    import os
-
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     try:
         import pygame
     except ImportError:
         raise MissingDependencyError("pygame", "viewer", purpose) from None
     return pygame
+
+
+def open_display(pg: Any) -> None:
+    """Initialise pygame's display; raises EdgerlError (one sentence) when there is none."""
+    try:
+        pg.display.init()
+    except pg.error as e:
+        driver = os.environ.get("SDL_VIDEODRIVER", "")
+        raise EdgerlError(
+            f"no display available ({e}; SDL_VIDEODRIVER={driver or 'unset'}): set SDL_VIDEODRIVER "
+            "(kmsdrm on a bare console, x11 or wayland on a desktop), or use --snapshot FILE.png "
+            "or --console"
+        ) from None
 
 
 def _pct(v: float) -> str:
@@ -184,10 +196,8 @@ class PlayRenderer:
         self.screen: Any = None
         self.renderer: SurfaceRenderer | None = None
         if kind == "screen":
-            from edgerl.display.viewer import _open_display
-
             self.pg = import_pygame("edgerl play --render screen")
-            _open_display(self.pg)
+            open_display(self.pg)
             self.renderer = SurfaceRenderer(self.pg, action_meanings, frame_hw or (84, 84), scale)
             flags = self.pg.FULLSCREEN if fullscreen else 0
             self.screen = self.pg.display.set_mode(
@@ -240,5 +250,4 @@ class PlayRenderer:
 
 def make_renderer(kind: str, spec: Any, fullscreen: bool = False) -> PlayRenderer:
     """A renderer for ``edgerl play``; raises EdgerlError when no display is available."""
-    frame_hw = tuple(spec.obs_shape[-2:]) if spec.kind == "frames" else None
-    return PlayRenderer(kind, list(spec.action_meanings), frame_hw, fullscreen)
+    return PlayRenderer(kind, list(spec.action_meanings), spec.frame_size, fullscreen)

@@ -39,7 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.checkpoint import write_atomic
+from edgerl.atomic import write_atomic
+from edgerl.config import DisplayConfig
+from edgerl.envs import EnvSpec
+from edgerl.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +277,6 @@ class FrameReader:
             return False
         if int(pointer.get("session", -1)) != self.session:
             return False
-        from edgerl.status import pid_alive
-
         return pid_alive(int(pointer.get("pid", 0)))
 
     def close(self) -> None:
@@ -290,18 +291,9 @@ class DisplayPublisher:
     (vector observations) publish nothing.
     """
 
-    def __init__(
-        self,
-        cfg: Any,
-        run_dir: Path,
-        kind: str,
-        frame_hw: tuple[int, int],
-        action_meanings: list[str],
-    ) -> None:
+    def __init__(self, cfg: DisplayConfig, run_dir: Path, spec: EnvSpec) -> None:
         self.run_dir = run_dir
-        self.kind = kind
-        self.frame_hw = frame_hw
-        self.action_meanings = action_meanings
+        self.spec = spec
         self.ring: FrameRing | None = None
         self.cfg = cfg
         self._count = 0
@@ -311,12 +303,13 @@ class DisplayPublisher:
     def active(self) -> bool:
         return self.ring is not None
 
-    def configure(self, cfg: Any) -> None:
+    def configure(self, cfg: DisplayConfig) -> None:
         """Apply ``[display]`` settings: open or close the ring, change the rate."""
         self.cfg = cfg
-        if cfg.enabled and self.ring is None and self.kind == "frames":
+        size = self.spec.frame_size
+        if cfg.enabled and self.ring is None and size is not None:
             self.ring = FrameRing(
-                self.run_dir, *self.frame_hw, self.action_meanings, group=cfg.group
+                self.run_dir, *size, list(self.spec.action_meanings), group=cfg.group
             )
             log.info(
                 "display: every %d steps of env %d -> %s (edgerl view)",

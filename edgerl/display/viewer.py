@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgerl.display.render import SurfaceRenderer, import_pygame, text_frame
+from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
 from edgerl.display.stream import POINTER_FILE, Frame, FrameReader
 from edgerl.errors import EdgerlError
 
@@ -113,18 +112,6 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
         attach.close()
 
 
-def _open_display(pg: Any) -> None:
-    try:
-        pg.display.init()
-    except pg.error as e:
-        driver = os.environ.get("SDL_VIDEODRIVER", "")
-        raise EdgerlError(
-            f"no display available ({e}; SDL_VIDEODRIVER={driver or 'unset'}): set SDL_VIDEODRIVER "
-            "(kmsdrm on a bare console, x11 or wayland on a desktop), or use --snapshot FILE.png "
-            "or --console"
-        ) from None
-
-
 def run_snapshot(opts: ViewOptions) -> int:
     """Wait for one fresh frame, draw it with its overlay off screen, save the PNG."""
     assert opts.snapshot is not None
@@ -154,7 +141,7 @@ def run_snapshot(opts: ViewOptions) -> int:
 def run_window(opts: ViewOptions) -> int:
     """The interactive window (or fullscreen on the board's screen)."""
     pg = import_pygame("edgerl view")
-    _open_display(pg)
+    open_display(pg)
     attach = Attachment(opts.run_dir)
     scale, fullscreen, overlay = opts.scale, opts.fullscreen, True
     renderer: SurfaceRenderer | None = None

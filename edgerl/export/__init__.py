@@ -7,6 +7,7 @@ summary row per file.
 
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.checkpoint import file_sha256, write_atomic
+from edgerl.atomic import write_atomic
+from edgerl.checkpoint import file_sha256
 from edgerl.export.common import (
     Agreement,
     ExportError,
@@ -43,6 +45,48 @@ class ExportRow:
     @property
     def size_bytes(self) -> int:
         return self.file.stat().st_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file),
+            "backend": self.backend,
+            "precision": self.precision,
+            "size_bytes": self.size_bytes,
+            "agreement": self.agreement.to_dict(),
+            "latency_us": self.latency,
+            **self.extra,
+        }
+
+
+def render_table(rows: list[ExportRow]) -> str:
+    """The summary of an export as a text table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="edgerl export: batch-1 action latency on this machine")
+    for col in (
+        "file",
+        "size",
+        "backend",
+        "precision",
+        "agreement with PyTorch",
+        "p50 us",
+        "p99 us",
+    ):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.file.name,
+            f"{r.size_bytes / 2**20:.1f} MiB",
+            r.backend,
+            r.precision,
+            r.agreement.describe(),
+            f"{r.latency['p50']:.0f}",
+            f"{r.latency['p99']:.0f}",
+        )
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text()
 
 
 @dataclass

@@ -65,9 +65,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
         net = net.half()
         net.input_dtype = torch.float16
     module = GreedyPolicy(net).eval()
-    dummy = torch.zeros(
-        (1, *spec.obs_shape), dtype=torch.uint8 if spec.kind == "frames" else torch.float32
-    )
+    dummy = torch.zeros((1, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     axes = {INPUT: {0: "batch"}, OUTPUTS[0]: {0: "batch"}, OUTPUTS[1]: {0: "batch"}}
@@ -194,7 +192,7 @@ class OnnxPolicy:
             trt_cache_dir(path).mkdir(parents=True, exist_ok=True)
         self.session = ort.InferenceSession(str(path), options, providers=chosen)
         self.providers = self.session.get_providers()
-        self._dtype = np.uint8 if s.kind == "frames" else np.float32
+        self._dtype = np.dtype(s.obs_dtype)
 
     def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q, action = self.session.run(None, {INPUT: np.ascontiguousarray(obs, dtype=self._dtype)})

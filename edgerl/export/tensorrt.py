@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.checkpoint import write_atomic
+from edgerl.atomic import write_atomic
 from edgerl.errors import EdgerlError
 from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, check_batch, slug
 
@@ -304,7 +304,7 @@ class TensorRTPolicy:
         self.context = engine.create_execution_context()
         self.batch_max = s.batch_max
         dev = torch.device("cuda")
-        in_dtype = torch.uint8 if s.kind == "frames" else torch.float32
+        in_dtype = getattr(torch, s.obs_dtype)
         self.d_obs = torch.empty((self.batch_max, *s.obs_shape), dtype=in_dtype, device=dev)
         self.h_obs = torch.empty_like(self.d_obs, device="cpu").pin_memory()
         self.d_q = torch.empty(

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from edgerl.checkpoint import write_atomic
+from edgerl.atomic import write_atomic
 from edgerl.config import HwConfig
 from edgerl.errors import HardwareError
 from edgerl.hw.platform import Platform, detect, hw_path

@@ -31,9 +31,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TextIO
 
-from edgerl.config import HwConfig
+from edgerl.config import Config, HwConfig
+from edgerl.hooks import Hook, Run
 from edgerl.hw.platform import hw_path, hw_root
 from edgerl.hw.tegrastats import LoadRecord, format_line, parse_line
+from edgerl.metrics import TrainStats
 
 log = logging.getLogger(__name__)
 
@@ -307,20 +309,20 @@ class _Nvml:
                 self.pynvml.nvmlShutdown()
 
 
-def open_source(hw: HwConfig) -> LoadSource:
+def open_source(hw: HwConfig, interval_ms: int) -> LoadSource:
     """The best source available here: tegrastats, then jtop, then procfs (+NVML)."""
     tool = shutil.which(hw.tegrastats)
     if tool is not None:
         try:
-            return TegrastatsSource(tool, hw.monitor_interval_ms)
+            return TegrastatsSource(tool, interval_ms)
         except OSError as e:
             log.warning("cannot start %s (%s); trying the next load source", tool, e)
     with contextlib.suppress(ImportError):
         try:
-            return JtopSource(hw.monitor_interval_ms)
+            return JtopSource(interval_ms)
         except Exception as e:  # jtop raises JtopException when its service is not running
             log.debug("jtop is installed but its service did not answer: %s", e)
-    return ProcfsSource(hw.monitor_interval_ms)
+    return ProcfsSource(interval_ms)
 
 
 @dataclass(frozen=True)
@@ -367,8 +369,8 @@ def judge(
     return Verdict(kind, samples, cpu_max_core, cpu_mean, gr3d)
 
 
-class LoadMonitor:
-    """The sampling thread; a context manager and a trainer hook (see edgerl.train.Hook).
+class LoadMonitor(Hook):
+    """The sampling thread; a context manager and a trainer hook.
 
     ``run_dir`` None: sample only (``edgerl hw status``); else write tegrastats.log and load.csv.
     """
@@ -380,9 +382,10 @@ class LoadMonitor:
         hw: HwConfig,
         run_dir: Path | None = None,
         step: Callable[[], int] | None = None,
-        source_factory: Callable[[HwConfig], LoadSource] = open_source,
+        source_factory: Callable[[HwConfig, int], LoadSource] = open_source,
     ) -> None:
         self.hw = hw
+        self.interval_ms = hw.monitor_interval_ms
         self.run_dir = run_dir
         self.step = step or (lambda: 0)
         self.source_factory = source_factory
@@ -411,7 +414,7 @@ class LoadMonitor:
         self.stop()
 
     def start(self) -> None:
-        self._source = self.source_factory(self.hw)
+        self._source = self.source_factory(self.hw, self.interval_ms)
         self.source_name = self._source.name
         if self.run_dir is not None:
             self._log = (self.run_dir / "tegrastats.log").open("a", encoding="utf-8")
@@ -423,7 +426,7 @@ class LoadMonitor:
                 self._csv.writerow(LOAD_CSV_COLUMNS)
         self._thread = threading.Thread(target=self._loop, name="edgerl-monitor", daemon=True)
         self._thread.start()
-        log.info("load monitor: %s every %d ms", self.source_name, self.hw.monitor_interval_ms)
+        log.info("load monitor: %s every %d ms", self.source_name, self.interval_ms)
 
     def _loop(self) -> None:
         assert self._source is not None
@@ -435,7 +438,7 @@ class LoadMonitor:
                 rec = None
             if rec is None and self._reopen.is_set():
                 self._reopen.clear()
-                self._source = self.source_factory(self.hw)
+                self._source = self.source_factory(self.hw, self.interval_ms)
                 self.source_name = self._source.name
                 continue
             if rec is None:
@@ -443,7 +446,7 @@ class LoadMonitor:
                     log.warning("load source %s ended; falling back to procfs", self.source_name)
                     with contextlib.suppress(Exception):
                         self._source.close()
-                    self._source = ProcfsSource(self.hw.monitor_interval_ms)
+                    self._source = ProcfsSource(self.interval_ms)
                     self.source_name = "procfs"
                     continue
                 return
@@ -492,7 +495,7 @@ class LoadMonitor:
 
     def set_interval(self, interval_ms: int) -> None:
         """Sample every ``interval_ms`` from now on (the service's SIGHUP reload)."""
-        self.hw.monitor_interval_ms = interval_ms
+        self.interval_ms = interval_ms
         self._reopen.set()
         if self._source is not None:
             self._source.close()  # read() returns None at once; the loop reopens it
@@ -523,23 +526,22 @@ class LoadMonitor:
 
     # -- trainer hook ------------------------------------------------------------------------
 
-    def on_start(self, trainer: Any) -> None:
+    def on_start(self, run: Run) -> None:
         self.count_from_now()
 
-    def on_tick(self, trainer: Any, stats: Any) -> None:
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
         rec = self.latest
         if rec is not None:
             stats.load = {
                 "load_line": rec.load_line(),
                 "cpu_max_core": rec.cpu_max_core,
                 "gr3d": rec.gr3d,
+                "record": rec.to_dict(),
             }
 
-    def on_checkpoint(self, trainer: Any, path: Path | None, error: str | None) -> None:
-        pass
-
-    def on_end(self, trainer: Any) -> None:
-        pass
+    def on_reconfigure(self, run: Run, cfg: Config) -> None:
+        if cfg.hw.monitor_interval_ms != self.interval_ms:
+            self.set_interval(cfg.hw.monitor_interval_ms)
 
 
 def _date() -> str:

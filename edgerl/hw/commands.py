@@ -1,7 +1,11 @@
-"""What `edgerl hw ...` does: status, clocks show/max/restore, tegrastats log parsing."""
+"""What `edgerl hw ...` does: status, clocks show/max/restore, tegrastats log parsing; and how
+its results read on a terminal."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import os
 import shutil
@@ -23,7 +27,7 @@ from edgerl.hw.clocks import (
 )
 from edgerl.hw.monitor import ProcfsSource, TegrastatsSource
 from edgerl.hw.platform import detect
-from edgerl.hw.tegrastats import LoadRecord, format_line, parse_line
+from edgerl.hw.tegrastats import CSV_FIELDS, LoadRecord, format_line, parse_line
 
 log = logging.getLogger(__name__)
 
@@ -144,3 +148,38 @@ def parse_log(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     if not records:
         raise HardwareError(f"{path} has no tegrastats lines")
     return records, skipped
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """``edgerl hw status`` as aligned lines."""
+    keys = ("board", "l4t", "cpus", "gpu", "clocks", "power_mode", "load_source", "load")
+    return "\n".join(
+        f"{key.replace('_', ' '):12s} {status[key] if status[key] is not None else '-'}"
+        for key in keys
+    )
+
+
+def render_records(records: list[dict[str, Any]], fmt: str) -> str:
+    """Records as a JSON list or CSV (lists and maps as JSON in their cells)."""
+    if fmt == "json":
+        return json.dumps(records, indent=1) + "\n"
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(CSV_FIELDS)
+    for rec in records:
+        writer.writerow(
+            [
+                json.dumps(rec[k])
+                if isinstance(rec[k], (list, dict))
+                else ("" if rec[k] is None else rec[k])
+                for k in CSV_FIELDS
+            ]
+        )
+    return buf.getvalue()
+
+
+def printable(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, with control and other unprintable characters shown
+    as escapes (a binary file's bytes must not reach the terminal raw)."""
+    cut = text[:limit]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)

@@ -1,0 +1,7 @@
+"""The command line: ``edgerl train | daemon | status | config | view | play | export | bench |
+hw``; see :mod:`edgerl.cli.app` for exit codes."""
+
+from edgerl.cli import machine, policies, training, watching
+from edgerl.cli.app import cli, main
+
+__all__ = ["cli", "machine", "main", "policies", "training", "watching"]

@@ -1,0 +1,63 @@
+"""The ``edgerl`` command group and :func:`main`, which turns every error into an exit code.
+
+Exit codes: 0 done, 2 a user error (one sentence on stderr, no traceback; ``--debug`` shows it),
+1 an internal error, 130/143 stopped by SIGINT/SIGTERM after writing a checkpoint. Commands that
+check something (``status``, ``doctor``) say in their help which codes they use.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from edgerl import __version__
+from edgerl.errors import EdgerlError
+from edgerl.logs import setup_logging
+
+log = logging.getLogger("edgerl")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(__version__, prog_name="edgerl")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """edgerl: train DQN agents on Atari on the device, watch them, export them to TensorRT."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    setup_logging(debug)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (never raises for user errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        rv = cli.main(args=args, prog_name="edgerl", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except EdgerlError as e:
+        if debug:
+            log.exception("user error")
+        click.echo(f"edgerl: error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as e:
+        if debug:
+            log.exception("internal error")
+        click.echo(
+            f"edgerl: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            err=True,
+        )
+        return 1
+    return rv if isinstance(rv, int) else 0

@@ -1,0 +1,122 @@
+"""Commands about this machine: ``bench``, ``hw``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from edgerl.cli.app import cli
+from edgerl.cli.options import build_config, config_options
+from edgerl.config import HwConfig
+
+
+@cli.command()
+@click.option("--env", "env_id", default="ALE/Pong-v5", show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="Seconds per whole-loop measurement (stages take a tenth of it each).",
+)
+@config_options()
+@click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
+@click.option(
+    "--compile",
+    "compile_",
+    is_flag=True,
+    help="Also measure the torch.compile'd CPU update (compiling takes ~20 s).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
+def bench(
+    env_id: str,
+    seconds: float,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    autotune: bool,
+    compile_: bool,
+    as_json: bool,
+) -> None:
+    """Measure env, act, update and the whole loop (sync and async) on this machine."""
+    from edgerl.bench import BenchOptions, render, run_bench
+
+    result = run_bench(
+        BenchOptions(
+            env_id=env_id,
+            seconds=seconds,
+            config_file=config_file,
+            overrides=overrides,
+            autotune=autotune,
+            compile=compile_,
+        )
+    )
+    click.echo(json.dumps(result, indent=1) if as_json else render(result))
+
+
+@cli.group()
+def hw() -> None:
+    """Jetson hardware: board status, clocks, tegrastats logs."""
+
+
+def _hw_config(config_file: Path | None, overrides: tuple[str, ...]) -> HwConfig:
+    return build_config(config_file, overrides).hw
+
+
+@hw.command("status")
+@config_options()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def hw_status(config_file: Path | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Board, L4T, clocks state, power mode and one current load line."""
+    from edgerl.hw.commands import hardware_status, render_status
+
+    status = hardware_status(_hw_config(config_file, overrides))
+    click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
+
+
+@hw.group("clocks")
+def hw_clocks() -> None:
+    """Show, max or restore the Jetson clocks (jetson_clocks)."""
+
+
+@hw_clocks.command("show")
+@config_options()
+def hw_clocks_show(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Print jetson_clocks --show and whether clocks are pinned at maximum."""
+    from edgerl.hw.commands import clocks_show
+
+    click.echo(clocks_show(_hw_config(config_file, overrides)))
+
+
+@hw_clocks.command("max")
+@config_options()
+def hw_clocks_max(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Store the clocks, then max them (undo with `edgerl hw clocks restore`)."""
+    from edgerl.hw.commands import clocks_max
+
+    click.echo(clocks_max(_hw_config(config_file, overrides)))
+
+
+@hw_clocks.command("restore")
+@config_options()
+def hw_clocks_restore(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+    """Restore the clocks edgerl stored (the service's ExecStopPost runs this)."""
+    from edgerl.hw.commands import clocks_restore
+
+    click.echo(clocks_restore(_hw_config(config_file, overrides)))
+
+
+@hw.command("parse")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True
+)
+def hw_parse(file: Path, fmt: str) -> None:
+    """Turn a saved tegrastats log (any Jetson generation) into CSV or JSON records."""
+    from edgerl.hw.commands import parse_log, printable, render_records
+
+    records, skipped = parse_log(file)
+    for lineno, line in skipped:
+        click.echo(f"{file}:{lineno}: skipped, not a tegrastats line: {printable(line)}", err=True)
+    click.echo(render_records(records, fmt), nl=False)

@@ -1,0 +1,203 @@
+"""Commands for learned policies: ``play`` and ``export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from edgerl.cli.app import cli
+
+
+@cli.command()
+@click.option(
+    "--model",
+    type=click.Path(path_type=Path),
+    help="A policy file: checkpoint (.ckpt), ONNX (.onnx) or TensorRT engine (.engine).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="A run directory: plays its newest valid checkpoint.",
+)
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="A checkpoint file.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "trt", "onnx", "torch"]),
+    default="auto",
+    show_default=True,
+    help="auto picks by the file.",
+)
+@click.option("--env", "env_id", help="Environment id (default: the one the policy learned).")
+@click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--render", type=click.Choice(["none", "console", "screen"]), default="none", show_default=True
+)
+@click.option("--fullscreen", is_flag=True, help="With --render screen: fill the screen.")
+@click.option(
+    "--fps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Steps per second (0: as fast as possible).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--epsilon",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Chance of a random action.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda", "auto"]),
+    default="cpu",
+    show_default=True,
+    help="Device of the torch backend.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def play(
+    model: Path | None,
+    run_dir: Path | None,
+    checkpoint: Path | None,
+    backend: str,
+    env_id: str | None,
+    episodes: int,
+    render: str,
+    fullscreen: bool,
+    fps: float,
+    seed: int,
+    epsilon: float,
+    device: str,
+    as_json: bool,
+) -> None:
+    """Play a learned policy and report returns and action latency."""
+    from edgerl.play import load_policy
+    from edgerl.play import play as run_play
+
+    if model is not None and (run_dir is not None or checkpoint is not None):
+        raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
+    policy = load_policy(
+        model=model, run_dir=run_dir, checkpoint=checkpoint, backend=backend, device=device
+    )
+    renderer = None
+    if render != "none":
+        from edgerl.display.render import make_renderer
+
+        renderer = make_renderer(render, policy.spec, fullscreen=fullscreen)
+        if fps == 0 and render == "screen":
+            fps = 15.0  # the game's pace with frame skip 4 (60 Hz / 4); --fps overrides
+    try:
+        result = run_play(
+            policy,
+            env_id=env_id,
+            episodes=episodes,
+            seed=seed,
+            epsilon=epsilon,
+            renderer=renderer,
+            fps=fps,
+        )
+    finally:
+        if renderer is not None and hasattr(renderer, "close"):
+            renderer.close()
+    click.echo(json.dumps(result.to_json()) if as_json else result.describe())
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Export the run's newest valid checkpoint (default: the service's run).",
+)
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="Export this checkpoint.")
+@click.option("--onnx", "to_onnx", is_flag=True, help="Write an ONNX file (works anywhere).")
+@click.option(
+    "--trt",
+    "to_trt",
+    is_flag=True,
+    help="Also build a TensorRT engine (on the device that will run it).",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output file (.onnx / .engine) or directory (default: <run_dir>/export).",
+)
+@click.option(
+    "--fp16/--fp32",
+    default=True,
+    show_default=True,
+    help="Engine precision (FP16 only where the GPU has fast FP16).",
+)
+@click.option("--int8", is_flag=True, help="INT8 engine, calibrated on real game frames.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Largest batch the engine accepts (optimisation profile 1..N).",
+)
+@click.option(
+    "--workspace-mb",
+    type=click.IntRange(16, 65536),
+    default=1024,
+    show_default=True,
+    help="TensorRT builder workspace.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def export(
+    run_dir: Path | None,
+    checkpoint: Path | None,
+    to_onnx: bool,
+    to_trt: bool,
+    out: Path | None,
+    fp16: bool,
+    int8: bool,
+    batch: int,
+    workspace_mb: int,
+    as_json: bool,
+) -> None:
+    """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
+    from edgerl.export import ExportRequest, render_table, run_export
+
+    if not (to_onnx or to_trt):
+        raise click.UsageError("give --onnx, --trt or both")
+    if run_dir is not None and checkpoint is not None:
+        raise click.UsageError("give either --run-dir or --checkpoint, not both")
+    rows = run_export(
+        ExportRequest(
+            checkpoint=_export_source(run_dir, checkpoint),
+            out=out,
+            trt=to_trt,
+            fp16=fp16,
+            int8=int8,
+            batch=batch,
+            workspace_mb=workspace_mb,
+        )
+    )
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        return
+    click.echo(render_table(rows), nl=False)
+
+
+def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
+    """The checkpoint to export: given, the run's newest, or the service's run's newest."""
+    from edgerl.errors import CheckpointError
+    from edgerl.play import newest_checkpoint
+
+    if checkpoint is not None:
+        if not checkpoint.is_file():
+            raise CheckpointError(f"checkpoint {checkpoint} does not exist")
+        return checkpoint
+    if run_dir is None:
+        from edgerl.daemon import daemon_config
+
+        service_run = Path(daemon_config(None).train.run_dir)
+        if not (service_run / "checkpoints").is_dir():
+            raise CheckpointError(
+                f"give --run-dir RUN or --checkpoint FILE (no service run at {service_run})"
+            )
+        run_dir = service_run
+    return newest_checkpoint(run_dir)

@@ -1,0 +1,139 @@
+"""Commands that train and follow training: ``train``, ``daemon``, ``status``, ``config``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import click
+
+from edgerl.cli.app import cli
+from edgerl.cli.options import build_config, config_options, default_status_dir
+from edgerl.logs import setup_logging
+
+log = logging.getLogger("edgerl")
+
+
+@cli.command()
+@config_options("env", "steps", "run_dir")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over: move an existing run directory aside (never deleted).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar or progress log lines.")
+@click.pass_context
+def train(
+    ctx: click.Context,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+    fresh: bool,
+    quiet: bool,
+) -> None:
+    """Train a DQN; resumes the run directory's newest valid checkpoint.
+
+    Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
+    """
+    from edgerl.session import training_session
+    from edgerl.signals import StopRequest, stop_on_signals
+
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    setup_logging(ctx.obj["debug"], cfg.log.level)
+    stop = StopRequest()
+    with (
+        stop_on_signals(stop.set) as received,
+        training_session(cfg, fresh=fresh, quiet=quiet) as session,
+    ):
+        trainer = session.trainer
+        stop.target = trainer.request_stop
+        log.info(
+            "training %s on %s: run directory %s",
+            trainer.cfg.env.id,
+            trainer.device,
+            trainer.run_dir,
+        )
+        result = trainer.run()
+        verdict = session.verdict()
+    click.echo(result.summary(), err=True)
+    if verdict:
+        click.echo(f"what limited training: {verdict}", err=True)
+    if result.stopped:
+        sig = received.get("signal", "a stop request")
+        click.echo(f"stopped by {sig}; run the same command to resume", err=True)
+        ctx.exit(130 if sig == "SIGINT" else 143)
+
+
+@cli.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="Config file (default: /etc/edgerl/edgerl.toml).",
+)
+@click.pass_context
+def daemon(ctx: click.Context, config_file: Path | None) -> None:
+    """Run as the edgerl service (systemd Type=notify): train, checkpoint, restore clocks."""
+    from edgerl.daemon import run
+
+    ctx.exit(run(config_file, debug=ctx.obj["debug"]))
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Run directory (default: the service's, else the newest under ./runs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print status.json with liveness fields.")
+@click.pass_context
+def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
+    """Show what a running trainer (the service or `edgerl train`) is doing.
+
+    Exit code 0 while it runs, 3 when it is not running or its status is stale.
+    """
+    from edgerl.status import describe, liveness, read_status
+
+    if run_dir is None:
+        run_dir = default_status_dir()
+    doc = read_status(run_dir)
+    live = liveness(doc)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {**doc, "running": live.running, "stale": live.stale, "liveness": live.reason},
+                indent=1,
+            )
+        )
+    else:
+        click.echo(describe(doc, live))
+    ctx.exit(0 if live.running and not live.stale else 3)
+
+
+@cli.command("config")
+@config_options("env", "steps", "run_dir")
+@click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
+@click.option("--markdown", is_flag=True, help="With --reference: the README's table.")
+def config_cmd(
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+    reference: bool,
+    markdown: bool,
+) -> None:
+    """Print the resolved config (TOML), presets for the environment included."""
+    from edgerl.config import apply_presets, check_consistency, reference_markdown, reference_text
+    from edgerl.envs import probe
+
+    if reference:
+        click.echo(reference_markdown() if markdown else reference_text(), nl=False)
+        return
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    cfg = apply_presets(cfg, probe(cfg.env.id).kind)
+    check_consistency(cfg)
+    click.echo(cfg.to_toml(), nl=False)

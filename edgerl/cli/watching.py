@@ -1,0 +1,79 @@
+"""Commands that watch a run: ``view``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edgerl.cli.app import cli
+from edgerl.cli.options import default_status_dir
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="Run directory (default: the service's, else the newest under ./runs).",
+)
+@click.option(
+    "--scale",
+    type=click.IntRange(1, 16),
+    default=6,
+    show_default=True,
+    help="Pixels per frame pixel.",
+)
+@click.option("--fullscreen", is_flag=True, help="Fill the screen (kmsdrm on a bare console).")
+@click.option(
+    "--snapshot",
+    type=click.Path(path_type=Path),
+    help="Wait for one fresh frame, save the window as this PNG, exit.",
+)
+@click.option("--console", is_flag=True, help="Draw in the terminal (for ssh sessions).")
+@click.option(
+    "--fps",
+    type=click.FloatRange(min=0.5),
+    default=None,
+    help="Most frames drawn per second (default: 30 window, 5 console).",
+)
+@click.option(
+    "--frames",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Stop after drawing this many frames (0: until q).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="With --snapshot/--frames: seconds to wait for frames.",
+)
+@click.pass_context
+def view(
+    ctx: click.Context,
+    run_dir: Path | None,
+    scale: int,
+    fullscreen: bool,
+    snapshot: Path | None,
+    console: bool,
+    fps: float | None,
+    frames: int,
+    timeout: float,
+) -> None:
+    """Watch a running trainer: keys q quit, f fullscreen, +/- scale, o overlay, s screenshot."""
+    from edgerl.display.viewer import ViewOptions, run
+
+    if snapshot is not None and console:
+        raise click.UsageError("give either --snapshot or --console, not both")
+    opts = ViewOptions(
+        run_dir=run_dir if run_dir is not None else default_status_dir(),
+        scale=scale,
+        fullscreen=fullscreen,
+        snapshot=snapshot,
+        console=console,
+        fps=fps if fps is not None else (5.0 if console else 30.0),
+        frames=frames,
+        timeout_s=timeout,
+    )
+    ctx.exit(run(opts))
