@@ -2,8 +2,10 @@
 
 The only maintained implementations are C (libsystemd) or unmaintained Python (``sdnotify``, last
 released 2017, no abstract-socket test); the protocol is a newline-separated ``KEY=VALUE`` datagram
-to a Unix socket whose name starting with ``@`` means the abstract namespace. Sending never raises:
-a service must keep running when nobody listens.
+to a Unix socket whose name starting with ``@`` means the abstract namespace. Sending never raises
+and never blocks: a service must keep running when nobody listens, and when its manager is slow
+to read (a Unix datagram send blocks once 10 messages wait unread: ``net.unix.max_dgram_qlen``),
+so a message that cannot go at once is dropped.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ class Notifier:
         self.address = address
         self._sock: socket.socket | None = None
         self._failed = False
+        self._full = False
         if address:
             self._target = "\0" + address[1:] if address.startswith("@") else address
-            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._sock = socket.socket(
+                socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+            )
 
     @property
     def enabled(self) -> bool:
@@ -39,11 +44,21 @@ class Notifier:
         message = "\n".join(f"{key}={value}" for key, value in fields.items())
         try:
             self._sock.sendto(message.encode(), self._target)
+        except BlockingIOError:
+            if not self._full:  # say it once per backlog, not every watchdog tick
+                log.warning(
+                    "systemd is not reading its notification socket %s; dropping messages "
+                    "until it does",
+                    self.address,
+                )
+                self._full = True
+            return False
         except OSError as e:
             if not self._failed:  # say it once, not every watchdog tick
                 log.warning("cannot notify systemd at %s: %s", self.address, e)
                 self._failed = True
             return False
+        self._full = False
         return True
 
     def ready(self, status: str = "") -> bool:
