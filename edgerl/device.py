@@ -41,6 +41,18 @@ def resolve_device(name: str) -> torch.device:
     return device if device is not None else torch.device("cpu")
 
 
+def indexed(device: torch.device | str) -> torch.device:
+    """``device`` with its index: ``cuda`` becomes ``cuda:<current device>``.
+
+    Tensors always report an indexed device (``cuda:0``), and ``torch.device("cuda")`` does not
+    compare equal to it.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def configure_backends(device: torch.device, threads: int = 0) -> None:
     """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, CPU threads."""
     if threads > 0:

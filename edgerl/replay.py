@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from edgerl.device import indexed
 from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError, ReplayMemoryError
 
@@ -168,10 +169,10 @@ class ReplayBuffer:
         available_bytes: int | None = None,
         out_device: torch.device | str | None = None,
     ) -> None:
-        self.device = torch.device(device)
+        self.device = indexed(device)
         # Where batches go: the learner's device. Host storage feeding a GPU goes through pinned
         # memory so the copy is asynchronous.
-        self.out_device = torch.device(out_device) if out_device is not None else self.device
+        self.out_device = indexed(out_device) if out_device is not None else self.device
         self._pin = self.device.type == "cpu" and self.out_device.type == "cuda"
         if available_bytes is None:
             available_bytes, where = available_memory(self.device)

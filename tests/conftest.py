@@ -125,3 +125,15 @@ def fake_jetson(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeJetson:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return FakeJetson(root, state, env)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``EDGERL_FAILURE_LOG=FILE``, append each failure's traceback to FILE as it happens.
+
+    pytest prints tracebacks only at the end of the session; on a machine lent for minutes a run
+    cut off by its time limit would lose them (scripts/gpu_check.sh sets this).
+    """
+    path = os.environ.get("EDGERL_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")

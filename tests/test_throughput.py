@@ -127,8 +127,36 @@ def test_graph_shaped_update_equals_the_eager_update_on_the_cpu():
         assert torch.equal(a, b)
 
 
+@pytest.fixture
+def deterministic_cuda():
+    """cuDNN and cuBLAS without autotuning or TF32, for the duration of a test.
+
+    Adam's first steps move every weight by about ``lr`` whatever the gradient's size, so a
+    near-zero gradient whose sign differs between two algorithms (autotuning may pick different
+    ones for the eager and the captured run) moves a weight by 2 x lr: exact comparisons need the
+    same kernels on both sides.
+    """
+    backends = torch.backends
+    saved = (
+        backends.cudnn.benchmark,
+        backends.cudnn.deterministic,
+        backends.cudnn.allow_tf32,
+        backends.cuda.matmul.allow_tf32,
+    )
+    backends.cudnn.benchmark, backends.cudnn.deterministic = False, True
+    backends.cudnn.allow_tf32 = backends.cuda.matmul.allow_tf32 = False
+    yield
+    (
+        backends.cudnn.benchmark,
+        backends.cudnn.deterministic,
+        backends.cudnn.allow_tf32,
+        backends.cuda.matmul.allow_tf32,
+    ) = saved
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-def test_cuda_graph_update_equals_eager_on_the_gpu():
+def test_cuda_graph_update_equals_eager_on_the_gpu(deterministic_cuda):
     torch.manual_seed(0)
     eager = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="off"))
     graph = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="on"))
@@ -141,11 +169,12 @@ def test_cuda_graph_update_equals_eager_on_the_gpu():
     for step in range(6):
         batch = Batch(*(t.to(GPU) for t in random_batch()))
         batch = batch._replace(rewards=batch.rewards + step)
-        eager.update(batch)
-        graph.update(batch)
+        loss_eager, loss_graph = eager.update(batch), graph.update(batch)
+        # fused (eager) and capturable (graph) Adam round differently, nothing more
+        assert torch.allclose(loss_eager, loss_graph, rtol=1e-5), step
     assert graph.updates == eager.updates == 6
     for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
-        assert torch.allclose(a, b, atol=1e-4)
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_compile_changes_speed_only(caplog):

@@ -21,6 +21,12 @@ from edgerl.config import HwConfig
     show_default=True,
     help="Seconds per whole-loop measurement (stages take a tenth of it each).",
 )
+@click.option(
+    "--envs",
+    default="1,4,8,16",
+    show_default=True,
+    help="Comma-separated env.num_envs values to measure env steps/s at.",
+)
 @config_options()
 @click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
 @click.option(
@@ -33,6 +39,7 @@ from edgerl.config import HwConfig
 def bench(
     env_id: str,
     seconds: float,
+    envs: str,
     config_file: Path | None,
     overrides: tuple[str, ...],
     autotune: bool,
@@ -42,6 +49,16 @@ def bench(
     """Measure env, act, update and the whole loop (sync and async) on this machine."""
     from edgerl.bench import BenchOptions, render, run_bench
 
+    try:
+        env_sizes = tuple(int(n) for n in envs.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"expected numbers separated by commas, got {envs!r}", param_hint="--envs"
+        ) from None
+    if not env_sizes or min(env_sizes) < 1:
+        raise click.BadParameter(
+            "every number of environments must be 1 or more", param_hint="--envs"
+        )
     result = run_bench(
         BenchOptions(
             env_id=env_id,
@@ -50,6 +67,7 @@ def bench(
             overrides=overrides,
             autotune=autotune,
             compile=compile_,
+            env_sizes=env_sizes,
         )
     )
     click.echo(json.dumps(result, indent=1) if as_json else render(result))
