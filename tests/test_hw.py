@@ -249,6 +249,7 @@ def test_jtop_mapping():
         ((10, 98.0, 40.0, 12.0), "cpu-bound"),
         ((10, 97.0, 97.0, None), "cpu-bound"),
         ((10, 40.0, 30.0, 95.0), "gpu-bound"),
+        ((10, 91.0, 11.0, 58.0), "cpu-bound"),  # an H100 run: one Python core set the pace
         ((10, 90.0, 60.0, 90.0), "balanced"),
         ((10, 30.0, 20.0, 20.0), "balanced"),
         ((1, 99.0, 99.0, 0.0), "unknown"),
@@ -258,6 +259,8 @@ def test_verdict_rules(args, kind):
     v = judge(*args)
     assert v.kind == kind
     assert str(args[0]) in v.sentence()
+    if kind == "cpu-bound" and args[3] is not None:
+        assert ("one core" in v.sentence()) == (args[2] < 50)
 
 
 def test_monitor_reads_tegrastats_and_writes_logs(fake_jetson, tmp_path):
