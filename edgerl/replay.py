@@ -232,10 +232,25 @@ class ReplayBuffer:
         self._staged.record()
         return on_device
 
+    def _host_to_device(self, *arrays: np.ndarray) -> list[torch.Tensor]:
+        """Small host arrays (indices, masks, per-transition values) on the storage device.
+
+        On CUDA through pinned memory and asynchronous copies: PyTorch synchronises the stream for
+        a copy from pageable memory (and for CPU indices into a CUDA tensor), so every sample
+        would wait for all the updates queued before it and the learner could never run ahead of
+        the GPU. Pinned blocks come from PyTorch's caching host allocator, which reuses a block
+        only once the copy that read it has completed.
+        """
+        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+        if self.device.type != "cuda":
+            return tensors
+        return [t.pin_memory().to(self.device, non_blocking=True) for t in tensors]
+
     def _write(self, envs: np.ndarray, items: np.ndarray, flags: np.uint8) -> None:
         slot = self.head[envs]
         self.valid -= int(np.count_nonzero(self.flags[envs, slot] & VALID))
-        self.items[torch.from_numpy(envs), torch.from_numpy(slot)] = self._on_device(items)
+        env_t, slot_t = self._host_to_device(envs, slot)
+        self.items[env_t, slot_t] = self._on_device(items)
         self.flags[envs, slot] = flags
         self.head[envs] = (slot + 1) % self.slots
         self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
@@ -278,17 +293,18 @@ class ReplayBuffer:
     def _stack(self, env: np.ndarray, slot: np.ndarray) -> torch.Tensor:
         """Observations ending at ``slot``, zero before an episode's first frame."""
         if self.stack == 1:
-            return self.items[torch.from_numpy(env), torch.from_numpy(slot)]
+            env_t, slot_t = self._host_to_device(env, slot)
+            return self.items[env_t, slot_t]
         idx = (slot[:, None] - self._offsets) % self.slots  # (B, stack), oldest first
         first = (self.flags[env[:, None], idx] & FIRST) != 0
         # A frame is padding if any newer frame in the stack starts an episode.
         newer_firsts = np.cumsum(first[:, ::-1], axis=1)[:, ::-1] - first
         pad_np = newer_firsts > 0
-        has_pad = bool(pad_np.any())
-        pad = torch.from_numpy(pad_np).to(self.device)
-        frames = self.items[torch.from_numpy(env)[:, None], torch.from_numpy(idx)]
-        if not has_pad:  # most stacks lie inside one episode
+        env_t, idx_t = self._host_to_device(env, idx)
+        frames = self.items[env_t[:, None], idx_t]
+        if not pad_np.any():  # most stacks lie inside one episode
             return frames
+        (pad,) = self._host_to_device(pad_np)
         return frames.masked_fill_(pad[:, :, None, None], 0)
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -319,15 +335,12 @@ class ReplayBuffer:
         obs = self._stack(env, slot)
         next_obs = self._stack(env, (slot + 1) % self.slots)
         dev = self.device
-        batch = Batch(
-            obs=obs,
-            actions=torch.from_numpy(self.actions[env, slot].astype(np.int64)).to(dev),
-            rewards=torch.from_numpy(self.rewards[env, slot]).to(dev),
-            next_obs=next_obs,
-            dones=torch.from_numpy(((self.flags[env, slot] & TERMINAL) != 0).astype(np.float32)).to(
-                dev
-            ),
+        actions, rewards, dones = self._host_to_device(
+            self.actions[env, slot].astype(np.int64),
+            self.rewards[env, slot],
+            ((self.flags[env, slot] & TERMINAL) != 0).astype(np.float32),
         )
+        batch = Batch(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, dones=dones)
         if self.out_device == dev:
             return batch
         if self._pin:  # host storage feeding a GPU: an asynchronous copy from pinned memory

@@ -116,6 +116,28 @@ def test_samples_are_exact_across_devices(storage, learner):
     check_samples(buffer, envs, rounds=20)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_replay_never_waits_for_queued_gpu_work():
+    """Writing and sampling a GPU replay must not synchronise the stream: the learner samples
+    while its earlier updates still run, and the actor writes while the learner computes."""
+    envs = ReferenceEnvs(3, np.random.default_rng(7))
+    buffer = ReplayBuffer(SPEC, 96, 3, "cuda", seed=1)
+    fill(buffer, envs, 50, 0.15)  # the first writes allocate; not what is checked
+    torch.cuda.set_sync_debug_mode("error")  # raises on any synchronising CUDA call
+    try:
+        for _ in range(200):
+            actions = envs.rng.integers(6, size=envs.n)
+            rewards, term, trunc, obs, final = envs.step(actions, 0.15)
+            buffer.add(actions, rewards, term, trunc, obs, final)
+        for _ in range(20):
+            buffer.sample(32)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    check_samples(buffer, envs, rounds=5)
+
+
 @pytest.mark.parametrize(
     ("num_envs", "capacity", "steps", "end_prob"),
     [
