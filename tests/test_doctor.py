@@ -245,23 +245,34 @@ def test_deep_runs_real_updates_and_checks_the_onnx_export():
         assert not any(name.startswith("update/graph") for name in checks)
 
 
-def test_updates_that_disagree_with_their_reference_fail(monkeypatch):
-    """The comparison behind "graph and eager updates must agree", on the CPU: a reference whose
-    losses differ makes the mode's line fail."""
+def test_updates_that_disagree_with_their_reference_fail():
+    """The comparisons behind "graph and eager updates must agree", on the CPU: a mode's first
+    loss must match its reference's; a graph-checked mode every loss and the weights too."""
     from edgerl.config import Config
     from edgerl.doctor.core import Context
-    from edgerl.doctor.deep import check_replay
+    from edgerl.doctor.deep import GRAPH_RTOL, check_replay
 
     ctx = Context(Config(), device=torch.device("cpu"), torch_ok=True)
     state = DeepState(torch.device("cpu"))
     assert check_replay(ctx, state).status == "pass"
     eager, channels_last = update_modes(state.device)
     assert check_update(ctx, state, eager).status == "pass"
-    state.outcomes["eager"].losses = [v * 1.5 for v in state.outcomes["eager"].losses]
+    reference = state.outcomes["eager"]
+    reference.losses = [v * 1.5 for v in reference.losses]
     check = check_update(ctx, state, channels_last)
-    assert check.status == "fail" and "match eager" in check.found
-    graph = Mode("graph-like", "off", "off", True, "eager", 1.0, graph=True)
-    state.outcomes["eager"].losses = list(state.outcomes["channels_last"].losses)
-    state.outcomes["eager"].weights = [w + 1.0 for w in state.outcomes["eager"].weights]
-    check = check_update(ctx, state, graph)
+    assert check.status == "fail" and "first loss match eager" in check.found
+
+    # A stand-in for the graph mode: the channels_last update, checked as a graph is, against a
+    # reference that is exactly the channels_last update, then against altered ones.
+    graph_like = Mode("graph-like", "off", "off", True, "eager", GRAPH_RTOL, graph=True)
+    same = state.outcomes["channels_last"]
+    reference.losses, reference.weights = list(same.losses), list(same.weights)
+    assert check_update(ctx, state, graph_like).status == "pass"
+    reference.losses = [*same.losses[:-1], same.losses[-1] * 3]
+    check = check_update(ctx, state, graph_like)
+    assert check.status == "fail" and "losses match eager" in check.found
+    assert check_update(ctx, state, channels_last).status == "pass"  # later losses: not compared
+    reference.losses = list(same.losses)
+    reference.weights = [w + 1.0 for w in same.weights]
+    check = check_update(ctx, state, graph_like)
     assert check.status == "fail" and "weights to" in check.found

@@ -35,12 +35,16 @@ REPLAY_STEPS = 64  # per environment: a few hundred real transitions
 REPLAY_SLOTS = 1024  # per environment: a small replay (7 MB), not the configured one
 UPDATES = 3
 OBSERVATIONS = 32  # game frames the exports are checked on
-# How closely two modes' losses must match (relative). fp32 on the CPU differs only by the order
-# of sums; on CUDA, TF32 (on, as in training) leaves ~1e-3; autocast ~1e-2.
+# How closely a mode's first loss (same weights, same batch: the forward pass alone) must match
+# its reference's, relative. fp32 on the CPU differs only by the order of sums; on CUDA, TF32 (on,
+# as in training) leaves ~1e-3; autocast ~1e-2. Later losses are not compared across precisions:
+# Adam moves every weight by about lr whatever the gradient's size, so a rounding difference in a
+# tiny gradient moves a weight as much as a real one does.
 FP32_CPU_RTOL = 1e-4
 FP32_CUDA_RTOL = 2e-2
 AMP_RTOL = 5e-2
-# A CUDA graph replays the same kernels as the eager update it captured: tight.
+# A CUDA graph replays the kernels of the eager update it captured: every loss must match, and the
+# weights to within one Adam step (lr).
 GRAPH_RTOL = 1e-3
 
 
@@ -157,7 +161,6 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
             r = env.step(actions)
             rewards = np.clip(r.rewards, -1.0, 1.0)
             replay.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
-    torch.manual_seed(0)
     batch_size = cfg.agent.batch_size
     batches = [replay.sample(batch_size) for _ in range(UPDATES)]
     b = batches[0]
@@ -239,10 +242,12 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
         return Check(name, "pass", f"{found}; the weights moved", data=data)
     if ref is None:
         return Check(name, "skip", f"{found}; no {mode.reference} updates to compare with")
-    diff = _max_rel(out.losses, ref.losses)
+    compared = len(out.losses) if mode.graph else 1
+    diff = _max_rel(out.losses[:compared], ref.losses[:compared])
     data.update(reference=mode.reference, loss_rel_diff=diff, tolerance=mode.rtol)
     agree = diff <= mode.rtol
-    found += f"; match {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
+    what = "losses" if mode.graph else "first loss"
+    found += f"; {what} match {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
     if mode.graph:
         # Adam moves each weight by at most lr per step; graph and eager must not differ by one.
         lr = ctx.cfg.agent.lr
