@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import importlib.util
 import json
 import os
 import shutil
@@ -243,6 +244,25 @@ def test_deep_runs_real_updates_and_checks_the_onnx_export():
     if not torch.cuda.is_available():
         assert checks["tensorrt engine"]["status"] == "skip"
         assert not any(name.startswith("update/graph") for name in checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_deep_on_the_gpu_runs_every_mode_and_they_agree():
+    r = run_edgerl("doctor", "--deep", "--json", *SMALL_REPLAY, timeout=600)
+    checks = checks_of(r.stdout)
+    assert checks["cuda"]["status"] == "pass" and checks["gpu"]["status"] == "pass"
+    assert checks["replay"]["data"]["device"].startswith("cuda")
+    updates = {name: c for name, c in checks.items() if name.startswith("update/")}
+    assert {"update/eager", "update/channels_last", "update/amp-fp16", "update/graph"} <= set(
+        updates
+    )
+    for name, c in updates.items():
+        assert c["status"] == "pass", (name, c["found"])
+    assert checks["onnx export"]["status"] == "pass"
+    if importlib.util.find_spec("tensorrt") is not None:
+        assert checks["tensorrt engine"]["status"] == "pass", checks["tensorrt engine"]["found"]
+    assert r.returncode == 0, r.stdout
 
 
 def test_updates_that_disagree_with_their_reference_fail():
