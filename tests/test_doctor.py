@@ -128,7 +128,10 @@ def test_an_unsupported_jetson_with_broken_tools(fake_jetson, as_root, cli, tmp_
     checks = checks_of(r.out)
     assert checks["board"]["status"] == "fail"
     assert "L4T 32.7.1 (JetPack 4) is not supported" in checks["board"]["found"]
-    assert "Supported platforms" in checks["board"]["fix"]
+    assert (
+        "Supported platforms" in checks["board"]["fix"]
+        and "train elsewhere" in checks["board"]["fix"]
+    )
     assert checks["jetson_clocks"]["status"] == "fail"
     assert "cannot read clocks" in checks["jetson_clocks"]["found"]
     assert checks["tegrastats"]["status"] == "fail"
@@ -164,7 +167,9 @@ def test_not_root_is_told_who_may_run_jetson_clocks(fake_jetson, as_root, cli):
     ],
 )
 def test_l4t_releases_map_to_the_supported_platforms(l4t, release, supported):
-    assert board.jetpack(l4t)[:2] == (release, supported)
+    found = board.jetpack(l4t)
+    assert (found.jetpack, found.supported) == (release, supported)
+    assert bool(found.way_forward) == (supported is False)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from dataclasses import dataclass
 
 from edgerl.doctor.core import Check, Context
 from edgerl.hw.clocks import (
@@ -24,24 +25,44 @@ TOOL_TIMEOUT_S = 10.0
 NOT_JETSON = "not a Jetson"
 
 
-def jetpack(l4t: str) -> tuple[str, bool | None, str]:
-    """(JetPack release, supported?, why not) for an L4T release such as ``36.4.4``.
+JETPACK5_WAY = (
+    "an Orin moves to JetPack 6 (a reflash); a Xavier plays a policy exported elsewhere: edgerl "
+    "export --onnx on a supported machine, then trtexec --onnx=policy.onnx on the board"
+)
+JETPACK4_WAY = (
+    "train elsewhere (JetPack 4's TensorRT 8.2 does not read edgerl's opset-17 ONNX either); "
+    "edgerl hw parse reads this board's tegrastats logs anywhere"
+)
 
-    Supported is None where the release is unknown to this edgerl.
-    """
+
+@dataclass(frozen=True)
+class Release:
+    """Where an L4T release stands: its JetPack, whether edgerl supports it, and if not why
+    and what to do instead (the README's Supported platforms table)."""
+
+    jetpack: str
+    supported: bool | None  # None: a release this edgerl does not know
+    why: str = ""
+    way_forward: str = ""
+
+
+def jetpack(l4t: str) -> Release:
+    """The :class:`Release` of an L4T release string such as ``36.4.4``."""
     parts = [int(p) for p in l4t.split(".") if p.isdigit()]
     major, minor = [*parts, 0, 0][:2]
     if major == 32:
-        return "JetPack 4", False, "Python 3.6 and PyTorch 1.x are older than edgerl supports"
-    if major == 35:
-        return "JetPack 5", False, "its Python 3.8 is older than ale-py's vector env and edgerl"
+        why = "its Python 3.6 and PyTorch 1.x are older than edgerl supports"
+        return Release("JetPack 4", False, why, JETPACK4_WAY)
+    if major in (34, 35):
+        why = "its Python 3.8 is older than ale-py's vector env and edgerl support"
+        return Release("JetPack 5", False, why, JETPACK5_WAY)
     if major == 36 and minor in (2, 3):
-        return "JetPack 6.0", True, ""
+        return Release("JetPack 6.0", True)
     if major == 36 and minor >= 4:
-        return "JetPack 6.1/6.2", True, ""
+        return Release("JetPack 6.1/6.2", True)
     if major >= 38:
-        return "JetPack 7", True, ""
-    return f"L4T {major}.{minor}", None, "a release this edgerl does not know"
+        return Release("JetPack 7", True)
+    return Release(f"L4T {major}.{minor}", None, "a release this edgerl does not know")
 
 
 def check_board(ctx: Context) -> Check:
@@ -59,25 +80,24 @@ def check_board(ctx: Context) -> Check:
             f"edgerl needs JetPack 6 or 7; {SUPPORTED}",
             p.to_dict(),
         )
-    release, supported, why = jetpack(p.l4t)
-    found = f"{board}, L4T {p.l4t} ({release})"
-    data = {**p.to_dict(), "jetpack": release}
-    if supported:
+    release = jetpack(p.l4t)
+    found = f"{board}, L4T {p.l4t} ({release.jetpack})"
+    data = {**p.to_dict(), "jetpack": release.jetpack, "supported": release.supported}
+    if release.supported:
         return Check("board", "pass", found, data=data)
-    if supported is None:
+    if release.supported is None:
         return Check(
             "board",
             "warn",
-            f"{found}: {why}",
+            f"{found}: {release.why}",
             f"edgerl is made for JetPack 6 and 7; {SUPPORTED}",
             data,
         )
     return Check(
         "board",
         "fail",
-        f"{found} is not supported: {why}",
-        "an Orin moves to JetPack 6 (a reflash); an older board can play a policy exported "
-        f"elsewhere (edgerl export --onnx, then trtexec on the board); {SUPPORTED}",
+        f"{found} is not supported: {release.why}",
+        f"{release.way_forward}; {SUPPORTED}",
         data,
     )
 
