@@ -5,6 +5,7 @@ from __future__ import annotations
 import grp
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import stat
@@ -48,8 +49,10 @@ def orin(fake_jetson, tmp_path, monkeypatch):
 
 
 def test_this_machine_has_no_failing_check(cli):
+    level = logging.getLogger("edgerl").level
     r = cli("doctor", *SMALL_REPLAY)
     assert r.code == 0, r.out
+    assert logging.getLogger("edgerl").level == level  # quiet while checking, then as it was
     lines = r.out.splitlines()
     assert lines[-1].startswith("edgerl doctor: ") and "nothing failed" in lines[-1]
     statuses = [line.split()[0] for line in lines[:-1]]

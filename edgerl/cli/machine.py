@@ -30,14 +30,18 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
     """
     from edgerl.doctor import DoctorOptions, Report, run_checks
 
+    edgerl_log = logging.getLogger("edgerl")
+    level = edgerl_log.level
     if not click.get_current_context().obj.get("debug"):
         # The report says what the checks found; progress logs would only break up its lines.
-        logging.getLogger("edgerl").setLevel(logging.WARNING)
+        edgerl_log.setLevel(logging.WARNING)
     report = Report(deep=deep)
-    checks = run_checks(DoctorOptions(deep, config_file, overrides))
-    for check in report.add(checks):
-        if not as_json:
-            click.echo(check.line())
+    try:
+        for check in report.add(run_checks(DoctorOptions(deep, config_file, overrides))):
+            if not as_json:
+                click.echo(check.line())
+    finally:
+        edgerl_log.setLevel(level)
     click.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.summary())
     return report.exit_code
 

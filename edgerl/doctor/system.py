@@ -1,5 +1,5 @@
-"""The user's side of the machine: the config, the ``edgerl`` group and membership in it,
-``/dev/shm`` for the frame stream, a display for ``edgerl view``, disk for the run directory."""
+"""The user's side of the machine: the ``edgerl`` group and membership in it, ``/dev/shm`` for
+the frame stream, a display for ``edgerl view``, disk for the run directory."""
 
 from __future__ import annotations
 
