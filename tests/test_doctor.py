@@ -251,6 +251,7 @@ def test_deep_runs_real_updates_and_checks_the_onnx_export():
     assert onnx["data"]["agreement"]["total"] == 32
     if not torch.cuda.is_available():
         assert checks["tensorrt engine"]["status"] == "skip"
+        assert checks["onnx on the gpu"]["status"] == "skip"
         assert not any(name.startswith("update/graph") for name in checks)
 
 
@@ -268,6 +269,7 @@ def test_deep_on_the_gpu_runs_every_mode_and_they_agree():
     for name, c in updates.items():
         assert c["status"] == "pass", (name, c["found"])
     assert checks["onnx export"]["status"] == "pass"
+    assert checks["onnx on the gpu"]["status"] in ("pass", "skip"), checks["onnx on the gpu"]
     if importlib.util.find_spec("tensorrt") is not None:
         assert checks["tensorrt engine"]["status"] == "pass", checks["tensorrt engine"]["found"]
     assert r.returncode == 0, r.stdout
@@ -304,3 +306,24 @@ def test_updates_that_disagree_with_their_reference_fail():
     reference.weights = [w + 1.0 for w in same.weights]
     check = check_update(ctx, state, graph_like)
     assert check.status == "fail" and "weights to" in check.found
+
+
+def test_the_onnx_gpu_comparison_with_the_cpu_provider_standing_in(monkeypatch, tmp_path):
+    """The deep ONNX checks run here as on a GPU, the CPU provider standing where ONNX Runtime's
+    GPU providers would (none exists here): export, open as `edgerl play --model` does, agree."""
+    from edgerl.config import Config
+    from edgerl.doctor import software
+    from edgerl.doctor.core import Context
+    from edgerl.doctor.deep import check_onnx_export, check_onnx_gpu, check_replay
+
+    ctx = Context(Config(), device=torch.device("cpu"), torch_ok=True)
+    state = DeepState(torch.device("cpu"), workdir=tmp_path)
+    assert check_onnx_gpu(ctx, state).status == "skip"  # no GPU
+    assert check_replay(ctx, state).status == "pass"
+    assert check_update(ctx, state, update_modes(state.device)[0]).status == "pass"
+    assert check_onnx_export(ctx, state).status == "pass"
+    monkeypatch.setattr(software, "GPU_PROVIDERS", ("CPUExecutionProvider",))
+    state.device = torch.device("cuda")  # only its type is read before the comparison
+    check = check_onnx_gpu(ctx, state)
+    assert check.status == "pass", check.found
+    assert check.data["provider"] == "CPUExecutionProvider" and check.data["agreement"]["ok"]

@@ -104,6 +104,7 @@ class DeepState:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     workdir: Path | None = None
     checkpoint: Path | None = None
+    onnx: Path | None = None
 
 
 def deep_checks(ctx: Context) -> Iterator[Check]:
@@ -126,6 +127,7 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
                     f"update/{mode.name}", lambda c, m=mode: check_update(c, state, m), ctx
                 )
         yield from guarded("onnx export", lambda c: check_onnx_export(c, state), ctx)
+        yield from guarded("onnx on the gpu", lambda c: check_onnx_gpu(c, state), ctx)
         yield from guarded("tensorrt engine", lambda c: check_tensorrt_engine(c, state), ctx)
 
 
@@ -297,6 +299,7 @@ def check_onnx_export(ctx: Context, state: DeepState) -> Check:
         row = run_export(request)[0]
     except MissingDependencyError as e:
         return Check("onnx export", "skip", str(e), "pip install 'edgerl[export]'")
+    state.onnx = row.file
     found = (
         f"{row.backend} matches PyTorch on {OBSERVATIONS} {state.spec.id} "
         f"frames: {row.agreement.describe()}; p50 latency {row.latency['p50']:.0f} us"
@@ -307,6 +310,49 @@ def check_onnx_export(ctx: Context, state: DeepState) -> Check:
         "seconds": round(time.monotonic() - started, 2),
     }
     return Check("onnx export", "pass", found, data=data)
+
+
+def check_onnx_gpu(ctx: Context, state: DeepState) -> Check:
+    """The exported ONNX file opened as `edgerl play --model x.onnx` opens it, on ONNX Runtime's
+    GPU providers (the TensorRT provider with its engine cache), against PyTorch."""
+    from edgerl.doctor.software import GPU_PROVIDERS
+
+    name = "onnx on the gpu"
+    if state.device.type != "cuda":
+        return Check(name, "skip", "no CUDA GPU: ONNX policies play on the CPU")
+    if state.onnx is None or state.checkpoint is None:
+        return Check(name, "skip", "needs the ONNX export (see the onnx export line)")
+    import onnxruntime as ort
+
+    if not any(p in ort.get_available_providers() for p in GPU_PROVIDERS):
+        return Check(name, "skip", "this ONNX Runtime has no GPU provider (see onnxruntime)")
+    from edgerl.export.common import check_agreement, collect_observations
+    from edgerl.play import TorchPolicy, load_policy
+
+    started = time.monotonic()
+    policy = load_policy(model=state.onnx)
+    torch_policy = TorchPolicy.from_file(state.checkpoint)
+    obs = collect_observations(torch_policy.env_config, OBSERVATIONS)
+    reference = torch_policy.q_values(obs).astype(np.float64)
+    # The CUDA provider computes in TF32 and the TensorRT provider may pick FP16 tactics.
+    agreement = check_agreement(policy, obs, reference, "fp16")
+    provider = getattr(policy, "providers", ["?"])[0]
+    found = f"{provider} matches PyTorch: {agreement.describe()}"
+    data = {
+        "provider": provider,
+        "agreement": agreement.to_dict(),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    if agreement.ok:
+        return Check(name, "pass", found, data=data)
+    return Check(
+        name,
+        "fail",
+        found,
+        f"play ONNX policies on the CPU or export a TensorRT engine (edgerl export --trt); "
+        f"report it with ONNX Runtime {ort.__version__}",
+        data,
+    )
 
 
 def check_tensorrt_engine(ctx: Context, state: DeepState) -> Check:
