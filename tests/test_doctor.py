@@ -290,7 +290,7 @@ def test_updates_that_disagree_with_their_reference_fail():
     reference = state.outcomes["eager"]
     reference.losses = [v * 1.5 for v in reference.losses]
     check = check_update(ctx, state, channels_last)
-    assert check.status == "fail" and "first loss match eager" in check.found
+    assert check.status == "fail" and "first loss matches eager" in check.found
 
     # A stand-in for the graph mode: the channels_last update, checked as a graph is, against a
     # reference that is exactly the channels_last update, then against altered ones.

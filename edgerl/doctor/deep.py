@@ -248,8 +248,8 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
     diff = _max_rel(out.losses[:compared], ref.losses[:compared])
     data.update(reference=mode.reference, loss_rel_diff=diff, tolerance=mode.rtol)
     agree = diff <= mode.rtol
-    what = "losses" if mode.graph else "first loss"
-    found += f"; {what} match {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
+    what = "losses match" if mode.graph else "first loss matches"
+    found += f"; {what} {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
     if mode.graph:
         # Adam moves each weight by at most lr per step; graph and eager must not differ by one.
         lr = ctx.cfg.agent.lr
