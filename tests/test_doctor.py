@@ -327,3 +327,33 @@ def test_the_onnx_gpu_comparison_with_the_cpu_provider_standing_in(monkeypatch, 
     check = check_onnx_gpu(ctx, state)
     assert check.status == "pass", check.found
     assert check.data["provider"] == "CPUExecutionProvider" and check.data["agreement"]["ok"]
+
+
+@pytest.mark.parametrize(
+    ("capability", "archs", "native"),
+    [
+        ((8, 7), ["sm_72", "sm_87"], "sm_87"),  # JetPack 6 wheel on an Orin
+        ((8, 6), ["sm_75", "sm_80", "sm_90"], "sm_80"),  # same major, older minor: runs
+        ((9, 0), ["sm_80", "sm_86", "compute_86"], None),  # only PTX would get there
+        ((11, 0), ["sm_100", "sm_110"], "sm_110"),
+    ],
+)
+def test_which_torch_kernels_run_on_a_gpu(capability, archs, native):
+    from edgerl.doctor.software import compatible_arch
+
+    assert compatible_arch(capability, archs) == native
+
+
+def test_missing_optional_packages_are_lines_with_the_install_command(cli, monkeypatch):
+    import sys
+
+    for name in ("onnxruntime", "pygame", "tensorrt"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
+    r = cli("doctor", "--json", *SMALL_REPLAY)
+    assert r.code == 0, r.out
+    checks = checks_of(r.out)
+    assert checks["onnxruntime"]["status"] == "warn"
+    assert checks["onnxruntime"]["fix"] == "pip install 'edgerl[export]'"
+    assert checks["display"]["status"] == "warn"
+    assert checks["display"]["fix"] == "pip install 'edgerl[viewer]'"
+    assert checks["tensorrt"]["status"] in ("skip", "warn")

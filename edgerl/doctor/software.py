@@ -127,8 +127,9 @@ def check_gpu(ctx: Context) -> Check:
         return Check("gpu", "fail", f"{found}; a CUDA kernel does not run: {e}", fix, data)
     if not ran:
         return Check("gpu", "fail", f"{found}; a CUDA kernel computed a wrong sum", fix, data)
-    if arch in archs:
-        return Check("gpu", "pass", f"{found}; this PyTorch has {arch} kernels", data=data)
+    native = compatible_arch(cap, archs)
+    if native is not None:
+        return Check("gpu", "pass", f"{found}; this PyTorch has {native} kernels", data=data)
     return Check(
         "gpu",
         "warn",
@@ -137,6 +138,19 @@ def check_gpu(ctx: Context) -> Check:
         fix,
         data,
     )
+
+
+def compatible_arch(capability: tuple[int, int], archs: list[str]) -> str | None:
+    """The ``sm_XY`` of ``archs`` whose kernels run natively on a GPU of ``capability``: the
+    same major version and a minor no newer (``sm_80`` kernels run on 8.6, not on 9.0)."""
+    major, minor = capability
+    native = [
+        (int(a[3:-1]), int(a[-1]), a)
+        for a in archs
+        if a.startswith("sm_") and a[3:].isdigit() and len(a) >= 5
+    ]
+    fits = [(m, n, a) for m, n, a in native if m == major and n <= minor]
+    return max(fits)[2] if fits else None
 
 
 def check_precision(ctx: Context) -> Check:
