@@ -252,7 +252,7 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
     found += f"; {what} {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
     if mode.graph:
         # Adam moves each weight by at most lr per step; graph and eager must not differ by one.
-        lr = ctx.cfg.agent.lr
+        lr = state.cfg.agent.lr
         w_diff = max(
             float((a - b).abs().max()) for a, b in zip(out.weights, ref.weights, strict=True)
         )

@@ -13,6 +13,7 @@ GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 
 
 def check_python(ctx: Context) -> Check:
+    """Python 3.10 or newer: what ale-py's vector env and edgerl need (JetPack 6 has 3.10)."""
     found = f"Python {pyplatform.python_version()} ({sys.executable})"
     if sys.version_info[:2] >= PYTHON_FLOOR:
         return Check("python", "pass", found, data={"version": pyplatform.python_version()})
@@ -26,6 +27,8 @@ def check_python(ctx: Context) -> Check:
 
 
 def check_torch(ctx: Context) -> Check:
+    """PyTorch against the floor (:mod:`edgerl.versions`, which reads NVIDIA's pre-release
+    version strings); later checks that need torch skip unless it passes."""
     import torch
 
     from edgerl.versions import PlatformError, check_torch
