@@ -18,7 +18,7 @@ from edgerl.config import HwConfig
     "--deep",
     is_flag=True,
     help="Also run real updates in every mode, a replay and the exports on the device "
-    "(under two minutes on a GPU).",
+    "(meant to take under two minutes on a GPU).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as a JSON document.")
 @config_options()
