@@ -137,10 +137,8 @@ def measure_update_variant(
     net = build_q_network(spec, cfg.agent.hidden)
     learner = DQN(net, cfg.agent, device, perf)
     if isinstance(learner.q, NatureCNN) and not variant["channels_last"]:
-        learner.q.to(memory_format=torch.contiguous_format)
-        learner.q.channels_last = False
-        learner.target.to(memory_format=torch.contiguous_format)
-        learner.target.channels_last = False
+        learner.q.use_channels_last(False)
+        learner.target.use_channels_last(False)
     if variant.get("compile"):
         started = time.perf_counter()
         learner.fast.compile_setting = "on"

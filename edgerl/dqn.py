@@ -109,7 +109,11 @@ class DQN:
         self.learn_from = (cfg.learning_starts, 0)
 
     def describe(self) -> str:
-        parts = [self.device.type, "channels_last" if isinstance(self.q, NatureCNN) else "mlp"]
+        if isinstance(self.q, NatureCNN):
+            layout = "channels_last" if self.q.channels_last else "NCHW"
+        else:
+            layout = "mlp"
+        parts = [self.device.type, layout]
         if self.amp is not None:
             parts.append(f"amp {str(self.amp).removeprefix('torch.')}")
         if self.fast.cuda_graphs:

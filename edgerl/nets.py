@@ -47,10 +47,15 @@ class NatureCNN(nn.Module):
         self.channels_last = False
         self.input_dtype = torch.float32  # float16 for an FP16-typed export
 
-    def use_channels_last(self) -> NatureCNN:
-        """Store weights NHWC: cuDNN's and oneDNN's fast convolution layout (~1.1-1.5x here)."""
-        self.channels_last = True
-        return self.to(memory_format=torch.channels_last)
+    def use_channels_last(self, enabled: bool = True) -> NatureCNN:
+        """Store weights NHWC: cuDNN's and oneDNN's fast convolution layout (~1.1-1.5x here).
+
+        ``enabled=False`` goes back to NCHW, the eager baseline ``edgerl bench`` and
+        ``edgerl doctor --deep`` compare against.
+        """
+        self.channels_last = enabled
+        fmt = torch.channels_last if enabled else torch.contiguous_format
+        return self.to(memory_format=fmt)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.to(self.input_dtype) / 255.0

@@ -72,7 +72,8 @@ def example_batch(
     return Batch(obs, actions, rewards, obs.clone(), torch.zeros(b, device=device))
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
+    """``1.3 GiB``: a size the way a user reads it (errors, `edgerl doctor`)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -107,9 +108,9 @@ class MemoryPlan:
         if self.fits:
             return
         raise ReplayMemoryError(
-            f"replay.capacity={self.capacity:,} needs {_fmt_bytes(self.total_bytes)} "
+            f"replay.capacity={self.capacity:,} needs {fmt_bytes(self.total_bytes)} "
             f"({self.bytes_per_transition:,} bytes per transition) but only "
-            f"{_fmt_bytes(self.available_bytes)} of {self.where} memory is available, of which "
+            f"{fmt_bytes(self.available_bytes)} of {self.where} memory is available, of which "
             f"edgerl uses at most {MEMORY_SHARE:.0%}; set replay.capacity to at most "
             f"{self.max_capacity:,}"
         )

@@ -5,7 +5,7 @@
 #
 # Steps, each writing its own file so a step that hangs or fails loses nothing of the others:
 #   machine.txt    the GPU, driver, torch/CUDA/cuDNN versions
-#   doctor.json    `edgerl doctor --deep --json`
+#   doctor.json    `edgerl doctor --deep --json` (its stderr goes to machine.txt)
 #   gpu_tests.log  the tests marked `gpu`
 #   bench.json     `edgerl bench --json` (updates/s per variant, env steps/s, sync/async loops)
 #   resume.log     short train -> stop -> resume runs for perf.amp=off|bf16 x perf.pipeline=sync|async
@@ -29,7 +29,8 @@ EOF
     nproc
 } >"$OUT/machine.txt" 2>&1
 
-timeout 300 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>&1
+# stderr apart: logs and library warnings must not break the JSON document.
+timeout 300 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>>"$OUT/machine.txt"
 echo "doctor exit $?" >>"$OUT/machine.txt"
 
 timeout 300 "$PY" -m pytest -q -rA --tb=short -m gpu -p no:cacheprovider >"$OUT/gpu_tests.log" 2>&1

@@ -137,5 +137,6 @@ else
     say "prefix install: no systemctl, no edgerl group"
 fi
 
-say "installed. Start now and at boot with: sudo systemctl enable --now edgerl"
+say "installed. First check this machine: $VENV/bin/edgerl doctor --deep"
+say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"

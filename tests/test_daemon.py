@@ -410,6 +410,7 @@ def test_install_dry_run_on_a_jetson(tmp_path):
     assert f"-c {tmp_path}/opt/edgerl/constraints.txt {REPO}[jetson]" in r.stdout
     assert f"write {tmp_path}/etc/systemd/system/edgerl.service" in r.stdout
     assert "R32 (release)" in r.stdout
+    assert f"First check this machine: {venv}/bin/edgerl doctor --deep" in r.stdout
     assert list(tmp_path.iterdir()) == []  # a dry run changes nothing
 
 

@@ -1,8 +1,9 @@
-"""Commands about this machine: ``bench``, ``hw``."""
+"""Commands about this machine: ``doctor``, ``bench``, ``hw``."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import click
@@ -10,6 +11,39 @@ import click
 from edgerl.cli.app import cli
 from edgerl.cli.options import build_config, config_options
 from edgerl.config import HwConfig
+
+
+@cli.command()
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also run real updates in every mode, a replay and the exports on the device "
+    "(meant to take under two minutes on a GPU).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as a JSON document.")
+@config_options()
+def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple[str, ...]) -> int:
+    """Check that this machine can train, watch and export, and say how to fix what it cannot.
+
+    One line per check: pass, warn, fail or skip, what was found, and the fix. Exit code 0 when
+    no check failed (warnings and skips allowed), 1 when one did.
+    """
+    from edgerl.doctor import DoctorOptions, Report, run_checks
+
+    edgerl_log = logging.getLogger("edgerl")
+    level = edgerl_log.level
+    if not click.get_current_context().obj.get("debug"):
+        # The report says what the checks found; progress logs would only break up its lines.
+        edgerl_log.setLevel(logging.WARNING)
+    report = Report(deep=deep)
+    try:
+        for check in report.add(run_checks(DoctorOptions(deep, config_file, overrides))):
+            if not as_json:
+                click.echo(check.line())
+    finally:
+        edgerl_log.setLevel(level)
+    click.echo(json.dumps(report.to_dict(), indent=1) if as_json else report.summary())
+    return report.exit_code
 
 
 @cli.command()

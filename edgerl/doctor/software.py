@@ -1,0 +1,325 @@
+"""The software stack: Python, PyTorch and its CUDA, the GPU, the precision ``auto`` picks, the
+game, replay memory, ONNX Runtime and TensorRT."""
+
+from __future__ import annotations
+
+import platform as pyplatform
+import sys
+
+from edgerl.doctor.core import Check, Context
+
+PYTHON_FLOOR = (3, 10)
+GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+
+
+def check_python(ctx: Context) -> Check:
+    """Python 3.10 or newer: what ale-py's vector env and edgerl need (JetPack 6 has 3.10)."""
+    found = f"Python {pyplatform.python_version()} ({sys.executable})"
+    if sys.version_info[:2] >= PYTHON_FLOOR:
+        return Check("python", "pass", found, data={"version": pyplatform.python_version()})
+    return Check(
+        "python",
+        "fail",
+        found,
+        "edgerl needs Python 3.10 or newer (JetPack 6 has 3.10, JetPack 7 3.12); see the "
+        "README's Supported platforms",
+    )
+
+
+def check_torch(ctx: Context) -> Check:
+    """PyTorch against the floor (:mod:`edgerl.versions`, which reads NVIDIA's pre-release
+    version strings); later checks that need torch skip unless it passes."""
+    import torch
+
+    from edgerl.versions import PlatformError, check_torch
+
+    version = torch.__version__
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+    data = {"version": version, "cuda": torch.version.cuda}
+    try:
+        check_torch(version)
+    except PlatformError as e:
+        return Check("torch", "fail", f"PyTorch {version} ({build}) is too old", str(e), data)
+    ctx.torch_ok = True
+    return Check("torch", "pass", f"PyTorch {version} ({build})", data=data)
+
+
+def check_cuda(ctx: Context) -> Check:
+    """Whether torch can use a CUDA GPU; sets ``ctx.device`` to what ``perf.device=auto`` picks."""
+    import torch
+
+    from edgerl.device import resolve_device
+    from edgerl.hw.platform import nvml_gpu_name
+
+    if not ctx.torch_ok:
+        return Check("cuda", "skip", "needs a supported PyTorch (see the torch line)")
+    ctx.device = resolve_device("auto")  # DeviceError (a broken driver) becomes a fail line
+    jetson = ctx.platform is not None and ctx.platform.is_jetson
+    if ctx.device.type == "cuda":
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        cudnn_text = _cudnn(cudnn) if cudnn else "no cuDNN"
+        return Check(
+            "cuda",
+            "pass",
+            f"CUDA {torch.version.cuda}, cuDNN {cudnn_text}, {torch.cuda.device_count()} "
+            f"device(s); training runs on {ctx.device}",
+            data={"cuda": torch.version.cuda, "cudnn": cudnn, "device": str(ctx.device)},
+        )
+    gpu = None if jetson else nvml_gpu_name()
+    if torch.version.cuda is None:
+        if jetson:
+            return Check(
+                "cuda",
+                "fail",
+                f"PyTorch {torch.__version__} is a CPU build: the Jetson's GPU is not used",
+                "install NVIDIA's PyTorch wheel for your JetPack (scripts/install.sh says how)",
+            )
+        if gpu:
+            return Check(
+                "cuda",
+                "warn",
+                f"an NVIDIA GPU ({gpu}) is here but PyTorch {torch.__version__} is a CPU build: "
+                "training runs on the CPU",
+                "install a CUDA build of PyTorch (https://pytorch.org/get-started/locally/)",
+            )
+        return Check("cuda", "skip", "a CPU build of PyTorch and no NVIDIA GPU: trains on the CPU")
+    if jetson or gpu:
+        return Check(
+            "cuda",
+            "fail",
+            f"PyTorch is built for CUDA {torch.version.cuda} but torch.cuda.is_available() is "
+            f"False{f' with {gpu} present' if gpu else ''}",
+            "check the driver (nvidia-smi on a desktop; on a Jetson, that the user is in the "
+            "video group and JetPack's CUDA is installed)",
+        )
+    return Check("cuda", "skip", f"CUDA {torch.version.cuda} build, no GPU: trains on the CPU")
+
+
+def _cudnn(version: int) -> str:
+    """cuDNN's integer version as text: 90300 -> 9.3.0, 8907 -> 8.9.7."""
+    if version >= 90000:  # 9.x encodes major*10000 + minor*100 + patch
+        return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+    return f"{version // 1000}.{version // 100 % 10}.{version % 100}"
+
+
+def check_gpu(ctx: Context) -> Check:
+    """The GPU, its compute capability, and whether this torch has kernels for it."""
+    import torch
+
+    from edgerl.device import fast_fp16
+    from edgerl.replay import fmt_bytes
+
+    device = ctx.device
+    if device is None or device.type != "cuda":
+        return Check("gpu", "skip", "no CUDA GPU in use")
+    name = torch.cuda.get_device_name(device)
+    cap = torch.cuda.get_device_capability(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    arch = f"sm_{cap[0]}{cap[1]}"
+    archs = torch.cuda.get_arch_list()
+    found = (
+        f"{name}, compute {cap[0]}.{cap[1]}, {fmt_bytes(total)}, fast FP16 "
+        f"{'yes' if fast_fp16(cap) else 'no'}"
+    )
+    data = {"name": name, "capability": list(cap), "memory_bytes": total, "archs": archs}
+    fix = f"install a PyTorch built for compute {cap[0]}.{cap[1]} (on a Jetson, NVIDIA's wheel)"
+    try:
+        x = torch.arange(8.0, device=device)
+        ran = float((x * 2).sum()) == 56.0
+    except Exception as e:  # "no kernel image is available for execution on the device"
+        return Check("gpu", "fail", f"{found}; a CUDA kernel does not run: {e}", fix, data)
+    if not ran:
+        return Check("gpu", "fail", f"{found}; a CUDA kernel computed a wrong sum", fix, data)
+    native = compatible_arch(cap, archs)
+    if native is not None:
+        return Check("gpu", "pass", f"{found}; this PyTorch has {native} kernels", data=data)
+    return Check(
+        "gpu",
+        "warn",
+        f"{found}; this PyTorch has no {arch} kernels ({', '.join(archs) or 'none listed'}): "
+        "it runs through PTX compilation, slow to start",
+        fix,
+        data,
+    )
+
+
+def compatible_arch(capability: tuple[int, int], archs: list[str]) -> str | None:
+    """The ``sm_XY`` of ``archs`` whose kernels run natively on a GPU of ``capability``: the
+    same major version and a minor no newer (``sm_80`` kernels run on 8.6, not on 9.0)."""
+    major, minor = capability
+    native = [
+        (int(a[3:-1]), int(a[-1]), a)
+        for a in archs
+        if a.startswith("sm_") and a[3:].isdigit() and len(a) >= 5
+    ]
+    fits = [(m, n, a) for m, n, a in native if m == major and n <= minor]
+    return max(fits)[2] if fits else None
+
+
+def check_precision(ctx: Context) -> Check:
+    """What ``perf.amp=auto`` and ``perf.cuda_graphs=auto`` choose on this device."""
+    import torch
+
+    from edgerl.device import resolve_amp, resolve_cuda_graphs
+
+    device = ctx.device
+    if device is None:
+        return Check("precision", "skip", "needs a usable device (see the cuda line)")
+    amp = resolve_amp("auto", device)
+    graphs = resolve_cuda_graphs("auto", device, amp)
+    amp_name = str(amp).removeprefix("torch.") if amp is not None else None
+    data = {"device": str(device), "amp": amp_name, "cuda_graphs": graphs}
+    if device.type != "cuda":
+        found = "CPU: fp32, channels_last convolutions, no CUDA graph (perf.amp/cuda_graphs=auto)"
+        return Check("precision", "pass", found, data=data)
+    cap = torch.cuda.get_device_capability(device)
+    if amp is None:
+        precision = f"fp32 (compute {cap[0]}.{cap[1]} has no fast FP16)"
+    else:
+        precision = f"{amp_name} convolutions with fp32 Q-values (compute {cap[0]}.{cap[1]})"
+    graph = "the update captured as a CUDA graph" if graphs else "no CUDA graph (fp16 grad scaler)"
+    return Check("precision", "pass", f"perf.amp=auto: {precision}; {graph}", data=data)
+
+
+def check_game(ctx: Context) -> Check:
+    """The configured game loads (ale-py and its ROM); sets ``ctx.spec`` and applies the presets
+    of its observation kind to ``ctx.cfg``."""
+    import ale_py
+
+    from edgerl.config import apply_presets, check_consistency
+    from edgerl.envs import probe
+
+    spec = probe(ctx.cfg.env.id)
+    cfg = apply_presets(ctx.cfg, spec.kind)
+    check_consistency(cfg)
+    ctx.spec, ctx.cfg = spec, cfg
+    shape = "x".join(map(str, spec.obs_shape))
+    return Check(
+        "game",
+        "pass",
+        f"{spec.id} (ale-py {ale_py.__version__}): {spec.num_actions} actions, "
+        f"observations {shape} {spec.obs_dtype}",
+        data={"env": spec.id, "ale_py": ale_py.__version__},
+    )
+
+
+def check_replay_memory(ctx: Context) -> Check:
+    """Whether the configured replay fits in the memory of the device it would live on."""
+    from edgerl.device import resolve_device
+    from edgerl.replay import MEMORY_SHARE, available_memory, fmt_bytes, plan_memory
+
+    spec, cfg, device = ctx.spec, ctx.cfg, ctx.device
+    if spec is None or device is None:
+        return Check("replay memory", "skip", "needs the game and a device (see above)")
+    where_to = device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+    available, where = available_memory(where_to)
+    plan = plan_memory(spec, cfg.replay.capacity, available, where)
+    found = (
+        f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
+        f"({plan.bytes_per_transition:,} bytes per transition); {fmt_bytes(available)} of "
+        f"{where} memory is free, edgerl uses up to {MEMORY_SHARE:.0%}"
+    )
+    data = {"capacity": plan.capacity, "bytes": plan.total_bytes, "available_bytes": available}
+    if plan.fits:
+        return Check("replay memory", "pass", found, data=data)
+    return Check(
+        "replay memory",
+        "fail",
+        found,
+        f"set replay.capacity to at most {plan.max_capacity:,}, or free memory",
+        data,
+    )
+
+
+def check_onnx(ctx: Context) -> Check:
+    """onnx and ONNX Runtime (for `edgerl export` and playing ONNX policies) and its providers."""
+    try:
+        import onnx
+        import onnxruntime as ort
+    except ImportError as e:
+        return Check(
+            "onnxruntime",
+            "warn",
+            f"{e.name} is not installed: edgerl export and ONNX policies need it (training "
+            "does not)",
+            "pip install 'edgerl[export]'",
+        )
+    available = ort.get_available_providers()
+    names = ", ".join(p.removesuffix("ExecutionProvider") for p in available)
+    found = f"onnx {onnx.__version__}, onnxruntime {ort.__version__} (providers: {names})"
+    data = {"onnx": onnx.__version__, "onnxruntime": ort.__version__, "providers": available}
+    cuda = ctx.device is not None and ctx.device.type == "cuda"
+    if cuda and not any(p in available for p in GPU_PROVIDERS):
+        return Check(
+            "onnxruntime",
+            "warn",
+            f"{found}: ONNX policies play on the CPU, not the GPU",
+            "pip install onnxruntime-gpu (on a Jetson, the build for your JetPack from "
+            "NVIDIA's Jetson AI Lab index); TensorRT engines use the GPU either way",
+            data,
+        )
+    return Check("onnxruntime", "pass", found, data=data)
+
+
+def check_tensorrt(ctx: Context) -> Check:
+    """TensorRT for `edgerl export --trt`: importable, new enough, with a GPU to build on."""
+    from edgerl.device import fast_fp16
+    from edgerl.export.tensorrt import flavor
+
+    jetson = ctx.platform is not None and ctx.platform.is_jetson
+    cuda = ctx.device is not None and ctx.device.type == "cuda"
+    try:
+        import tensorrt as trt
+    except ImportError:
+        if jetson:
+            return Check(
+                "tensorrt",
+                "warn",
+                "TensorRT is not importable from this Python: edgerl export --trt cannot build "
+                "engines (--onnx works)",
+                "JetPack ships it (python3-libnvinfer): make the venv with "
+                "--system-site-packages, as scripts/install.sh does",
+            )
+        if cuda:
+            return Check(
+                "tensorrt",
+                "warn",
+                "TensorRT is not installed: edgerl export --trt cannot build engines (--onnx "
+                "works)",
+                "pip install tensorrt",
+            )
+        return Check(
+            "tensorrt",
+            "skip",
+            "not installed, and no CUDA GPU: engines are built on the GPU that runs them",
+        )
+    except Exception as e:  # the module is there but its libraries do not load
+        return Check(
+            "tensorrt",
+            "fail",
+            f"import tensorrt failed: {type(e).__name__}: {e}",
+            "reinstall TensorRT for this CUDA (on a Jetson: sudo apt install --reinstall "
+            "python3-libnvinfer)",
+        )
+    version = trt.__version__
+    fl = flavor(version)  # ExportError for TensorRT older than 8.5: a fail line
+    data = {"version": version}
+    if not cuda:
+        return Check(
+            "tensorrt",
+            "warn",
+            f"TensorRT {version} is installed but no CUDA GPU is usable: it cannot build engines",
+            "see the cuda line",
+            data,
+        )
+    import torch
+
+    cap = torch.cuda.get_device_capability(ctx.device)
+    precisions = ["fp32"] + (["fp16"] if fast_fp16(cap) or fl.strongly_typed else [])
+    precisions += ["int8"] if fl.int8_calibration else []
+    return Check(
+        "tensorrt",
+        "pass",
+        f"TensorRT {version}: engines in {', '.join(precisions)}",
+        data={**data, "precisions": precisions},
+    )
