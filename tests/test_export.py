@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from edgerl.device import fast_fp16
 from edgerl.errors import EdgerlError
 from edgerl.export import ExportRequest, run_export
 from edgerl.export.common import (
@@ -24,7 +25,6 @@ from edgerl.export.onnx import OnnxPolicy, session_providers
 from edgerl.export.tensorrt import (
     calibration_cache_path,
     engine_name,
-    fast_fp16,
     flavor,
     profile_shapes,
 )

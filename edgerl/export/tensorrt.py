@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.atomic import write_atomic
+from edgerl.device import fast_fp16
 from edgerl.errors import EdgerlError
 from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, check_batch, slug
 
@@ -69,15 +70,6 @@ def flavor(version: str) -> Flavor:
         int8_calibration=major < 11,
         strongly_typed=major >= 11,
     )
-
-
-def fast_fp16(capability: tuple[int, int]) -> bool:
-    """Whether a GPU of this compute capability runs FP16 at least twice as fast as FP32.
-
-    5.3 (Nano, TX1), 6.0, 6.2 (TX2), 7.x (Xavier), 8.x (Orin) and newer do; desktop Maxwell (5.0,
-    5.2) and consumer Pascal (6.1) do not.
-    """
-    return capability == (5, 3) or capability in ((6, 0), (6, 2)) or capability >= (7, 0)
 
 
 def import_tensorrt() -> Any:
