@@ -109,7 +109,7 @@ class ServiceHook(Hook):
                 log.info("checkpoint written again: %s", path)
             self.checkpoint_problem = None
             return
-        self.checkpoint_problem = f"checkpoint failed, retrying in 60 s: {error}"
+        self.checkpoint_problem = f"checkpoint failed, retrying: {error}"
         self.notifier.status(self.checkpoint_problem)
 
     def on_end(self, run: Run) -> None:
