@@ -516,10 +516,17 @@ def test_a_service_run_is_readable_by_its_group_only_and_others_are_told_why(cli
 # ------------------------------------------------------------------ 8. the service's journal
 
 
-def test_the_service_logs_a_progress_line_every_log_interval(tmp_path, notify):  # noqa: F811
+def test_the_service_logs_progress_and_names_an_unwritable_file_in_its_status(
+    tmp_path,
+    notify,  # noqa: F811
+):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.csv").mkdir()  # in the way of every row (EISDIR)
     proc = start_daemon(service_config(tmp_path), notify)
     try:
         notify.wait_for("READY", "1", timeout=WAIT_S)
+        msg = notify.wait_for("STATUS", contains="cannot write metrics.csv", timeout=WAIT_S)
+        assert msg["STATUS"].startswith("step ") and "(Is a directory)" in msg["STATUS"]
         notify.collect(3.0)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=WAIT_S)
@@ -528,6 +535,7 @@ def test_the_service_logs_a_progress_line_every_log_interval(tmp_path, notify): 
             proc.kill()
     assert proc.returncode == 0, err
     assert len(logged_row_steps(err)) >= 2, err  # log_every_s = 0.5 in service_config
+    assert err.count("cannot write metrics.csv") == 1
 
 
 # ------------------------------------------------------------------ 10. smaller
