@@ -86,6 +86,16 @@ class TrainResult:
         )
 
 
+def _integrated_gpu(device: torch.device) -> bool:
+    """True for a CUDA GPU that shares the host's memory (a Jetson's)."""
+    if device.type != "cuda":
+        return False
+    try:
+        return bool(torch.cuda.get_device_properties(device).is_integrated)
+    except Exception:  # an old torch without the field, or a driver problem: assume separate
+        return False
+
+
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
@@ -238,7 +248,9 @@ class Trainer:
         building any: too many would swap the board or get the trainer killed."""
         host = replay_device.type == "cpu"
         available = replay_plan.available_bytes if host else available_memory(CPU)[0]
-        replay_bytes = replay_plan.total_bytes if host else 0
+        # A Jetson's GPU memory is the host's: a replay "on the GPU" takes from the same pool.
+        shared = host or _integrated_gpu(replay_device)
+        replay_bytes = replay_plan.total_bytes if shared else 0
         plan_env_memory(spec, cfg.env.num_envs, available, replay_bytes).check()
 
     def _autotune(self, cfg: Config, spec: EnvSpec) -> Config:
