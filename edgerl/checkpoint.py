@@ -132,6 +132,10 @@ class CheckpointWriteError(CheckpointError):
         return self.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+class CheckpointLostError(CheckpointError):
+    """The last checkpoint of a session could not be written: steps since the previous are lost."""
+
+
 class CheckpointStore:
     """The checkpoints of one run: save (atomic, keep-last-K) and find the newest valid one."""
 

@@ -108,6 +108,11 @@ class TrainConfig:
     run_dir: str = setting("", "run directory (empty: runs/<env name>)")
     checkpoint_every_s: float = setting(300.0, "seconds between checkpoints", min=1.0)
     keep_checkpoints: int = setting(3, "newest checkpoints kept", min=1)
+    final_checkpoint_retry_s: float = setting(
+        60.0,
+        "seconds the last checkpoint is retried (disk full) before the run exits non-zero",
+        min=0.0,
+    )
     log_every_s: float = setting(5.0, "seconds between metrics.csv rows", min=0.1, live=True)
     tensorboard: bool = setting(False, "also write TensorBoard events (needs edgerl[tensorboard])")
 

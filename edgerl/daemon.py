@@ -83,6 +83,8 @@ class ServiceHook(Hook):
         text = f"step {run.step:,}/{run.cfg.train.steps:,} | {progress_fields(stats)}"
         if self.checkpoint_problem:
             text += f" | {self.checkpoint_problem}"
+        for problem in run.write_problems():
+            text += f" | {problem}"
         return text
 
     def on_start(self, run: Run) -> None:
@@ -107,7 +109,7 @@ class ServiceHook(Hook):
                 log.info("checkpoint written again: %s", path)
             self.checkpoint_problem = None
             return
-        self.checkpoint_problem = f"checkpoint failed, retrying in 60 s: {error}"
+        self.checkpoint_problem = f"checkpoint failed, retrying: {error}"
         self.notifier.status(self.checkpoint_problem)
 
     def on_end(self, run: Run) -> None:
@@ -141,7 +143,7 @@ class ServiceHook(Hook):
 def run(config_file: Path | None, debug: bool = False) -> int:
     """The service's main: returns the exit code (0 stopped, 2 user error, 1 crash)."""
     from edgerl.session import training_session
-    from edgerl.signals import StopRequest, stop_on_signals
+    from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
     notifier = Notifier()
     setup_service_logging(debug, "info")
@@ -165,12 +167,15 @@ def run(config_file: Path | None, debug: bool = False) -> int:
     try:
         with (
             stop_on_signals(request_stop, hangup),
-            training_session(cfg, quiet=True, hooks=[hook]) as session,
+            training_session(cfg, hooks=[hook], stop=stop) as session,
         ):
             stop.target = session.trainer.request_stop
             hook.serve(session.trainer)
             notifier.status(f"set up; taking the first step of {cfg.env.id}")
             result = session.trainer.run()
+    except StoppedDuringSetup as e:
+        log.info("%s: no step was taken, nothing was lost", e)
+        return 0
     except EdgerlError as e:
         log.error("%s", e)
         notifier.status(f"failed: {e}")

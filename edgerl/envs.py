@@ -20,6 +20,7 @@ import difflib
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -273,16 +274,17 @@ class AleVecEnv(VecEnv):
 class GymVecEnv(VecEnv):
     """Any other discrete-action gymnasium id through ``gymnasium.vector.SyncVectorEnv``."""
 
-    def __init__(self, cfg: EnvConfig, spec: EnvSpec) -> None:
+    def __init__(
+        self, cfg: EnvConfig, spec: EnvSpec, check_stop: Callable[[], None] = lambda: None
+    ) -> None:
         import gymnasium as gym
-        from gymnasium.vector import AutoresetMode
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-        self._env = gym.make_vec(
-            cfg.id,
-            num_envs=cfg.num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-        )
+        def one() -> Any:
+            check_stop()  # many environments take minutes to build: a stop must not wait
+            return gym.make(cfg.id)
+
+        self._env = SyncVectorEnv([one] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = cfg.num_envs
         self.spec = spec
         self._actions: np.ndarray | None = None
@@ -317,11 +319,17 @@ class GymVecEnv(VecEnv):
         self._env.close()
 
 
-def make_env(cfg: EnvConfig, spec: EnvSpec | None = None) -> VecEnv:
-    """Build ``cfg.num_envs`` environments for ``cfg.id``; raises EnvError for unusable ids."""
+def make_env(
+    cfg: EnvConfig, spec: EnvSpec | None = None, check_stop: Callable[[], None] = lambda: None
+) -> VecEnv:
+    """Build ``cfg.num_envs`` environments for ``cfg.id``; raises EnvError for unusable ids.
+
+    ``check_stop`` is called between environments built in Python and may raise to abandon them.
+    """
     game = ale_game(cfg.id)
     if game is not None:
         if not _rom_exists(game):
             raise _unknown(cfg.id)
+        check_stop()
         return AleVecEnv(cfg, game)
-    return GymVecEnv(cfg, spec or _gym_spec(cfg.id))
+    return GymVecEnv(cfg, spec or _gym_spec(cfg.id), check_stop)

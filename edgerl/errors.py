@@ -26,6 +26,10 @@ class ReplayMemoryError(EdgerlError):
     """The replay buffer would not fit in available memory."""
 
 
+class EnvMemoryError(EdgerlError):
+    """``env.num_envs`` environments would not fit in available host memory."""
+
+
 class CheckpointError(EdgerlError):
     """A checkpoint is missing, corrupt, incompatible or cannot be written."""
 

@@ -49,6 +49,10 @@ class Run(Protocol):
 
     def epsilon(self) -> float: ...
 
+    def write_problems(self) -> list[str]:
+        """Side files (status.json, metrics.csv...) that cannot be written now, a phrase each."""
+        ...
+
     def return_mean(self) -> float:
         """Mean return of the last 100 episodes (NaN before the first)."""
         ...

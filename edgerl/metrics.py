@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from edgerl.errors import MissingDependencyError
+from edgerl.sidefiles import AppendFile, SideFiles
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +55,23 @@ class MetricsWriter:
     """Appends rows to ``<run_dir>/metrics.csv`` (and TensorBoard events if asked).
 
     A resumed run appends to the same file. If an older edgerl wrote other columns, that file is
-    kept as ``metrics.<n>.csv`` and a new one started.
+    kept as ``metrics.<n>.csv`` and a new one started. Neither file stops training when it cannot
+    be written: ``side`` records the problem and rows are written once there is room again.
     """
 
-    def __init__(self, run_dir: Path, columns: list[str], tensorboard: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        columns: list[str],
+        tensorboard: bool = False,
+        side: SideFiles | None = None,
+    ) -> None:
         self.path = run_dir / "metrics.csv"
         self.columns = columns
-        self._rotate_if_columns_changed()
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._file: TextIO = self.path.open("a", newline="", encoding="utf-8")
-        self._csv = csv.writer(self._file)
-        if new:
-            self._csv.writerow(columns)
-            self._file.flush()
+        self.side = side or SideFiles()
+        self.side.attempt(self.path.name, self._rotate_if_columns_changed)
+        self._file = AppendFile(self.path, self.side, header=_csv_line(columns))
+        self._file.flush()
         self._tb = None
         if tensorboard:
             try:
@@ -75,10 +80,15 @@ class MetricsWriter:
                 raise MissingDependencyError(
                     "tensorboard", "tensorboard", "train.tensorboard=true"
                 ) from None
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            tb_dir = str(run_dir / "tensorboard")
+
+            def open_tb() -> None:
+                self._tb = SummaryWriter(tb_dir)
+
+            self.side.attempt("tensorboard", open_tb)
 
     def _rotate_if_columns_changed(self) -> None:
-        if not self.path.exists():
+        if not self.path.is_file():
             return
         with self.path.open(encoding="utf-8") as f:
             header = f.readline().strip()
@@ -92,22 +102,29 @@ class MetricsWriter:
 
     def write(self, stats: TrainStats) -> None:
         row = stats.row()
-        self._csv.writerow([_fmt(row.get(c)) for c in self.columns])
-        self._file.flush()
+        self._file.append(_csv_line([_fmt(row.get(c)) for c in self.columns]))
         if self._tb is not None:
-            for key in ("sps", "return_mean", "epsilon", "loss"):
-                value = row.get(key)
-                if isinstance(value, float) and not math.isnan(value):
-                    self._tb.add_scalar(f"train/{key}", value, stats.step)
+            tb = self._tb
+
+            def add() -> None:
+                for key in ("sps", "return_mean", "epsilon", "loss"):
+                    value = row.get(key)
+                    if isinstance(value, float) and not math.isnan(value):
+                        tb.add_scalar(f"train/{key}", value, stats.step)
+
+            self.side.attempt("tensorboard", add)
 
     def close(self) -> None:
-        if self._file.closed:
-            return
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
         if self._tb is not None:
-            self._tb.close()
+            self.side.attempt("tensorboard", self._tb.close)
+            self._tb = None
+
+
+def _csv_line(cells: list[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(cells)
+    return buf.getvalue()
 
 
 def progress_fields(stats: TrainStats) -> str:

@@ -17,9 +17,27 @@ import grp
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from edgerl.atomic import remove_stale_temps
 from edgerl.errors import RunDirError
+
+# What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
+PRIVATE_BITS = 0o007
+RUN_UMASK = 0o027
+
+
+@contextlib.contextmanager
+def run_umask() -> Iterator[None]:
+    """While training, create files 0640 and directories 0750 at most (a stricter umask stays):
+    checkpoints, status and metrics are readable by the owner and the run's group only."""
+    old = os.umask(RUN_UMASK)
+    os.umask(old | RUN_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def short_env_name(env_id: str) -> str:
@@ -128,7 +146,7 @@ class RunDir:
             if e.errno == errno.ENOSPC:
                 reason = "the disk is full"
             raise RunDirError(f"run directory {self.path} is not writable ({reason})") from None
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,6 +156,12 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
+        for directory in (self.path, self.checkpoints):
+            remove_stale_temps(directory)  # partial writes of killed trainers
+            with contextlib.suppress(OSError):  # checkpoints and status are nobody else's
+                mode = stat.S_IMODE(directory.stat().st_mode)
+                if mode & PRIVATE_BITS:
+                    os.chmod(directory, mode & ~PRIVATE_BITS)
         if group and os.geteuid() == 0:  # the parent only if we created it (never /tmp or ~)
             parent = [self.path.parent] if self.path.parent in created else []
             share_with_group([*parent, self.path, self.checkpoints], group)

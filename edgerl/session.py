@@ -14,6 +14,9 @@ from edgerl.config import Config
 from edgerl.hooks import Hook
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
+from edgerl.rundir import run_umask
+from edgerl.sidefiles import SideFiles
+from edgerl.signals import StopRequest
 from edgerl.status import StatusWriter
 from edgerl.train import Trainer
 
@@ -41,23 +44,34 @@ class Session:
 
 @contextlib.contextmanager
 def training_session(
-    cfg: Config, *, fresh: bool = False, quiet: bool = False, hooks: Sequence[Hook] = ()
+    cfg: Config,
+    *,
+    fresh: bool = False,
+    quiet: bool = False,
+    hooks: Sequence[Hook] = (),
+    stop: StopRequest | None = None,
 ) -> Iterator[Session]:
     """Yield a ready session with clocks maxed (``hw.max_clocks``) and the monitor running.
 
     Every run keeps ``<run_dir>/status.json`` current (``stopped`` or ``failed`` at the end).
-    Raises what :class:`Trainer` raises for user errors, before touching the clocks.
+    Raises what :class:`Trainer` raises for user errors, before touching the clocks, and
+    StoppedDuringSetup when ``stop`` is requested before the trainer is ready.
     """
     session: Session | None = None
-    status = StatusWriter(clocks=lambda: session.clocks_state() if session else "unchanged")
-    trainer = Trainer(cfg, fresh=fresh, quiet=quiet, hooks=[status, *hooks])
-    with trainer, _final_status(trainer, status), contextlib.ExitStack() as stack:
+    side = SideFiles()  # one record of the side files that cannot be written
+    status = StatusWriter(
+        clocks=lambda: session.clocks_state() if session else "unchanged", side=side
+    )
+    trainer = Trainer(cfg, fresh=fresh, quiet=quiet, hooks=[status, *hooks], side=side)
+    if stop is not None:
+        stop.target = trainer.request_stop  # set-up (thousands of environments) stops early too
+    with run_umask(), trainer, _final_status(trainer, status), contextlib.ExitStack() as stack:
         session = Session(trainer)
         hw = trainer.cfg.hw
         if hw.max_clocks:
             session.clocks = stack.enter_context(MaxClocks(hw, state_dir_for(hw)))
         if hw.monitor:
-            monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step)
+            monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step, side=side)
             session.monitor = stack.enter_context(monitor)
             trainer.add_hook(monitor, first=True)  # so later hooks see the newest load
         yield session

@@ -7,6 +7,17 @@ import signal
 from collections.abc import Callable, Iterator
 
 
+class StoppedDuringSetup(Exception):
+    """A stop (SIGTERM, Ctrl-C) arrived before the first step: set-up was abandoned at once.
+
+    Nothing is lost: no step of this session was taken, so the newest checkpoint is still current.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"stopped by {reason} during start-up")
+        self.reason = reason
+
+
 class StopRequest:
     """A stop that may arrive before the trainer exists (a signal during set-up)."""
 

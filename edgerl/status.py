@@ -4,7 +4,8 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``edgerl view``. Fields: ``state`` (starting, training, stopping, stopped, failed), ``step``,
 ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``, ``started_at``,
 ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path), ``checkpoint_error``,
-``load`` (the newest monitor record), ``clocks``, ``env``, ``run_dir``, ``pid``, ``message``.
+``load`` (the newest monitor record), ``clocks``, ``env``, ``run_dir``, ``pid``, ``message``,
+``write_problems`` (side files that cannot be written now, see :mod:`edgerl.sidefiles`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from edgerl.errors import RunDirError
 from edgerl.hooks import Hook, Run
 from edgerl.metrics import TrainStats
 from edgerl.processes import pid_alive
+from edgerl.sidefiles import SideFiles
 
 STATUS_FILE = "status.json"
 WRITE_EVERY_S = 3.0
@@ -42,9 +44,13 @@ class StatusWriter(Hook):
     """A trainer hook that keeps ``status.json`` current; ``clocks`` says the clocks' state."""
 
     def __init__(
-        self, clocks: Callable[[], str] = lambda: "unchanged", every_s: float = WRITE_EVERY_S
+        self,
+        clocks: Callable[[], str] = lambda: "unchanged",
+        every_s: float = WRITE_EVERY_S,
+        side: SideFiles | None = None,
     ) -> None:
         self.clocks = clocks
+        self.side = side or SideFiles()
         self.every_s = every_s
         self.started = time.time()
         self._last = 0.0
@@ -76,8 +82,11 @@ class StatusWriter(Hook):
             "load": stats.load.get("record"),
             "load_line": stats.load.get("load_line"),
             "clocks": self.clocks(),
+            "write_problems": self.side.problems(),
         }
-        write_atomic(run.run_dir / STATUS_FILE, json.dumps(doc, indent=1).encode())
+        data = json.dumps(doc, indent=1).encode()
+        # A status file that cannot be written must not stop training (a full disk): said once.
+        self.side.attempt(STATUS_FILE, lambda: write_atomic(run.run_dir / STATUS_FILE, data))
         self._last = time.monotonic()
 
     # -- hook --------------------------------------------------------------------------------
@@ -177,6 +186,18 @@ def describe(doc: dict[str, Any], live: Liveness) -> str:
     ]
     if doc.get("checkpoint_error"):
         lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
+    for problem in doc.get("write_problems") or ():
+        lines.append(f"{problem}: training goes on, the file catches up when it can be written")
     if doc.get("message"):
         lines.append(doc["message"])
     return "\n".join(lines)
+
+
+def disk_full(run_dir: Path) -> bool:
+    """True if the file system holding ``run_dir`` has no space left for edgerl's files (then
+    status.json itself may be older than the run's progress)."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0)

@@ -29,7 +29,7 @@ import torch
 
 from edgerl import __version__
 from edgerl.atomic import write_atomic
-from edgerl.checkpoint import CheckpointStore, CheckpointWriteError, encode
+from edgerl.checkpoint import CheckpointLostError, CheckpointStore, CheckpointWriteError, encode
 from edgerl.config import Config, apply_presets, check_consistency, with_values
 from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
@@ -40,14 +40,25 @@ from edgerl.hooks import Hook
 from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
 from edgerl.nets import build_q_network
 from edgerl.pipeline import Learning, make_learning
-from edgerl.replay import ReplayBuffer, available_memory, example_batch, plan_memory
+from edgerl.replay import (
+    MemoryPlan,
+    ReplayBuffer,
+    available_memory,
+    example_batch,
+    plan_env_memory,
+    plan_memory,
+)
 from edgerl.rundir import RunDir, default_run_dir
+from edgerl.sidefiles import SideFiles
+from edgerl.signals import StoppedDuringSetup
 
 log = logging.getLogger(__name__)
 
 RECENT_EPISODES = 100
 PROGRESS_EVERY_S = 0.25
 CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
+FINAL_RETRY_EVERY_S = 5.0  # the last checkpoint of a session is retried this often
+CPU = torch.device("cpu")
 # Config keys a resumed run must share with its checkpoint (they shape the network).
 SHAPING_KEYS = ("env.id", "agent.hidden")
 
@@ -75,6 +86,16 @@ class TrainResult:
         )
 
 
+def _integrated_gpu(device: torch.device) -> bool:
+    """True for a CUDA GPU that shares the host's memory (a Jetson's)."""
+    if device.type != "cuda":
+        return False
+    try:
+        return bool(torch.cuda.get_device_properties(device).is_integrated)
+    except Exception:  # an old torch without the field, or a driver problem: assume separate
+        return False
+
+
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
@@ -95,8 +116,10 @@ class Trainer:
         fresh: bool = False,
         hooks: list[Hook] | None = None,
         quiet: bool = False,
+        side: SideFiles | None = None,
     ) -> None:
         self.requested_cfg = cfg
+        self.side = side or SideFiles()
         self.fresh = fresh
         self.hooks = list(hooks or [])
         self.quiet = quiet
@@ -105,6 +128,7 @@ class Trainer:
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
         self.last_checkpoint: Path | None = None
+        self.checkpoint_error: str | None = None  # why the newest checkpoint attempt failed
         self.resumed_from: Path | None = None
         self.moved_aside: Path | None = None
         self.stats = TrainStats()
@@ -135,7 +159,9 @@ class Trainer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         try:
-            crashed = exc is not None and not isinstance(exc, (KeyboardInterrupt, RunDirError))
+            crashed = exc is not None and not isinstance(
+                exc, (KeyboardInterrupt, RunDirError, CheckpointLostError)
+            )
             if crashed and self._env is not None and self.step != self._last_saved_step:
                 log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
                 self.save_checkpoint()
@@ -153,7 +179,9 @@ class Trainer:
             self.device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
         )
         available, where = available_memory(replay_device)
-        plan_memory(spec, cfg.replay.capacity, available, where).check()
+        replay_plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        replay_plan.check()
+        self._check_env_memory(cfg, spec, replay_plan, replay_device)
 
         run_path = (
             Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
@@ -172,6 +200,7 @@ class Trainer:
         if found is not None:
             self._check_compatible(found[1], found[0].path)
 
+        self._check_stop()
         configure_backends(self.device, cfg.perf.threads)
         if cfg.perf.autotune:
             self.cfg = cfg = self._autotune(cfg, spec)
@@ -197,9 +226,32 @@ class Trainer:
         if found is not None:
             self._restore(found[1])
             self.resumed_from = found[0].path
-        self._env = make_env(cfg.env, spec)
-        write_atomic(self._rundir.config_file, cfg.to_toml().encode())
+        self._check_stop()
+        log.info("building %s environments of %s", f"{cfg.env.num_envs:,}", cfg.env.id)
+        self._env = make_env(cfg.env, spec, self._check_stop)
+        self._check_stop()
+        config_toml = cfg.to_toml().encode()
+        self.side.attempt(
+            "config.toml", lambda: write_atomic(self._rundir.config_file, config_toml)
+        )
         self.display = DisplayPublisher(cfg.display, run_path, spec)
+
+    def _check_stop(self) -> None:
+        """Abandon set-up if a stop was requested (nothing to save before the first step)."""
+        if self._stop_reason is not None:
+            raise StoppedDuringSetup(self._stop_reason)
+
+    def _check_env_memory(
+        self, cfg: Config, spec: EnvSpec, replay_plan: MemoryPlan, replay_device: torch.device
+    ) -> None:
+        """Refuse more environments than host memory holds (beside a host replay), before
+        building any: too many would swap the board or get the trainer killed."""
+        host = replay_device.type == "cpu"
+        available = replay_plan.available_bytes if host else available_memory(CPU)[0]
+        # A Jetson's GPU memory is the host's: a replay "on the GPU" takes from the same pool.
+        shared = host or _integrated_gpu(replay_device)
+        replay_bytes = replay_plan.total_bytes if shared else 0
+        plan_env_memory(spec, cfg.env.num_envs, available, replay_bytes).check()
 
     def _autotune(self, cfg: Config, spec: EnvSpec) -> Config:
         """``cfg`` with env.num_envs and env.threads picked by measuring (perf.autotune)."""
@@ -319,6 +371,9 @@ class Trainer:
     def return_mean(self) -> float:
         return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
 
+    def write_problems(self) -> list[str]:
+        return self.side.problems()
+
     def request_stop(self, reason: str) -> None:
         """Ask the loop to stop after the current step (safe from a signal handler)."""
         self._stop_reason = reason
@@ -351,11 +406,13 @@ class Trainer:
             path = self.checkpoints.save_encoded(data, self.step)
         except CheckpointWriteError as e:
             log.error("%s", e)
+            self.checkpoint_error = str(e)
             for hook in self.hooks:
                 hook.on_checkpoint(self, None, str(e))
             return None
         self.last_checkpoint = path
         self._last_saved_step = self.step
+        self.checkpoint_error = None
         for hook in self.hooks:
             hook.on_checkpoint(self, path, None)
         return path
@@ -367,7 +424,9 @@ class Trainer:
         assert self._env is not None
         cfg = self.cfg
         extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
-        self._metrics = MetricsWriter(self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard)
+        self._metrics = MetricsWriter(
+            self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side
+        )
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         self._session_start = time.monotonic()
         self._session_step0 = self.step
@@ -474,9 +533,40 @@ class Trainer:
         if self.step != row_step:
             self._write_row()
         if self.step != self._last_saved_step:
-            self.save_checkpoint()
+            self._final_checkpoint()
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
+
+    def _final_checkpoint(self) -> None:
+        """The session's last checkpoint, retried for ``train.final_checkpoint_retry_s`` (a full
+        disk may get room); raises CheckpointLostError saying which steps are lost."""
+        deadline = time.monotonic() + self.cfg.train.final_checkpoint_retry_s
+        while self.save_checkpoint() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CheckpointLostError(self._lost_sentence())
+            log.warning("retrying the last checkpoint for up to %.0f s more", left)
+            wait_until = time.monotonic() + min(FINAL_RETRY_EVERY_S, left)
+            while time.monotonic() < wait_until:
+                time.sleep(min(PROGRESS_EVERY_S, max(0.0, wait_until - time.monotonic())))
+                for hook in self.hooks:  # the service's watchdog and status go on meanwhile
+                    hook.on_tick(self, self.stats)
+
+    def _lost_sentence(self) -> str:
+        error = self.checkpoint_error or "unknown error"
+        seconds = self.cfg.train.final_checkpoint_retry_s
+        since = self._last_saved_step
+        if since < 0:
+            lost = f"all {self.step:,} steps of this run are lost (no checkpoint was ever written)"
+        else:
+            lost = (
+                f"steps {since:,} to {self.step:,} are lost and the next run resumes from step "
+                f"{since:,}"
+            )
+        return (
+            f"the last checkpoint could not be written within {seconds:g} s ({error}): {lost}; "
+            "free space in the run directory and run again"
+        )
 
     def _result(self, stopped: bool) -> TrainResult:
         return TrainResult(

@@ -18,6 +18,11 @@ from edgerl.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 
+INTERRUPTED = (
+    "interrupted: stopped at once, without writing a checkpoint (the run resumes from its "
+    "newest valid one)"
+)
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
@@ -41,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort:  # Ctrl-C before edgerl's handlers, or a second one
+        click.echo(INTERRUPTED, err=True)
         return 130
     except EdgerlError as e:
         if debug:
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"edgerl: error: {e}", err=True)
         return e.exit_code
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo(INTERRUPTED, err=True)
         return 130
     except Exception as e:
         if debug:

@@ -39,25 +39,28 @@ def train(
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
     from edgerl.session import training_session
-    from edgerl.signals import StopRequest, stop_on_signals
+    from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir)
     setup_logging(ctx.obj["debug"], cfg.log.level)
     stop = StopRequest()
-    with (
-        stop_on_signals(stop.set) as received,
-        training_session(cfg, fresh=fresh, quiet=quiet) as session,
-    ):
-        trainer = session.trainer
-        stop.target = trainer.request_stop
-        log.info(
-            "training %s on %s: run directory %s",
-            trainer.cfg.env.id,
-            trainer.device,
-            trainer.run_dir,
-        )
-        result = trainer.run()
-        verdict = session.verdict()
+    try:
+        with (
+            stop_on_signals(stop.set) as received,
+            training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session,
+        ):
+            trainer = session.trainer
+            log.info(
+                "training %s on %s: run directory %s",
+                trainer.cfg.env.id,
+                trainer.device,
+                trainer.run_dir,
+            )
+            result = trainer.run()
+            verdict = session.verdict()
+    except StoppedDuringSetup as e:
+        click.echo(f"{e}: no step was taken, nothing was lost", err=True)
+        ctx.exit(130 if e.reason == "SIGINT" else 143)
     click.echo(result.summary(), err=True)
     if verdict:
         click.echo(f"what limited training: {verdict}", err=True)
@@ -95,7 +98,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
 
     Exit code 0 while it runs, 3 when it is not running or its status is stale.
     """
-    from edgerl.status import describe, liveness, read_status
+    from edgerl.status import describe, disk_full, liveness, read_status
 
     if run_dir is None:
         run_dir = default_status_dir()
@@ -110,6 +113,11 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
         )
     else:
         click.echo(describe(doc, live))
+        if live.running and disk_full(run_dir):  # why status.json may be stale
+            click.echo(
+                f"the disk holding {run_dir} is full: training goes on, but its status, metrics "
+                "and checkpoints wait for space"
+            )
     ctx.exit(0 if live.running and not live.stale else 3)
 
 

@@ -2,12 +2,52 @@
 
 from __future__ import annotations
 
+import grp
+import os
+import stat
 from pathlib import Path
 
 import click
 
 from edgerl.cli.app import cli
 from edgerl.cli.options import default_status_dir
+
+
+def check_readable(run_dir: Path) -> None:
+    """Refuse a run this user may not read, in one sentence that says how to get access
+    (without it the viewer could only say that no frame came). Raises RunDirError."""
+    from edgerl.errors import RunDirError
+    from edgerl.status import STATUS_FILE
+
+    for path in (run_dir, run_dir / STATUS_FILE):
+        try:
+            st = path.stat()
+        except PermissionError:
+            raise RunDirError(_refusal(_first_closed(path))) from None
+        except OSError:
+            return  # missing: the viewer says that nothing runs there
+        want = os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)
+        if not os.access(path, want):
+            raise RunDirError(_refusal(path))
+
+
+def _first_closed(path: Path) -> Path:
+    """The outermost directory above ``path`` that this user may not enter."""
+    for parent in reversed(path.parents):
+        if not os.access(parent, os.X_OK):
+            return parent
+    return path
+
+
+def _refusal(path: Path) -> str:
+    try:
+        group = grp.getgrgid(path.stat().st_gid).gr_name
+    except (OSError, KeyError):
+        group = "edgerl"
+    return (
+        f"permission denied reading {path}: runs of the service can be watched by the {group} "
+        f"group only; add yourself with: sudo usermod -aG {group} $USER, then log in again"
+    )
 
 
 @cli.command()
@@ -66,8 +106,10 @@ def view(
 
     if snapshot is not None and console:
         raise click.UsageError("give either --snapshot or --console, not both")
+    run_dir = run_dir if run_dir is not None else default_status_dir()
+    check_readable(run_dir)
     opts = ViewOptions(
-        run_dir=run_dir if run_dir is not None else default_status_dir(),
+        run_dir=run_dir,
         scale=scale,
         fullscreen=fullscreen,
         snapshot=snapshot,

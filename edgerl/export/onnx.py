@@ -165,6 +165,11 @@ def read_metadata(path: Path) -> Sidecar:
         raise ExportError(f"{path} does not exist") from None
     except Exception as e:
         raise ExportError(f"{path} is not a readable ONNX file: {e}") from None
+    if not model.graph.node:  # an empty or truncated file parses as an empty model
+        raise ExportError(
+            f"{path} holds no ONNX graph ({path.stat().st_size:,} bytes): it is empty or damaged; "
+            "export it again with edgerl export"
+        )
     for prop in model.metadata_props:
         if prop.key == METADATA_KEY:
             return Sidecar.from_dict(json.loads(prop.value), str(path))

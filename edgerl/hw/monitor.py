@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import glob
+import io
 import logging
 import shutil
 import subprocess
@@ -29,13 +30,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 from edgerl.config import Config, HwConfig
 from edgerl.hooks import Hook, Run
 from edgerl.hw.platform import hw_path, hw_root
 from edgerl.hw.tegrastats import LoadRecord, format_line, parse_line
 from edgerl.metrics import TrainStats
+from edgerl.sidefiles import AppendFile, SideFiles
 
 log = logging.getLogger(__name__)
 
@@ -390,8 +392,10 @@ class LoadMonitor(Hook):
         run_dir: Path | None = None,
         step: Callable[[], int] | None = None,
         source_factory: Callable[[HwConfig, int], LoadSource] = open_source,
+        side: SideFiles | None = None,
     ) -> None:
         self.hw = hw
+        self.side = side or SideFiles()
         self.interval_ms = hw.monitor_interval_ms
         self.run_dir = run_dir
         self.step = step or (lambda: 0)
@@ -402,9 +406,8 @@ class LoadMonitor(Hook):
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._reopen = threading.Event()  # the interval changed: restart the same kind of source
-        self._log: TextIO | None = None
-        self._csv_file: TextIO | None = None
-        self._csv: Any = None
+        self._log: AppendFile | None = None
+        self._csv: AppendFile | None = None
         self._sums = {"n": 0, "max": 0.0, "mean": 0.0, "gpu": 0.0, "gpu_n": 0}
         self._count_from = 0.0  # monotonic time from which samples count for the verdict
 
@@ -424,13 +427,13 @@ class LoadMonitor(Hook):
         self._source = self.source_factory(self.hw, self.interval_ms)
         self.source_name = self._source.name
         if self.run_dir is not None:
-            self._log = (self.run_dir / "tegrastats.log").open("a", encoding="utf-8")
-            path = self.run_dir / "load.csv"
-            new = not path.exists() or path.stat().st_size == 0
-            self._csv_file = path.open("a", newline="", encoding="utf-8")
-            self._csv = csv.writer(self._csv_file)
-            if new:
-                self._csv.writerow(LOAD_CSV_COLUMNS)
+            # Neither file may stop training: rows wait while they cannot be written.
+            self._log = AppendFile(self.run_dir / "tegrastats.log", self.side)
+            self._csv = AppendFile(
+                self.run_dir / "load.csv", self.side, header=_csv_line(LOAD_CSV_COLUMNS)
+            )
+            self._log.flush()
+            self._csv.flush()
         self._thread = threading.Thread(target=self._loop, name="edgerl-monitor", daemon=True)
         self._thread.start()
         log.info("load monitor: %s every %d ms", self.source_name, self.interval_ms)
@@ -478,10 +481,9 @@ class LoadMonitor(Hook):
                 line = raw if dated else f"{_date()} {raw}"
             else:
                 line = format_line(rec)
-            self._log.write(line + "\n")
-            self._log.flush()
-        if self._csv is not None and self._csv_file is not None:
-            self._csv.writerow(
+            self._log.append(line + "\n")
+        if self._csv is not None:
+            row = _csv_line(
                 [
                     _cell(v)
                     for v in (
@@ -498,7 +500,7 @@ class LoadMonitor(Hook):
                     )
                 ]
             )
-            self._csv_file.flush()
+            self._csv.append(row)
 
     def set_interval(self, interval_ms: int) -> None:
         """Sample every ``interval_ms`` from now on (the service's SIGHUP reload)."""
@@ -527,8 +529,8 @@ class LoadMonitor(Hook):
                 self._source.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for f in (self._log, self._csv_file):
-            if f is not None and not f.closed:
+        for f in (self._log, self._csv):
+            if f is not None:
                 f.close()
 
     # -- trainer hook ------------------------------------------------------------------------
@@ -553,6 +555,12 @@ class LoadMonitor(Hook):
 
 def _date() -> str:
     return datetime.now().strftime("%m-%d-%Y %H:%M:%S")
+
+
+def _csv_line(cells: list[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(cells)
+    return buf.getvalue()
 
 
 def _cell(v: Any) -> str:
