@@ -157,7 +157,7 @@ class EnvMemoryPlan:
         """Raise EnvMemoryError with the largest env.num_envs that fits, if these do not."""
         if self.fits:
             return
-        replay = _fmt_bytes(self.replay_bytes)
+        replay = fmt_bytes(self.replay_bytes)
         beside = f" beside the replay's {replay}" if self.replay_bytes else ""
         fix = (
             f"set env.num_envs to at most {self.max_num_envs:,}"
@@ -165,9 +165,9 @@ class EnvMemoryPlan:
             else "lower replay.capacity first"
         )
         raise EnvMemoryError(
-            f"env.num_envs={self.num_envs:,} needs about {_fmt_bytes(self.total_bytes)} of host "
-            f"memory for the environments ({_fmt_bytes(self.bytes_per_env)} each){beside}, but "
-            f"only {_fmt_bytes(self.available_bytes)} is available, of which edgerl uses at most "
+            f"env.num_envs={self.num_envs:,} needs about {fmt_bytes(self.total_bytes)} of host "
+            f"memory for the environments ({fmt_bytes(self.bytes_per_env)} each){beside}, but "
+            f"only {fmt_bytes(self.available_bytes)} is available, of which edgerl uses at most "
             f"{MEMORY_SHARE:.0%}; {fix}"
         )
 
