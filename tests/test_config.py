@@ -158,3 +158,35 @@ def test_cli_config_shows_presets_for_the_environment(cli):
     assert r.code == 0
     assert f"batch_size = {PRESETS['vector']['agent.batch_size']}" in r.out
     assert 'id = "CartPole-v1"' in r.out
+
+
+@pytest.mark.parametrize(
+    ("given", "steps"),
+    [("1e6", 1_000_000), ("10M", 10_000_000), ("250k", 250_000), ("1_000", 1000)],
+)
+def test_steps_as_people_write_them(cli, given, steps):
+    r = cli("config", "--steps", given)
+    assert r.code == 0, r.err
+    assert f"steps = {steps}" in r.out.replace("_", "")
+
+
+@pytest.mark.parametrize("given", ["1.5", "ten", "0"])
+def test_steps_that_are_no_count_are_refused(cli, given):
+    r = cli("config", "--steps", given)
+    assert r.code == 2 and "--steps" in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("agent.learning_rate", "agent.lr"), ("train.total_timesteps", "train.steps")],
+)
+def test_names_from_other_libraries_suggest_ours(cli, key, meant):
+    r = cli("config", "--set", f"{key}=1")
+    assert r.code == 2 and f"unknown config key '{key}' (did you mean '{meant}'?)" in r.err
+
+
+def test_seed_flag_reaches_the_run(cli, tmp_path):
+    run = tmp_path / "cp"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--seed", "7", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "seed = 7" in (run / "config.toml").read_text()

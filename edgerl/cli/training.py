@@ -16,7 +16,7 @@ log = logging.getLogger("edgerl")
 
 
 @cli.command()
-@config_options("env", "steps", "run_dir")
+@config_options("env", "steps", "run_dir", "seed")
 @click.option(
     "--fresh",
     is_flag=True,
@@ -31,6 +31,7 @@ def train(
     env_id: str | None,
     steps: int | None,
     run_dir: Path | None,
+    seed: int | None,
     fresh: bool,
     quiet: bool,
 ) -> None:
@@ -41,7 +42,7 @@ def train(
     from edgerl.session import training_session
     from edgerl.signals import StopRequest, stop_on_signals
 
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed)
     setup_logging(ctx.obj["debug"], cfg.log.level)
     stop = StopRequest()
     with (
