@@ -190,3 +190,24 @@ def test_seed_flag_reaches_the_run(cli, tmp_path):
     r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--seed", "7", "--run-dir", run)
     assert r.code == 0, r.err
     assert "seed = 7" in (run / "config.toml").read_text()
+
+
+def test_a_game_typed_in_another_case_names_the_same_run(cli):
+    r = cli("config", "--env", "ALE/pong-v5")
+    assert r.code == 0, r.err
+    assert 'id = "ALE/Pong-v5"' in r.out
+
+
+@pytest.mark.parametrize("typed", ["Pong", "pong", "Pong-v4x"])
+def test_a_bare_game_name_suggests_the_ale_id(cli, typed):
+    r = cli("config", "--env", typed)
+    assert r.code == 2 and "did you mean 'ALE/Pong-v5'" in r.err, r.err
+
+
+def test_resuming_a_run_directory_needs_no_env(cli, tmp_path):
+    run = tmp_path / "cp"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--run-dir", run)
+    assert r.code == 0, r.err
+    r = cli("train", "--steps", "400", "--run-dir", run)  # the default game is Pong
+    assert r.code == 0, r.err
+    assert "step 400/400" in r.err and "CartPole-v1" in (run / "config.toml").read_text()

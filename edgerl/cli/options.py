@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import click
 from edgerl.config import Config
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("edgerl")
 
 SHORTCUTS = ("env", "steps", "run_dir", "seed")
 
@@ -111,7 +113,36 @@ def build_config(
         "train.run_dir": str(run_dir) if run_dir is not None else None,
         "env.seed": seed,
     }
-    return resolve(build_layers(config_file, overrides, shortcuts))
+    cfg = resolve(build_layers(config_file, overrides, shortcuts))
+    return with_game(cfg)
+
+
+def with_game(cfg: Config) -> Config:
+    """The game spelled as registered (``ALE/pong-v5`` names ``runs/Pong-v5``), and, when no
+    game was given but the run directory holds a run, that run's game: resuming needs no --env."""
+    from edgerl.config import with_values
+    from edgerl.envs import canonical_id
+
+    if "env.id" in cfg.explicit:
+        canonical = canonical_id(cfg.env.id)
+        return cfg if canonical == cfg.env.id else with_values(cfg, {"env.id": canonical})
+    saved = run_game(Path(cfg.train.run_dir)) if cfg.train.run_dir else None
+    if saved is None or saved == cfg.env.id:
+        return cfg
+    log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
+    return with_values(cfg, {"env.id": saved})
+
+
+def run_game(run_dir: Path) -> str | None:
+    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
+    from edgerl.config import tomllib
+
+    try:
+        saved = tomllib.loads((run_dir / "config.toml").read_text())
+    except (OSError, ValueError):
+        return None
+    game = saved.get("env", {}).get("id")
+    return game if isinstance(game, str) and game else None
 
 
 def default_status_dir() -> Path:
