@@ -110,7 +110,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
             )
         )
     else:
-        click.echo(describe(doc, live))
+        click.echo(describe(doc, live, run_dir))
     ctx.exit(0 if live.running and not live.stale else 3)
 
 
