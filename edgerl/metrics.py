@@ -66,6 +66,15 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def check_extras(tensorboard: bool) -> None:
+    """Raise MissingDependencyError now, before a run directory is made, when an output the
+    config asks for needs a package that is not installed."""
+    import importlib.util
+
+    if tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise MissingDependencyError("tensorboard", "tensorboard", "train.tensorboard=true")
+
+
 class MetricsWriter:
     """Appends rows to ``<run_dir>/metrics.csv`` (and TensorBoard events if asked).
 

@@ -211,3 +211,15 @@ def test_resuming_a_run_directory_needs_no_env(cli, tmp_path):
     r = cli("train", "--steps", "400", "--run-dir", run)  # the default game is Pong
     assert r.code == 0, r.err
     assert "step 400/400" in r.err and "CartPole-v1" in (run / "config.toml").read_text()
+
+
+def test_a_missing_extra_is_named_before_a_run_directory_exists(cli, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed here")
+    run = tmp_path / "tb"
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "train.tensorboard=true")
+    assert r.code == 2 and "pip install 'edgerl[tensorboard]'" in r.err
+    assert "pip install -e '.[tensorboard]'" in r.err
+    assert not run.exists()

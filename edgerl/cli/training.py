@@ -44,6 +44,9 @@ def train(
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed)
     setup_logging(ctx.obj["debug"], cfg.log.level)
+    from edgerl.metrics import check_extras
+
+    check_extras(cfg.train.tensorboard)  # before anything is written
     stop = StopRequest()
     with (
         stop_on_signals(stop.set) as received,
