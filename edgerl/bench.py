@@ -53,6 +53,7 @@ BENCH_SETTINGS = {  # learning starts early so a few seconds reach the learner-b
 
 LIMIT_MIN_S = 3.0  # the shortest learner-limit measurement that repeated within a few % here
 MIN_MEANINGFUL_S = 10.0  # shorter loops are dominated by start-up and scheduling noise
+MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
 SHARE_NOISE = 0.15  # a loop up to this much above the limit is within measurement noise
 
 
@@ -197,6 +198,10 @@ def run_loop(opts: BenchOptions, mode: str, num_envs: int, seconds: float) -> di
                 window["busy0"] = trainer.learning.busy_s
                 window["updates0"] = trainer.learner.updates
                 time.sleep(seconds)
+                # On a loaded machine a short window can hold no update at all: a figure from
+                # it would say nothing, so the window lasts until it holds a few.
+                while trainer.learner.updates - window["updates0"] < MIN_WINDOW_UPDATES:
+                    time.sleep(0.05)
                 window["step1"], window["t1"] = trainer.step, time.perf_counter()
                 window["busy1"] = trainer.learning.busy_s
                 window["updates1"] = trainer.learner.updates

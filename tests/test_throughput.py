@@ -309,8 +309,8 @@ def test_bench_json(cli):
     assert set(doc["act_per_s"]) == {"1", "8", "32"}
     assert {"eager", "channels_last"} <= set(doc["updates_per_s"])
     limit = doc["learner_bound_limit"]
-    assert limit["steps_per_s"] == pytest.approx(
-        doc["train_freq"] * limit["updates_per_s"], rel=0.01
+    assert limit["steps_per_s"] == pytest.approx(  # both rounded: a loaded machine is slow
+        doc["train_freq"] * limit["updates_per_s"], rel=0.01, abs=0.1
     )
     assert limit["measured_s"] >= 3  # never a one-second limit
     assert "perf.amp=" in limit["update_variant"]
@@ -324,8 +324,8 @@ def test_bench_json(cli):
         assert loop["steps_per_s"] > 0 and 0 < loop["learner_busy"] <= 1
         assert 0 < loop["share_of_limit"] <= 1.0  # a loop cannot beat the learner bound
         if "share_note" not in loop:
-            assert loop["share_of_limit"] == pytest.approx(
-                loop["steps_per_s"] / limit["steps_per_s"], abs=0.01
+            assert loop["share_of_limit"] == pytest.approx(  # the JSON's figures are rounded
+                loop["steps_per_s"] / limit["steps_per_s"], rel=0.03, abs=0.01
             )
         assert loop["updates"] > 0 and loop["ms_per_update_in_loop"] > 0
     assert doc["loops"][0]["vs_sync_1_env"] == 1.0
