@@ -6,6 +6,13 @@ and CUDA graph on a GPU). Then the real trainer for a few seconds in each pipeli
 synchronous single-environment loop is the baseline), with the learner's busy fraction. The
 learner-bound limit is ``agent.train_freq x updates/s``: a loop is as fast as it can be when it
 reaches it. Figures are per second and per update / per env step, so they scale to other devices.
+
+The limit is measured with the update the loops use (the same variant, not another one), for
+``max(LIMIT_MIN_S, seconds / 2)``: a one-second measurement on a shared machine once gave a limit
+a quarter of the real one and a loop "at 385% of the limit". A loop's share of the limit is
+computed from unrounded figures; a loop cannot beat the limit, so a share a little above 100% is
+noise (reported as 100%, flagged) and one far above it says the limit measurement was disturbed.
+Each loop also reports its own milliseconds per update, measured inside the loop.
 """
 
 from __future__ import annotations
@@ -42,6 +49,26 @@ BENCH_SETTINGS = {  # learning starts early so a few seconds reach the learner-b
     "train.checkpoint_every_s": 1e6,
     "perf.compile": "off",  # the loops use the update the limit was measured with
 }
+
+
+LIMIT_MIN_S = 3.0  # the shortest learner-limit measurement that repeated within a few % here
+MIN_MEANINGFUL_S = 10.0  # shorter loops are dominated by start-up and scheduling noise
+MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
+SHARE_NOISE = 0.15  # a loop up to this much above the limit is within measurement noise
+
+
+def share_of_limit(steps_per_s: float, limit: float) -> tuple[float, str]:
+    """(share, note): the loop's fraction of the learner-bound limit, at most 1.0, and what to
+    say about it ("" when the figure is plain)."""
+    share = steps_per_s / limit if limit > 0 else float("nan")
+    if share <= 1.0:
+        return share, ""
+    if share <= 1.0 + SHARE_NOISE:
+        return 1.0, f"{share:.0%} measured: at the limit within noise"
+    return 1.0, (
+        f"{share:.0%} measured, which a loop cannot reach: the limit measurement was disturbed "
+        "(other load on the machine?); run again with a longer --seconds"
+    )
 
 
 @dataclass
@@ -167,9 +194,15 @@ def run_loop(opts: BenchOptions, mode: str, num_envs: int, seconds: float) -> di
                     time.sleep(0.01)
                 window["step0"], window["t0"] = trainer.step, time.perf_counter()
                 window["busy0"] = trainer.learning.busy_s
+                window["updates0"] = trainer.learner.updates
                 time.sleep(seconds)
+                # On a loaded machine a short window can hold no update at all: a figure from
+                # it would say nothing, so the window lasts until it holds a few.
+                while trainer.learner.updates - window["updates0"] < MIN_WINDOW_UPDATES:
+                    time.sleep(0.05)
                 window["step1"], window["t1"] = trainer.step, time.perf_counter()
                 window["busy1"] = trainer.learning.busy_s
+                window["updates1"] = trainer.learner.updates
                 trainer.request_stop("bench")
 
             timer = threading.Thread(target=stop_later, daemon=True)
@@ -177,12 +210,16 @@ def run_loop(opts: BenchOptions, mode: str, num_envs: int, seconds: float) -> di
             trainer.run()
         elapsed = window["t1"] - window["t0"]
         sps = (window["step1"] - window["step0"]) / elapsed
-        busy = min(1.0, (window["busy1"] - window["busy0"]) / elapsed)
+        busy_s = window["busy1"] - window["busy0"]
+        updates = window["updates1"] - window["updates0"]
         return {
             "mode": mode,
             "num_envs": num_envs,
             "steps_per_s": round(sps, 1),
-            "learner_busy": round(busy, 3),
+            "steps_per_s_raw": sps,
+            "learner_busy": round(min(1.0, busy_s / elapsed), 3),
+            "updates": int(updates),
+            "ms_per_update_in_loop": round(1000 * busy_s / updates, 2) if updates else None,
         }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -224,15 +261,29 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     }
     from edgerl.pipeline import resolve_pipeline
 
-    used = "amp+cuda_graph" if device.type == "cuda" else "channels_last"
-    ups = result["updates_per_s"][used]
+    # The limit: the very update the loops run (perf.* as configured, compile off as in
+    # BENCH_SETTINGS), measured long enough to be steady.
+    used = f"as the loops run it (perf.amp={cfg.perf.amp}, perf.cuda_graphs={cfg.perf.cuda_graphs})"
+    limit_s = max(LIMIT_MIN_S, opts.seconds / 2)
+    log.info("bench: the learner-bound limit, update %s, %.0f s", used, limit_s)
+    variant = {"amp": cfg.perf.amp, "cuda_graphs": cfg.perf.cuda_graphs, "channels_last": True}
+    ups = measure_update_variant(cfg, device, variant, limit_s)
     limit = cfg.agent.train_freq * ups
     result["learner_bound_limit"] = {
         "update_variant": used,
+        "measured_s": limit_s,
+        "updates_per_s": round(ups, 2),
         "steps_per_s": round(limit, 1),
         "ms_per_update": round(1000 / ups, 2),
         "ms_per_env_step": round(1000 / limit, 3),
     }
+    warnings: list[str] = []
+    if opts.seconds < MIN_MEANINGFUL_S:
+        warnings.append(
+            f"--seconds {opts.seconds:g} is too short for steady figures (start-up and other "
+            f"load weigh too much): take them as rough, and use --seconds "
+            f"{MIN_MEANINGFUL_S:g} or more to compare"
+        )
     if opts.autotune:
         log.info("bench: autotune")
         choice, measurements, _ = calibrate(
@@ -247,12 +298,18 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     for mode, n in loops:
         log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
         loop = run_loop(opts, mode, n, opts.seconds)
-        loop["share_of_limit"] = round(loop["steps_per_s"] / limit, 3)
+        share, note = share_of_limit(loop.pop("steps_per_s_raw"), limit)
+        loop["share_of_limit"] = round(share, 3)
+        if note:
+            loop["share_note"] = note
+            if "disturbed" in note:
+                warnings.append(f"loop {mode} with {n} env(s): {note}")
         result["loops"].append(loop)
     base = result["loops"][0]["steps_per_s"]
     for loop in result["loops"]:
         loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3)
     result["auto_pipeline"] = resolve_pipeline("auto", device)
+    result["warnings"] = warnings
     return result
 
 
@@ -280,14 +337,18 @@ def render(result: dict[str, Any]) -> str:
         f"ms per update, {lim['update_variant']})"
     )
     for loop in result["loops"]:
+        note = f" ({loop['share_note']})" if loop.get("share_note") else ""
+        in_loop = loop.get("ms_per_update_in_loop")
         lines.append(
             f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
-            f"steps/s = {loop['share_of_limit']:.0%} of the limit, "
+            f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
             f"{loop['vs_sync_1_env']:.2f}x the sync 1-env loop, learner busy "
             f"{loop['learner_busy']:.0%}"
+            + (f", {in_loop} ms per update" if in_loop is not None else "")
         )
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
     lines.append(f"perf.pipeline=auto picks {result['auto_pipeline']} here")
+    lines += [f"warning: {w}" for w in result.get("warnings", [])]
     return "\n".join(lines)

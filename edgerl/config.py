@@ -263,7 +263,26 @@ def field_info(key: str) -> tuple[dataclasses.Field[Any], Any]:
     raise KeyError(key)
 
 
+# Names other DQN code bases (Stable-Baselines3, CleanRL) use for our keys: a user's first guess.
+KNOWN_ALIASES = {
+    "learning_rate": "agent.lr",
+    "buffer_size": "replay.capacity",
+    "total_timesteps": "train.steps",
+    "target_update_interval": "agent.target_update",
+    "target_network_frequency": "agent.target_update",
+    "exploration_final_eps": "agent.eps_end",
+    "exploration_initial_eps": "agent.eps_start",
+    "end_e": "agent.eps_end",
+    "start_e": "agent.eps_start",
+    "num_envs": "env.num_envs",
+    "seed": "env.seed",
+}
+
+
 def _unknown_key(key: str, source: str) -> ConfigError:
+    alias = KNOWN_ALIASES.get(key.rpartition(".")[2])
+    if alias is not None and alias != key:
+        return ConfigError(f"{source}: unknown config key '{key}' (did you mean '{alias}'?)")
     close = difflib.get_close_matches(key, keys(), n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"{source}: unknown config key '{key}'{hint}")

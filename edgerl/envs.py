@@ -120,8 +120,26 @@ def _known_ids() -> list[str]:
     return list(gym.registry.keys())
 
 
+def canonical_id(env_id: str) -> str:
+    """The registered spelling of an id typed in another case (``ALE/pong-v5`` ->
+    ``ALE/Pong-v5``), so one game has one run directory; other ids come back unchanged."""
+    if ale_game(env_id) is None and "/" not in env_id and "-v" not in env_id:
+        return env_id  # a bare name: nothing to respell, _unknown suggests the ALE id
+    ids = _known_ids()
+    if env_id in ids:
+        return env_id
+    return {i.lower(): i for i in ids}.get(env_id.lower(), env_id)
+
+
 def _unknown(env_id: str) -> EnvError:
-    close = difflib.get_close_matches(env_id, _known_ids(), n=3, cutoff=0.6)
+    ids = _known_ids()
+    # A bare game name ("Pong", "pong-v4") means the Atari game: edgerl's ids are ALE/<Game>-v5
+    # (gymnasium's Pong-v4 is also registered but has no DQN preprocessing).
+    base = env_id.split("/")[-1].split("-v")[0].replace("_", "").lower()
+    atari = [i for i in ids if i.startswith("ALE/") and i.endswith("-v5")]
+    close = [i for i in atari if i[4:-3].lower() == base]
+    if not close:
+        close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return EnvError(f"unknown environment id '{env_id}'{hint}")
 

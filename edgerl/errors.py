@@ -52,7 +52,8 @@ class MissingDependencyError(EdgerlError):
     def __init__(self, package: str, extra: str, purpose: str) -> None:
         super().__init__(
             f"{purpose} needs the Python package '{package}', which is not installed; "
-            f"install it with: pip install 'edgerl[{extra}]'"
+            f"install it with: pip install 'edgerl[{extra}]' (in a clone of edgerl: "
+            f"pip install -e '.[{extra}]')"
         )
         self.package = package
         self.extra = extra

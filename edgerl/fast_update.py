@@ -27,6 +27,24 @@ from edgerl.replay import Batch
 
 log = logging.getLogger(__name__)
 
+# Dynamo logs a warning for each profiler marker it skips (Adam's step carries one): it says
+# nothing a user can act on, and on a terminal it cuts through the progress bar.
+PROFILER_NOTE_LOGGERS = ("torch._dynamo.variables.torch", "torch._dynamo.variables.ctx_manager")
+
+
+class _DropProfilerNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Profiler ")
+
+
+def quiet_profiler_notes() -> None:
+    """Drop dynamo's "Profiler function ... will be ignored" warnings (idempotent)."""
+    for name in PROFILER_NOTE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropProfilerNotes) for f in logger.filters):
+            logger.addFilter(_DropProfilerNotes())
+
+
 # torch.compile of the CPU update took ~23 s and saved 0-3% on the 2-core x86 machine measured:
 # "auto" only tries it for runs this long, then keeps it only if it measurably pays.
 COMPILE_MIN_UPDATES = 125_000
@@ -130,6 +148,7 @@ class FastUpdate:
         snapshot = self._snapshot()
         started = time.monotonic()
         try:
+            quiet_profiler_notes()
             compiled = torch.compile(self.step)
             compiled(example)
         except Exception as e:  # a compiler problem must not stop training

@@ -31,10 +31,26 @@ class TrainStats:
     loss: float = math.nan
     updates: int = 0
     load: dict[str, Any] = field(default_factory=dict)  # newest monitor sample, flattened
+    learning_starts: int = 0  # the step learning starts at (later after a resume: the refill)
+    fill_from: int = 0  # the step the replay began filling at in this session
+
+    @property
+    def filling(self) -> bool:
+        """Still filling the replay: no update has run, and the pace is not the learning one."""
+        return self.step < self.learning_starts
+
+    def filling_text(self) -> str:
+        """``filling replay 12,000/20,000: learning starts at step 20,000``."""
+        needed = max(self.learning_starts - self.fill_from, 1)
+        done = min(max(self.step - self.fill_from, 0), needed)
+        return (
+            f"filling replay {done:,}/{needed:,}: learning starts at step {self.learning_starts:,}"
+        )
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("total_steps")
+        for key in ("total_steps", "learning_starts", "fill_from"):
+            d.pop(key)
         load = d.pop("load")
         d.update(load)
         return d
@@ -49,6 +65,15 @@ def _fmt(value: Any) -> str:
             return ""
         return f"{value:.6g}"
     return "" if value is None else str(value)
+
+
+def check_extras(tensorboard: bool) -> None:
+    """Raise MissingDependencyError now, before a run directory is made, when an output the
+    config asks for needs a package that is not installed."""
+    import importlib.util
+
+    if tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise MissingDependencyError("tensorboard", "tensorboard", "train.tensorboard=true")
 
 
 class MetricsWriter:
@@ -130,6 +155,8 @@ def _csv_line(cells: list[str]) -> str:
 def progress_fields(stats: TrainStats) -> str:
     """The one-line summary shared by the progress bar, log lines and the service STATUS."""
     parts = [f"{stats.sps:,.0f} steps/s", f"ep {stats.episodes:,}"]
+    if stats.filling:
+        parts.insert(0, stats.filling_text())
     if not math.isnan(stats.return_mean):
         parts.append(f"return {stats.return_mean:.1f}")
     parts.append(f"eps {stats.epsilon:.3f}")
@@ -140,8 +167,31 @@ def progress_fields(stats: TrainStats) -> str:
     return " | ".join(parts)
 
 
+def _time_left_column() -> Any:
+    """Rich's time-remaining column, blank while the replay fills: the filling pace says nothing
+    about the learning pace (estimates jumped from 4 h to 109 h when learning began)."""
+    from rich.progress import ProgressColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    class TimeLeftColumn(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__()
+            self._inner = TimeRemainingColumn()
+
+        def render(self, task: Any) -> Text:
+            if task.fields.get("filling"):
+                return Text("-:--:--", style="progress.remaining")
+            return self._inner.render(task)
+
+    return TimeLeftColumn()
+
+
 class ConsoleProgress:
-    """A rich progress bar on a terminal; a log line every few seconds elsewhere (journald, CI)."""
+    """A rich progress bar on a terminal; a log line every few seconds elsewhere (journald, CI).
+
+    The step count and time left come first and the bar is short, so an 80-column terminal keeps
+    them; the summary after them is cut with an ellipsis, never wrapped.
+    """
 
     def __init__(
         self, total: int, start: int, stream: TextIO | None = None, quiet: bool = False
@@ -150,31 +200,42 @@ class ConsoleProgress:
         self.quiet = quiet
         self._progress = None
         self._task = None
+        self._reset_speed = False
         if not quiet and self.stream.isatty():
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.table import Column
 
             self._progress = Progress(
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+                _time_left_column(),
+                BarColumn(bar_width=16),
+                TextColumn(
+                    "{task.description}",
+                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+                ),
                 console=Console(file=self.stream),
                 transient=False,
+                expand=True,
             )
-            self._task = self._progress.add_task("starting", total=total, completed=start)
+            self._task = self._progress.add_task(
+                "starting", total=total, completed=start, filling=True
+            )
             self._progress.start()
 
     def update(self, stats: TrainStats) -> None:
         if self._progress is not None and self._task is not None:
+            if not stats.filling and self._reset_speed:
+                # Learning has begun: forget the filling pace so the estimate starts afresh.
+                self._progress.reset(self._task, completed=stats.step, start=True)
+                self._reset_speed = False
+            elif stats.filling:
+                self._reset_speed = True
             self._progress.update(
-                self._task, completed=stats.step, description=progress_fields(stats)
+                self._task,
+                completed=stats.step,
+                description=progress_fields(stats),
+                filling=stats.filling,
             )
 
     def log_line(self, stats: TrainStats) -> None:

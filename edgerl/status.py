@@ -78,6 +78,8 @@ class StatusWriter(Hook):
             "updated_at": _iso(now),
             "updated_unix": now,
             "checkpoint": str(run.last_checkpoint) if run.last_checkpoint else None,
+            "learning_starts": stats.learning_starts,
+            "fill_from": stats.fill_from,
             "checkpoint_error": self.checkpoint_error,
             "load": stats.load.get("record"),
             "load_line": stats.load.get("load_line"),
@@ -171,9 +173,34 @@ def find_status_dirs(roots: list[Path]) -> list[Path]:
     return sorted(set(found), key=lambda p: (p / STATUS_FILE).stat().st_mtime, reverse=True)
 
 
-def describe(doc: dict[str, Any], live: Liveness) -> str:
-    """A short human summary of a status document."""
+def newest_checkpoint_file(run_dir: Path) -> Path | None:
+    """The run's newest checkpoint file by its sequence number (any session's), or None."""
+    from edgerl.checkpoint import NAME
+
+    try:
+        names = [p for p in (run_dir / "checkpoints").iterdir() if NAME.match(p.name)]
+    except OSError:
+        return None
+    return max(names, key=lambda p: int(NAME.match(p.name)["seq"]), default=None)  # type: ignore[index]
+
+
+def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -> str:
+    """A short human summary of a status document (``run_dir``: also look at its checkpoints,
+    since a new session has written none yet while the run has older ones)."""
     ret = doc.get("return_mean")
+    checkpoint = doc.get("checkpoint")
+    on_disk = newest_checkpoint_file(run_dir) if run_dir is not None else None
+    if on_disk is not None and (checkpoint is None or Path(checkpoint).name < on_disk.name):
+        checkpoint = str(on_disk)
+    step, starts = int(doc.get("step", 0)), int(doc.get("learning_starts", 0) or 0)
+    filling = ""
+    if step < starts:
+        fill_from = int(doc.get("fill_from", 0) or 0)
+        needed = max(starts - fill_from, 1)
+        filling = (
+            f"filling replay {min(step - fill_from, needed):,}/{needed:,}: learning starts at "
+            f"step {starts:,}"
+        )
     lines = [
         f"{doc.get('env')} in {doc.get('run_dir')}: {live.reason}",
         f"step {doc.get('step', 0):,}/{doc.get('total_steps', 0):,}, {doc.get('sps', 0):,.0f} "
@@ -182,8 +209,10 @@ def describe(doc: dict[str, Any], live: Liveness) -> str:
         f"{doc.get('updates', 0):,} updates",
         f"started {doc.get('started_at')}, clocks {doc.get('clocks')}",
         f"load: {doc.get('load_line') or 'n/a'}",
-        f"checkpoint: {doc.get('checkpoint') or 'none yet'}",
+        f"checkpoint: {checkpoint or 'none yet'}",
     ]
+    if filling:
+        lines.insert(2, filling)
     if doc.get("checkpoint_error"):
         lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
     for problem in doc.get("write_problems") or ():

@@ -613,6 +613,7 @@ class Trainer:
         s.episodes, s.return_mean = self.episodes, self.return_mean()
         s.epsilon = self.learner.epsilon(self.step)
         s.updates = self.learner.updates
+        s.learning_starts, s.fill_from = self.learner.learn_from[0], self._session_step0
         loss = self.learner.losses.peek()
         if not math.isnan(loss):  # no update since the last row: keep the last mean
             s.loss = loss

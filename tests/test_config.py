@@ -158,3 +158,68 @@ def test_cli_config_shows_presets_for_the_environment(cli):
     assert r.code == 0
     assert f"batch_size = {PRESETS['vector']['agent.batch_size']}" in r.out
     assert 'id = "CartPole-v1"' in r.out
+
+
+@pytest.mark.parametrize(
+    ("given", "steps"),
+    [("1e6", 1_000_000), ("10M", 10_000_000), ("250k", 250_000), ("1_000", 1000)],
+)
+def test_steps_as_people_write_them(cli, given, steps):
+    r = cli("config", "--steps", given)
+    assert r.code == 0, r.err
+    assert f"steps = {steps}" in r.out.replace("_", "")
+
+
+@pytest.mark.parametrize("given", ["1.5", "ten", "0"])
+def test_steps_that_are_no_count_are_refused(cli, given):
+    r = cli("config", "--steps", given)
+    assert r.code == 2 and "--steps" in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("agent.learning_rate", "agent.lr"), ("train.total_timesteps", "train.steps")],
+)
+def test_names_from_other_libraries_suggest_ours(cli, key, meant):
+    r = cli("config", "--set", f"{key}=1")
+    assert r.code == 2 and f"unknown config key '{key}' (did you mean '{meant}'?)" in r.err
+
+
+def test_seed_flag_reaches_the_run(cli, tmp_path):
+    run = tmp_path / "cp"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--seed", "7", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "seed = 7" in (run / "config.toml").read_text()
+
+
+def test_a_game_typed_in_another_case_names_the_same_run(cli):
+    r = cli("config", "--env", "ALE/pong-v5")
+    assert r.code == 0, r.err
+    assert 'id = "ALE/Pong-v5"' in r.out
+
+
+@pytest.mark.parametrize("typed", ["Pong", "pong", "Pong-v4x"])
+def test_a_bare_game_name_suggests_the_ale_id(cli, typed):
+    r = cli("config", "--env", typed)
+    assert r.code == 2 and "did you mean 'ALE/Pong-v5'" in r.err, r.err
+
+
+def test_resuming_a_run_directory_needs_no_env(cli, tmp_path):
+    run = tmp_path / "cp"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--run-dir", run)
+    assert r.code == 0, r.err
+    r = cli("train", "--steps", "400", "--run-dir", run)  # the default game is Pong
+    assert r.code == 0, r.err
+    assert "step 400/400" in r.err and "CartPole-v1" in (run / "config.toml").read_text()
+
+
+def test_a_missing_extra_is_named_before_a_run_directory_exists(cli, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed here")
+    run = tmp_path / "tb"
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "train.tensorboard=true")
+    assert r.code == 2 and "pip install 'edgerl[tensorboard]'" in r.err
+    assert "pip install -e '.[tensorboard]'" in r.err
+    assert not run.exists()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import grp
+import json
 import mmap
 import os
+import select
+import shutil
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,6 +29,7 @@ from edgerl.display.stream import (
     FrameMeta,
     FrameReader,
     FrameRing,
+    StreamError,
     shm_path,
     slot_size,
 )
@@ -312,3 +318,285 @@ def test_a_frame_without_q_values_reads_back_without_them(tmp_path):
         frame = reader.latest()
         assert frame is not None and frame.meta.q_values == ()
         reader.close()
+
+
+# -- faults in the frame stream (real files in /dev/shm, real bytes, real processes) -----------
+
+
+def lookalike_trainer() -> subprocess.Popen:
+    """A live process whose command line names edgerl, as a trainer's does (pid checks pass)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "edgerl"],
+    )
+
+
+@pytest.fixture
+def ring_with_live_pid(tmp_path):
+    """A ring whose pointer names a live trainer-like process, so a viewer trusts it."""
+    proc = lookalike_trainer()
+    ring = FrameRing(tmp_path, 84, 84, ACTIONS)
+    ring.publish(frame_for(1), meta_for(1))
+    pointer = json.loads((tmp_path / "display.json").read_text())
+    pointer["pid"] = proc.pid
+    (tmp_path / "display.json").write_text(json.dumps(pointer))
+    yield ring
+    ring.close()
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def test_a_truncated_ring_is_made_again_and_a_reader_says_so(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(1), meta_for(1))
+        reader = FrameReader(tmp_path)
+        os.truncate(ring.path, 100)  # someone cuts the file short under both
+        with pytest.raises(StreamError, match="shrank to 100 bytes while being watched"):
+            reader.latest()
+        reader.close()
+        ring.publish(frame_for(2), meta_for(2))  # the writer notices and starts a new stream
+        assert ring.recreated == 1 and ring.path.stat().st_size == ring.size
+        fresh = FrameReader(tmp_path)
+        frame = fresh.latest()
+        assert frame is not None and frame.meta.step == 2
+        fresh.close()
+        os.unlink(ring.path)  # replaced by a stranger's file
+        ring.path.write_bytes(b"x" * ring.size)
+        ring.publish(frame_for(3), meta_for(3))
+        assert ring.recreated == 2
+        fresh = FrameReader(tmp_path)
+        assert fresh.latest().meta.step == 3
+        fresh.close()
+
+
+def _set_header(path: Path, **fields: int | bytes) -> None:
+    names = ["magic", "version", "slots", "h", "w", "actions", "reserved", "session", "writes"]
+    with open(path, "r+b") as f:
+        values = dict(zip(names, HEADER.unpack(f.read(HEADER.size)), strict=True))
+        values.update(fields)
+        f.seek(0)
+        f.write(HEADER.pack(*values.values()))
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        ({"magic": b"GARBAGE!"}, "does not start with EDGERLFR: it is not a frame stream"),
+        ({"version": 7}, "is frame stream version 7 and this viewer reads version 1"),
+        ({"slots": 2**31}, "corrupt header: slots is 2,147,483,648, not within 1..1024"),
+        ({"h": 0}, "corrupt header: frame height is 0, not within 1..4096"),
+        ({"w": 3000}, "but its header (4 slots of 84x3000 frames) needs"),
+        ({"actions": 99}, "corrupt header: actions is 99, not within 1..18"),
+        ({"session": 12345}, "says session 12345 but"),
+    ],
+)
+def test_the_viewer_checks_every_header_field(ring_with_live_pid, cli, tmp_path, fields, says):
+    _set_header(ring_with_live_pid.path, **fields)
+    with pytest.raises(StreamError) as e:
+        FrameReader(tmp_path)
+    assert says in str(e.value)
+    r = cli("view", "--run-dir", tmp_path, "--snapshot", tmp_path / "x.png", "--timeout", "0.5")
+    assert r.code == 2 and says in r.err and "internal error" not in r.err, r.err
+    r = cli("view", "--run-dir", tmp_path, "--console", "--frames", "1", "--timeout", "0.5")
+    assert r.code == 2 and says in r.out and "waiting for a trainer in" in r.out
+
+
+def test_a_truncated_file_is_named_with_its_size(ring_with_live_pid, cli, tmp_path):
+    os.truncate(ring_with_live_pid.path, 20)
+    r = cli("view", "--run-dir", tmp_path, "--snapshot", tmp_path / "x.png", "--timeout", "0.5")
+    assert r.code == 2 and "has 20 bytes, less than a frame stream header (48)" in r.err
+
+
+def test_a_viewer_refused_by_permissions_says_so(ring_with_live_pid, tmp_path):
+    path = ring_with_live_pid.path
+    os.chown(path, 65534, 65534)  # the stream of a trainer running as another user
+    os.chmod(path, 0o600)
+    args = edgerl_cmd("view", "--run-dir", tmp_path, "--snapshot", tmp_path / "x.png")
+    if os.geteuid() == 0:  # root reads everything: drop the capabilities that allow it
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv to drop root's file capabilities")
+        args = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *args]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"permission denied reading {path} (mode 0600" in r.stderr
+    assert "sudo usermod -aG" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_trainer_survives_its_stream_truncated_or_replaced(live_trainer):
+    run, proc = live_trainer
+    path = shm_path(run)
+    os.truncate(path, 0)  # writing this file through a mapping was a SIGBUS
+    reader = None
+    deadline = time.monotonic() + 60
+    while reader is None:  # the trainer makes a new stream and a viewer attaches to it
+        assert proc.poll() is None and time.monotonic() < deadline
+        with contextlib.suppress(StreamError, OSError):
+            reader = FrameReader(run)
+        time.sleep(0.1)
+    first_session = reader.session
+    reader.close()
+    os.unlink(path)
+    path.write_bytes(b"\0" * 4096)  # a stranger's file in its place
+    frame = None
+    deadline = time.monotonic() + 60
+    while frame is None:
+        assert proc.poll() is None and time.monotonic() < deadline
+        with contextlib.suppress(StreamError, OSError):
+            reader = FrameReader(run)
+            frame = reader.latest()
+            reader.close()
+        time.sleep(0.1)
+    assert reader.session != first_session
+    err = stop(proc)
+    assert proc.returncode == 143, err
+    assert "made a new one" in err
+
+
+def test_a_viewer_of_a_killed_trainer_says_so(live_trainer, cli, tmp_path):
+    run, proc = live_trainer
+    proc.kill()  # kill -9: the stream and its pointer stay behind
+    proc.wait(timeout=60)
+    try:
+        r = cli("view", "--run-dir", run, "--snapshot", tmp_path / "x.png", "--timeout", "0.5")
+        assert r.code == 2
+        assert f"(pid {proc.pid}) is not running any more: it was killed or crashed" in r.err
+    finally:
+        shm_path(run).unlink(missing_ok=True)
+
+
+# -- no screen, the console view, runs without frames ------------------------------------------
+
+
+def without_a_screen() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.pop("SDL_VIDEODRIVER", None)  # let SDL choose, as a user's shell does
+    return env
+
+
+NO_SCREEN_SAYS = ("no display available", "SDL_VIDEODRIVER=kmsdrm", "--console", "--snapshot")
+
+
+def test_no_screen_ends_at_once_with_the_readme_sentence(tmp_path):
+    (tmp_path / "idle").mkdir()
+    r = subprocess.run(
+        edgerl_cmd("view", "--run-dir", tmp_path / "idle"),
+        capture_output=True,
+        text=True,
+        timeout=120,  # the old viewer hung here on SDL's offscreen driver
+        env=without_a_screen(),
+    )
+    assert r.returncode == 2, r.stderr
+    assert all(s in r.stderr for s in NO_SCREEN_SAYS), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_play_on_a_screen_without_one_says_so(cli, tmp_path):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0
+    args = ("play", "--run-dir", run, "--episodes", "1", "--render", "screen")
+    r = subprocess.run(
+        edgerl_cmd(*args), capture_output=True, text=True, timeout=300, env=without_a_screen()
+    )
+    assert r.returncode == 2, r.stderr
+    assert "no display available" in r.stderr and "SDL_VIDEODRIVER=kmsdrm" in r.stderr
+    assert "--render console" in r.stderr
+
+
+@pytest.mark.parametrize("driver", ["dummy", "offscreen"])
+def test_a_driver_asked_for_is_used_and_waiting_draws(cli, tmp_path, monkeypatch, driver):
+    monkeypatch.setenv("SDL_VIDEODRIVER", driver)  # asked for: not "no display"
+    (tmp_path / "idle").mkdir()
+    r = cli("view", "--run-dir", tmp_path / "idle", "--frames", "1", "--timeout", "0.5")
+    assert r.code == 2, r.err  # was: internal error, font not initialized
+    assert "no frame from" in r.err and "internal error" not in r.err
+
+
+def test_the_overlay_leaves_the_game_uncovered():
+    import pygame
+
+    from edgerl.display.render import TOP_HEIGHT, SurfaceRenderer
+
+    renderer = SurfaceRenderer(pygame, ACTIONS, (84, 84), 6)
+    surface = pygame.Surface(renderer.size)
+    white = np.full((84, 84), 255, dtype=np.uint8)
+    renderer.draw(surface, white, meta_for(5), overlay=True, banner="a banner too")
+    pixels = pygame.surfarray.array3d(surface)  # (W, H, 3)
+    width = renderer.size[0]
+    left = (width - 84 * 6) // 2
+    game = pixels[left : left + 84 * 6, TOP_HEIGHT : TOP_HEIGHT + 84 * 6]
+    assert (game == 255).all()  # Pong's left score (top left of the field) stays visible
+    assert (pixels[:, :TOP_HEIGHT].max(axis=2) > 200).sum() > 200  # the text is above it
+
+
+def test_console_view_fills_the_terminal_shows_q_values_and_q_quits(live_trainer):
+    import fcntl
+    import pty
+    import termios
+
+    run, _ = live_trainer
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
+    viewer = subprocess.Popen(
+        edgerl_cmd("view", "--run-dir", run, "--console", "--fps", "10"),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.monotonic() + 120
+        while b"q quits" not in out or b"epsilon" not in out or b">" not in out:
+            assert time.monotonic() < deadline, out[-2000:]
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                out += os.read(master, 1 << 16)
+        os.write(master, b"q")
+        assert viewer.wait(timeout=60) == 0
+    finally:
+        if viewer.poll() is None:
+            viewer.kill()
+        with contextlib.suppress(OSError):
+            while select.select([master], [], [], 0.2)[0]:
+                out += os.read(master, 1 << 16)
+        os.close(master)
+    text = out.decode(errors="replace")
+    full = [s for s in text.split("\x1b[H\x1b[2J") if "q quits" in s and "\u2580" in s]
+    screen = full[-1]  # the newest whole screen
+    rows = [line for line in screen.splitlines() if "\u2580" in line]
+    widest = max(line.count("\u2580") for line in rows)
+    assert widest > 80 and widest <= 120  # was 42 columns whatever the terminal
+    assert len(rows) > 30 and len(screen.splitlines()) <= 60
+    bars = [line for line in screen.splitlines() if line[1:].split(" ")[0] in ACTIONS]
+    assert len(bars) == len(ACTIONS) and sum(line.startswith(">") for line in bars) == 1
+
+
+def test_console_view_says_it_is_waiting(cli, tmp_path):
+    (tmp_path / "idle").mkdir()
+    r = cli(
+        "view", "--run-dir", tmp_path / "idle", "--console", "--frames", "1", "--timeout", "0.5"
+    )
+    assert r.code == 2
+    assert f"waiting for a trainer in {tmp_path / 'idle'}" in r.out
+
+
+def test_a_run_on_vector_observations_says_it_has_no_frames(cli, tmp_path):
+    run = tmp_path / "cartpole"
+    proc = subprocess.Popen(
+        edgerl_cmd("train", "--env", "CartPole-v1", "--steps", "10000000", "--run-dir", run),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "display.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        r = cli("view", "--run-dir", run, "--snapshot", tmp_path / "x.png", "--timeout", "30")
+        assert r.code == 2
+        assert "learns CartPole-v1 from vector observations" in r.err
+        assert "no frames to show" in r.err
+    finally:
+        stop(proc)
+    assert not (run / "display.json").exists()

@@ -151,3 +151,22 @@ def test_a_too_old_torch_is_one_sentence_at_start_up(cli, monkeypatch):
     assert r.code == 2 and r.out == ""
     assert r.err.startswith("edgerl: error: edgerl needs PyTorch 2.3 or newer")
     assert "Traceback" not in r.err
+
+
+def test_compiling_the_update_prints_no_profiler_warning():
+    """Adam's step carries a profiler marker that dynamo warns about, through the progress bar."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from edgerl.fast_update import quiet_profiler_notes\n"
+        "quiet_profiler_notes()\n"
+        "def f(x):\n"
+        "    with torch.autograd.profiler.record_function('marker'):\n"
+        "        return x * 2\n"
+        "print(torch.compile(f, backend='eager')(torch.ones(3)).sum().item())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "6.0", r.stderr
+    assert "Profiler" not in r.stderr

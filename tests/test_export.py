@@ -137,7 +137,10 @@ def test_export_usage_errors(cli, tmp_path, monkeypatch):
     assert "give --onnx, --trt or both" in cli("export").err
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     r = cli("export", "--onnx")
-    assert r.code == 2 and "give --run-dir RUN or --checkpoint FILE" in r.err
+    assert r.code == 2 and "no run with checkpoints in" in r.err
+    assert "give --run-dir RUN, --checkpoint FILE or --model FILE" in r.err
+    r = cli("export", "--onnx", "--int8")
+    assert r.code == 2 and "--int8 is a TensorRT engine precision: add --trt" in r.err
     r = cli("export", "--onnx", "--checkpoint", tmp_path / "none.ckpt")
     assert r.code == 2 and "does not exist" in r.err
 
@@ -273,3 +276,19 @@ def test_tensorrt_engine_round_trip(cli, pong_run, tmp_path):
         for args in (["--model", path], ["--run-dir", pong_run])
     ]
     assert results[0]["returns"] == results[1]["returns"]
+
+
+def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))  # no service run here
+    shutil.copytree(pong_run, tmp_path / "runs" / "Pong-v5")  # cwd is tmp_path
+    r = cli("export", "--onnx")
+    assert r.code == 0, r.err
+    onnx = tmp_path / "runs" / "Pong-v5" / "export"
+    wrote = [line for line in r.out.splitlines() if line.startswith("wrote ")]
+    assert len(wrote) == 1 and wrote[0].startswith(f"wrote {onnx}/") and wrote[0].endswith(".onnx")
+    path = wrote[0].removeprefix("wrote ")
+    assert f"play it with: edgerl play --model {path} --render screen" in r.out
+    r = cli("play", "--model", path, "--episodes", "1", "--json")
+    assert r.code == 0, r.err

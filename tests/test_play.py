@@ -64,7 +64,7 @@ def test_pong_play_reports_game_points(cli, tmp_path):
     [
         (["--run-dir", "nowhere"], "run directory nowhere does not exist"),
         (["--model", "missing.ckpt"], "checkpoint missing.ckpt does not exist"),
-        ([], "give a model with --model FILE or a run with --run-dir RUN"),
+        ([], "no run with checkpoints in"),
     ],
 )
 def test_errors(cli, args, message):
@@ -126,3 +126,21 @@ def test_screen_rendering_with_the_dummy_driver(cli, tmp_path):
     )
     assert r.code == 0, r.err
     assert json.loads(r.out.splitlines()[-1])["episodes"] == 1
+
+
+def test_play_finds_the_newest_run_under_runs(cli, cartpole_run, tmp_path, monkeypatch):
+    import os
+    import shutil
+    import time
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))  # no service run here
+    (tmp_path / "runs" / "Old-v0" / "checkpoints").mkdir(parents=True)
+    old = tmp_path / "runs" / "Old-v0" / "checkpoints" / "step-1.ckpt"
+    old.write_bytes(b"not a checkpoint")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))  # an older run: not the one to play
+    shutil.copytree(cartpole_run, tmp_path / "runs" / "CartPole-v1")  # cwd is tmp_path
+    r = cli("play", "--episodes", "1", "--json")
+    assert r.code == 0, r.err
+    assert "playing the newest checkpoint of runs/CartPole-v1" in r.err
+    assert json.loads(r.out.splitlines()[-1])["env"] == "CartPole-v1"

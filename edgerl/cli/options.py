@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,14 +12,38 @@ import click
 from edgerl.config import Config
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("edgerl")
 
-SHORTCUTS = ("env", "steps", "run_dir")
+SHORTCUTS = ("env", "steps", "run_dir", "seed")
+
+SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+class StepCount(click.ParamType):
+    """A number of steps as people write it: ``1000000``, ``1e6``, ``10M``, ``250k``, ``1_000``."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().replace("_", "").replace(",", "")
+        scale = SUFFIXES.get(text[-1:].lower(), 1)
+        if scale != 1:
+            text = text[:-1]
+        try:
+            number = float(text) * scale
+        except ValueError:
+            self.fail(f"{value!r} is not a number of steps (e.g. 1000000, 1e6, 10M)", param, ctx)
+        if number < 1 or not number.is_integer():
+            self.fail(f"{value!r} is not a whole number of steps of at least 1", param, ctx)
+        return int(number)
 
 
 def config_options(*shortcuts: str) -> Callable[[F], F]:
     """``--config`` and ``--set`` (layers 3-4 of config.py), plus the shortcut flags named
-    (``env``, ``steps``, ``run_dir``: layer 5). The command gets ``config_file``,
-    ``overrides`` and one keyword per shortcut (``env_id``, ``steps``, ``run_dir``)."""
+    (``env``, ``steps``, ``run_dir``, ``seed``: layer 5). The command gets ``config_file``,
+    ``overrides`` and one keyword per shortcut (``env_id``, ``steps``, ``run_dir``, ``seed``)."""
     unknown = set(shortcuts) - set(SHORTCUTS)
     if unknown:
         raise ValueError(f"unknown shortcut options {sorted(unknown)}")
@@ -41,7 +66,11 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
         options.append(click.option("--env", "env_id", help="Shortcut for --set env.id=ID."))
     if "steps" in shortcuts:
         options.append(
-            click.option("--steps", type=int, help="Shortcut for --set train.steps=N (a total).")
+            click.option(
+                "--steps",
+                type=StepCount(),
+                help="Shortcut for --set train.steps=N (a total; 1e6, 10M and 250k work).",
+            )
         )
     if "run_dir" in shortcuts:
         options.append(
@@ -49,6 +78,13 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
                 "--run-dir",
                 type=click.Path(path_type=Path),
                 help="Shortcut for --set train.run_dir=DIR.",
+            )
+        )
+
+    if "seed" in shortcuts:
+        options.append(
+            click.option(
+                "--seed", type=click.IntRange(min=0), help="Shortcut for --set env.seed=N."
             )
         )
 
@@ -66,6 +102,7 @@ def build_config(
     env_id: str | None = None,
     steps: int | None = None,
     run_dir: Path | None = None,
+    seed: int | None = None,
 ) -> Config:
     """The resolved config from the shared options; raises ConfigError."""
     from edgerl.config import build_layers, resolve
@@ -74,8 +111,38 @@ def build_config(
         "env.id": env_id,
         "train.steps": steps,
         "train.run_dir": str(run_dir) if run_dir is not None else None,
+        "env.seed": seed,
     }
-    return resolve(build_layers(config_file, overrides, shortcuts))
+    cfg = resolve(build_layers(config_file, overrides, shortcuts))
+    return with_game(cfg)
+
+
+def with_game(cfg: Config) -> Config:
+    """The game spelled as registered (``ALE/pong-v5`` names ``runs/Pong-v5``), and, when no
+    game was given but the run directory holds a run, that run's game: resuming needs no --env."""
+    from edgerl.config import with_values
+    from edgerl.envs import canonical_id
+
+    if "env.id" in cfg.explicit:
+        canonical = canonical_id(cfg.env.id)
+        return cfg if canonical == cfg.env.id else with_values(cfg, {"env.id": canonical})
+    saved = run_game(Path(cfg.train.run_dir)) if cfg.train.run_dir else None
+    if saved is None or saved == cfg.env.id:
+        return cfg
+    log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
+    return with_values(cfg, {"env.id": saved})
+
+
+def run_game(run_dir: Path) -> str | None:
+    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
+    from edgerl.config import tomllib
+
+    try:
+        saved = tomllib.loads((run_dir / "config.toml").read_text())
+    except (OSError, ValueError):
+        return None
+    game = saved.get("env", {}).get("id")
+    return game if isinstance(game, str) and game else None
 
 
 def default_status_dir() -> Path:
@@ -98,3 +165,32 @@ def default_status_dir() -> Path:
             "service: systemctl start edgerl"
         )
     return found[0]
+
+
+def default_policy_run() -> Path:
+    """The run ``play`` and ``export`` use when given none: the service's run if it has
+    checkpoints, else the newest run under ``./runs`` that has them; raises CheckpointError."""
+    from edgerl.daemon import daemon_config
+    from edgerl.errors import CheckpointError
+    from edgerl.rundir import service_state_dir
+
+    service_run = Path(daemon_config(None).train.run_dir)
+    if (service_run / "checkpoints").is_dir():
+        return service_run
+    roots = [service_state_dir() / "runs", Path("runs")]
+    found = [
+        p.parent
+        for root in roots
+        if root.is_dir()
+        for p in root.glob("*/checkpoints")
+        if p.is_dir() and any(p.iterdir())
+    ]
+    if not found:
+        raise CheckpointError(
+            "no run with checkpoints in "
+            f"{service_run} or {' or '.join(str(r) for r in roots)}: give --run-dir RUN, "
+            "--checkpoint FILE or --model FILE"
+        )
+    return max(
+        found, key=lambda run: max(f.stat().st_mtime for f in (run / "checkpoints").iterdir())
+    )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
 
 from edgerl.cli.app import cli
+from edgerl.cli.options import default_policy_run
 
 
 @cli.command()
@@ -19,7 +21,8 @@ from edgerl.cli.app import cli
 @click.option(
     "--run-dir",
     type=click.Path(path_type=Path),
-    help="A run directory: plays its newest valid checkpoint.",
+    help="A run directory: plays its newest valid checkpoint (default: the service's run, else "
+    "the newest under ./runs).",
 )
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="A checkpoint file.")
 @click.option(
@@ -78,6 +81,9 @@ def play(
 
     if model is not None and (run_dir is not None or checkpoint is not None):
         raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
+    if model is None and run_dir is None and checkpoint is None:
+        run_dir = default_policy_run()
+        click.echo(f"playing the newest checkpoint of {run_dir}", err=True)
     policy = load_policy(
         model=model, run_dir=run_dir, checkpoint=checkpoint, backend=backend, device=device
     )
@@ -108,7 +114,8 @@ def play(
 @click.option(
     "--run-dir",
     type=click.Path(path_type=Path),
-    help="Export the run's newest valid checkpoint (default: the service's run).",
+    help="Export the run's newest valid checkpoint (default: the service's run, else the newest "
+    "under ./runs).",
 )
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Export this checkpoint.")
 @click.option("--onnx", "to_onnx", is_flag=True, help="Write an ONNX file (works anywhere).")
@@ -165,6 +172,10 @@ def export(
         raise click.UsageError("give --onnx, --trt or both")
     if run_dir is not None and checkpoint is not None:
         raise click.UsageError("give either --run-dir or --checkpoint, not both")
+    if int8 and not to_trt:
+        raise click.UsageError(
+            "--int8 is a TensorRT engine precision: add --trt (ONNX files are always fp32)"
+        )
     rows = run_export(
         ExportRequest(
             checkpoint=_export_source(run_dir, checkpoint),
@@ -180,6 +191,13 @@ def export(
         click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
         return
     click.echo(render_table(rows), nl=False)
+    written = [r.file.resolve() for r in rows if r.file.suffix in (".onnx", ".engine")]
+    for path in written:  # the table shortens names; these are ready to copy
+        click.echo(f"wrote {path}")
+    engines = [p for p in written if p.suffix == ".engine"]
+    if written:
+        best = (engines or written)[-1]  # the engine when one was built
+        click.echo(f"play it with: edgerl play --model {shlex.quote(str(best))} --render screen")
 
 
 def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
@@ -192,12 +210,5 @@ def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
             raise CheckpointError(f"checkpoint {checkpoint} does not exist")
         return checkpoint
     if run_dir is None:
-        from edgerl.daemon import daemon_config
-
-        service_run = Path(daemon_config(None).train.run_dir)
-        if not (service_run / "checkpoints").is_dir():
-            raise CheckpointError(
-                f"give --run-dir RUN or --checkpoint FILE (no service run at {service_run})"
-            )
-        run_dir = service_run
+        run_dir = default_policy_run()
     return newest_checkpoint(run_dir)

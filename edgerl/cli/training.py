@@ -16,7 +16,7 @@ log = logging.getLogger("edgerl")
 
 
 @cli.command()
-@config_options("env", "steps", "run_dir")
+@config_options("env", "steps", "run_dir", "seed")
 @click.option(
     "--fresh",
     is_flag=True,
@@ -31,6 +31,7 @@ def train(
     env_id: str | None,
     steps: int | None,
     run_dir: Path | None,
+    seed: int | None,
     fresh: bool,
     quiet: bool,
 ) -> None:
@@ -38,11 +39,13 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
+    from edgerl.metrics import check_extras
     from edgerl.session import training_session
     from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed)
     setup_logging(ctx.obj["debug"], cfg.log.level)
+    check_extras(cfg.train.tensorboard)  # before anything is written
     stop = StopRequest()
     try:
         with (
@@ -112,7 +115,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
             )
         )
     else:
-        click.echo(describe(doc, live))
+        click.echo(describe(doc, live, run_dir))
         if live.running and disk_full(run_dir):  # why status.json may be stale
             click.echo(
                 f"the disk holding {run_dir} is full: training goes on, but its status, metrics "

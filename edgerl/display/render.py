@@ -15,6 +15,7 @@ from edgerl.display.stream import FrameMeta
 from edgerl.errors import EdgerlError, MissingDependencyError
 
 PANEL_HEIGHT = 96  # the Q-value bar chart under the game
+TOP_HEIGHT = 86  # the overlay (up to 4 lines) above the game: over it, it hid Pong's left score
 TEXT = (235, 235, 235)
 DIM = (140, 140, 140)
 BAR = (70, 130, 200)
@@ -31,17 +32,44 @@ def import_pygame(purpose: str) -> Any:
     return pygame
 
 
-def open_display(pg: Any) -> None:
-    """Initialise pygame's display; raises EdgerlError (one sentence) when there is none."""
+HEADLESS_DRIVERS = ("offscreen", "dummy")  # SDL's drivers that draw to no screen
+
+
+def no_display_sentence(reason: str, console_flag: str = "--console") -> str:
+    """The one sentence for "there is no screen here", naming the three ways on."""
+    snapshot = "--snapshot FILE.png" if console_flag == "--console" else "edgerl view --snapshot"
+    return (
+        f"no display available ({reason}): on the board's own screen without a desktop run with "
+        f"SDL_VIDEODRIVER=kmsdrm (x11 or wayland on a desktop), in a terminal use {console_flag}, "
+        f"or save a frame with {snapshot}"
+    )
+
+
+def open_display(pg: Any, console_flag: str = "--console") -> None:
+    """Initialise pygame's display and fonts; raises EdgerlError (one sentence) when there is no
+    screen. SDL falls back to its offscreen or dummy driver when it finds none, and a window
+    there shows nothing to anyone: that counts as no display unless SDL_VIDEODRIVER asked for it."""
+    asked = os.environ.get("SDL_VIDEODRIVER", "")
     try:
         pg.display.init()
     except pg.error as e:
-        driver = os.environ.get("SDL_VIDEODRIVER", "")
         raise EdgerlError(
-            f"no display available ({e}; SDL_VIDEODRIVER={driver or 'unset'}): set SDL_VIDEODRIVER "
-            "(kmsdrm on a bare console, x11 or wayland on a desktop), or use --snapshot FILE.png "
-            "or --console"
+            no_display_sentence(f"{e}; SDL_VIDEODRIVER={asked or 'unset'}", console_flag)
         ) from None
+    driver = pg.display.get_driver()
+    if driver in HEADLESS_DRIVERS and driver != asked:
+        pg.display.quit()
+        seen = ", ".join(
+            f"{k}={os.environ[k]}" for k in ("DISPLAY", "WAYLAND_DISPLAY") if os.environ.get(k)
+        )
+        raise EdgerlError(
+            no_display_sentence(
+                f"SDL found no screen and fell back to its {driver} driver; "
+                f"{seen or 'no DISPLAY or WAYLAND_DISPLAY'}",
+                console_flag,
+            )
+        )
+    pg.font.init()
 
 
 def _pct(v: float) -> str:
@@ -64,7 +92,7 @@ class SurfaceRenderer:
         self, pygame: Any, action_meanings: list[str], frame_hw: tuple[int, int], scale: int
     ) -> None:
         self.pg = pygame
-        pygame.font.init()
+        pygame.font.init()  # also for --snapshot, which opens no display
         self.font = pygame.font.Font(None, 22)
         self.small = pygame.font.Font(None, 16)
         self.actions = action_meanings
@@ -74,7 +102,7 @@ class SurfaceRenderer:
     @property
     def size(self) -> tuple[int, int]:
         h, w = self.frame_hw
-        return max(w * self.scale, 320), h * self.scale + PANEL_HEIGHT
+        return max(w * self.scale, 420), h * self.scale + TOP_HEIGHT + PANEL_HEIGHT
 
     def draw(
         self,
@@ -87,17 +115,17 @@ class SurfaceRenderer:
         pg = self.pg
         target.fill((12, 12, 12))
         width, height = target.get_size()
-        game_h = height - PANEL_HEIGHT
+        game_h = height - PANEL_HEIGHT - TOP_HEIGHT
         if frame is not None:
             rgb = np.repeat(frame[:, :, None], 3, axis=2) if frame.ndim == 2 else frame
             surf = pg.surfarray.make_surface(np.ascontiguousarray(rgb.swapaxes(0, 1)))
             fh, fw = frame.shape[:2]
             s = max(1, min(width // fw, game_h // fh))
             scaled = pg.transform.scale(surf, (fw * s, fh * s))
-            target.blit(scaled, ((width - fw * s) // 2, (game_h - fh * s) // 2))
+            target.blit(scaled, ((width - fw * s) // 2, TOP_HEIGHT + (game_h - fh * s) // 2))
         if overlay:
             self._text_box(target, overlay_lines(meta) + ([banner] if banner else []))
-            self._q_bars(target, meta, pg.Rect(0, game_h, width, PANEL_HEIGHT))
+            self._q_bars(target, meta, pg.Rect(0, TOP_HEIGHT + game_h, width, PANEL_HEIGHT))
         elif banner:
             self._text_box(target, [banner])
 
@@ -148,17 +176,24 @@ def text_frame(
     action_meanings: list[str],
     columns: int = 42,
     status: str | None = None,
+    rows: int | None = None,
+    q_bars: bool = False,
 ) -> str:
-    """The frame as text (each character shows two pixels with a half block) plus a status line."""
+    """The frame as text (each character shows two pixels with a half block) plus a status line;
+    ``columns`` and ``rows`` bound the whole text, ``q_bars`` adds a bar per action."""
     lines: list[str] = []
+    bars = q_bar_lines(meta, action_meanings, columns) if q_bars else []
     if frame is not None and frame.ndim == 2:
         h, w = frame.shape
-        cols = max(8, min(columns, w))
-        rows = max(2, round(h * cols / w / 2) * 2)
-        ys = (np.arange(rows) * h / rows).astype(int)
+        cols = max(8, columns)
+        if rows is not None:  # leave room for the status lines and the bars
+            free = max(2, rows - len(bars) - 4)
+            cols = max(8, min(cols, int(free * 2 * w / h)))
+        text_rows = max(2, round(h * cols / w / 2) * 2)
+        ys = (np.arange(text_rows) * h / text_rows).astype(int)
         xs = (np.arange(cols) * w / cols).astype(int)
         small = frame[ys][:, xs].astype(np.int32) * GREYS // 256 + 232
-        for r in range(0, rows, 2):
+        for r in range(0, text_rows, 2):
             top, bottom = small[r], small[r + 1]
             cells = "".join(
                 f"\x1b[38;5;{t}m\x1b[48;5;{b}m\u2580" for t, b in zip(top, bottom, strict=True)
@@ -172,7 +207,25 @@ def text_frame(
     if status is None:
         status = " | ".join([*overlay_lines(meta), f"action {action}"]).replace("   ", " ")
     lines.append(status)
+    lines += bars
     return "\n".join(lines)
+
+
+def q_bar_lines(meta: FrameMeta, action_meanings: list[str], columns: int) -> list[str]:
+    """The window's Q-value chart as text: one line per action, the chosen one marked."""
+    q = meta.q_values
+    if not q or any(math.isnan(v) for v in q):
+        return ["Q-values: none (random action)"]
+    lo, hi = min(q), max(q)
+    span = hi - lo or 1.0
+    width = max(4, min(40, columns - 24))
+    lines = []
+    for i, v in enumerate(q):
+        name = action_meanings[i] if i < len(action_meanings) else str(i)
+        filled = 1 + round((width - 1) * (v - lo) / span)
+        mark = ">" if i == meta.action else " "
+        lines.append(f"{mark}{name[:10]:<10} {'#' * filled:<{width}} {v:+.3f}")
+    return lines
 
 
 class DisplayUnavailable(EdgerlError):
@@ -197,7 +250,7 @@ class PlayRenderer:
         self.renderer: SurfaceRenderer | None = None
         if kind == "screen":
             self.pg = import_pygame("edgerl play --render screen")
-            open_display(self.pg)
+            open_display(self.pg, console_flag="--render console")
             self.renderer = SurfaceRenderer(self.pg, action_meanings, frame_hw or (84, 84), scale)
             flags = self.pg.FULLSCREEN if fullscreen else 0
             self.screen = self.pg.display.set_mode(

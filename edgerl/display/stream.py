@@ -11,12 +11,15 @@ Layout of the ring, a file in ``/dev/shm`` named in ``<run_dir>/display.json``::
     slot[i]  seq_begin, meta (step, episode, return, epsilon, action, sps, cpu, gr3d, time,
              Q-values), crc32 of meta and frame, frame bytes, seq_end
 
-Writing is a copy into the next slot, bracketed by the slot's sequence numbers: it never blocks,
-never waits for a reader and works when no viewer exists. A reader copies a slot and accepts it
-only if ``seq_begin == seq_end`` and the CRC matches; the CRC is what makes this safe on weakly
-ordered CPUs (ARM), where another core may see the sequence numbers before the frame bytes. The
-file is created ``0640`` with group ``display.group`` (so users in that group can watch a service
-running as root) and removed when the trainer exits.
+A run on vector observations (CartPole) writes only ``{"frames": false, ...}`` as its pointer, so a
+viewer can say there is nothing to show.
+
+Writing is a copy (``pwrite``) into the next slot, bracketed by the slot's sequence numbers: it
+never blocks, never waits for a reader and works when no viewer exists. A reader copies a slot
+and accepts it only if ``seq_begin == seq_end`` and the CRC matches; the CRC is what makes this
+safe on weakly ordered CPUs (ARM), where another core may see the sequence numbers before the
+frame bytes. The file is created ``0640`` with group ``display.group`` (so users in that group
+can watch a service running as root) and removed when the trainer exits.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import hashlib
 import json
 import logging
 import math
-import mmap
 import os
 import secrets
 import struct
@@ -42,6 +44,7 @@ import numpy as np
 from edgerl.atomic import write_atomic
 from edgerl.config import DisplayConfig
 from edgerl.envs import EnvSpec
+from edgerl.errors import EdgerlError
 from edgerl.processes import pid_alive
 
 log = logging.getLogger(__name__)
@@ -111,7 +114,13 @@ def shm_path(run_dir: Path) -> Path:
 
 
 class FrameRing:
-    """The writer side, owned by the trainer. Use as a context manager; ``publish`` per frame."""
+    """The writer side, owned by the trainer. Use as a context manager; ``publish`` per frame.
+
+    Frames are written with ``pwrite``, not through a mapping: writing a mapping past the end of
+    a file that someone truncated (or into a full ``/dev/shm``) kills the process with SIGBUS,
+    while ``pwrite`` only ever raises OSError. Before each frame the ring checks that its file is
+    still the one at its path with its full size, and recreates it (new session) when not.
+    """
 
     def __init__(
         self,
@@ -124,60 +133,100 @@ class FrameRing:
     ) -> None:
         self.run_dir = run_dir
         self.height, self.width, self.slots = height, width, slots
+        self.action_meanings = list(action_meanings)
         self.num_actions = len(action_meanings)
         self.path = shm_path(run_dir)
+        self.group_name = group
+        self._slot = slot_size(height, width)
+        self.size = HEADER.size + slots * self._slot
+        self.recreated = 0  # times the file was found damaged or replaced and made again
+        self._fd = -1
+        self._ino = 0
+        self._create()
+
+    def _create(self) -> None:
+        """(Re)make the file, its header and the pointer file, under a new session id."""
         self.session = secrets.randbits(63)
         self.writes = 0
-        self._slot = slot_size(height, width)
-        size = HEADER.size + slots * self._slot
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
         try:
             os.fchmod(fd, 0o640)
-            self.group = _share_with_group(fd, group)
-            os.ftruncate(fd, size)
-            self._mm = mmap.mmap(fd, size)
-        finally:
+            self.group = _share_with_group(fd, self.group_name)
+            os.ftruncate(fd, self.size)
+            header = HEADER.pack(
+                MAGIC, VERSION, self.slots, self.height, self.width, self.num_actions, 0,
+                self.session, 0,
+            )  # fmt: skip
+            os.pwrite(fd, header, 0)
+        except BaseException:
             os.close(fd)
-        HEADER.pack_into(
-            self._mm, 0, MAGIC, VERSION, slots, height, width, self.num_actions, 0, self.session, 0
-        )
+            raise
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._ino = os.fstat(fd).st_ino
         pointer = {
             "path": str(self.path),
             "session": self.session,
             "pid": os.getpid(),
-            "height": height,
-            "width": width,
-            "slots": slots,
-            "action_meanings": list(action_meanings),
+            "height": self.height,
+            "width": self.width,
+            "slots": self.slots,
+            "action_meanings": self.action_meanings,
             "created": time.time(),
         }
-        write_atomic(run_dir / POINTER_FILE, json.dumps(pointer).encode())
+        write_atomic(self.run_dir / POINTER_FILE, json.dumps(pointer).encode())
+
+    def damage(self) -> str | None:
+        """What is wrong with the file at our path (removed, replaced, resized), or None."""
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            return "removed"
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return "removed"
+        if at_path.st_ino != self._ino or at_path.st_dev != st.st_dev:
+            return "replaced"
+        if st.st_size != self.size:
+            return f"resized to {st.st_size:,} bytes"
+        return None
 
     def publish(self, frame: np.ndarray, meta: FrameMeta) -> None:
-        """Copy one frame and its metadata into the next slot (never blocks)."""
+        """Copy one frame and its metadata into the next slot (never blocks); raises OSError when
+        the file cannot be written (for example ``/dev/shm`` is full)."""
+        damage = self.damage()
+        if damage is not None:
+            log.warning(
+                "display stream %s was %s by someone else; made a new one", self.path, damage
+            )
+            self.recreated += 1
+            self._create()
         index = self.writes % self.slots
         base = HEADER.size + index * self._slot
-        seq = self.writes + 1
+        seq = SEQ.pack(self.writes + 1)
         meta_bytes = meta.pack(self.num_actions)
         pixels = np.ascontiguousarray(frame, dtype=np.uint8).reshape(-1)
-        mm = self._mm
-        SEQ.pack_into(mm, base, seq)  # seq_begin first: a reader now sees begin != end
-        off = base + SEQ.size
-        mm[off : off + META.size] = meta_bytes
-        off += META.size
-        crc = zlib.crc32(pixels, zlib.crc32(meta_bytes))
-        CRC.pack_into(mm, off, crc)
-        off += CRC.size
-        mm[off : off + pixels.size] = pixels.tobytes()
-        SEQ.pack_into(mm, base + self._slot - SEQ.size, seq)  # seq_end last
+        crc = CRC.pack(zlib.crc32(pixels, zlib.crc32(meta_bytes)))
+        fd = self._fd
+        os.pwrite(fd, seq, base)  # seq_begin first: a reader now sees begin != end
+        os.pwrite(fd, meta_bytes + crc + pixels.tobytes(), base + SEQ.size)
+        os.pwrite(fd, seq, base + self._slot - SEQ.size)  # seq_end last
         self.writes += 1
-        struct.pack_into("<Q", mm, WRITES_OFFSET, self.writes)
+        os.pwrite(fd, SEQ.pack(self.writes), WRITES_OFFSET)
 
     def close(self) -> None:
-        """Remove the stream and its pointer file."""
-        with contextlib.suppress(Exception):
-            self._mm.close()
-        for path in (self.path, self.run_dir / POINTER_FILE):
+        """Remove the stream and its pointer file (only if they are still ours)."""
+        if self._fd >= 0:
+            damage = None
+            with contextlib.suppress(OSError):
+                damage = self.damage()
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        # A file that replaced ours at our path belongs to someone else: leave it.
+        paths = [self.run_dir / POINTER_FILE] + ([] if damage == "replaced" else [self.path])
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -211,35 +260,165 @@ class Frame:
     seq: int
 
 
+class StreamError(ValueError):
+    """A frame stream or its pointer file is not what it says it is; ``str()`` says what."""
+
+
+class StreamPermissionError(EdgerlError):
+    """The viewer may not read the stream or its pointer file."""
+
+
+MAX_SLOTS = 1024
+MAX_SIDE = 4096
+
+
+def _permission_error(path: Path) -> StreamPermissionError:
+    try:
+        st = path.stat()
+        group = grp.getgrgid(st.st_gid).gr_name
+        owner = f" (mode {st.st_mode & 0o777:04o}, group {group})"
+        fix = f"sudo usermod -aG {group} $USER, then log in again"
+    except (OSError, KeyError):
+        owner, fix = "", "sudo usermod -aG edgerl $USER, then log in again"
+    return StreamPermissionError(
+        f"permission denied reading {path}{owner}: join the trainer's group ({fix}) or run the "
+        "viewer as the trainer's user"
+    )
+
+
+def read_pointer(run_dir: Path) -> dict[str, Any]:
+    """The parsed ``display.json``; FileNotFoundError when there is none, StreamError when it is
+    not one, StreamPermissionError when we may not read it."""
+    path = run_dir / POINTER_FILE
+    try:
+        text = path.read_text()
+    except PermissionError:
+        raise _permission_error(path) from None
+    try:
+        pointer = json.loads(text)
+        if pointer.get("frames", True) is False and isinstance(pointer.get("pid"), int):
+            return pointer  # a run on vector observations: nothing to show, says so
+        for key, kind in POINTER_KEYS.items():
+            if not isinstance(pointer[key], kind):
+                raise TypeError(key)
+    except (ValueError, KeyError, TypeError) as e:
+        raise StreamError(
+            f"{path} is not a frame stream pointer ({type(e).__name__}: {e})"
+        ) from None
+    return pointer
+
+
+POINTER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "path": str,
+    "session": int,
+    "pid": int,
+    "height": int,
+    "width": int,
+    "slots": int,
+    "action_meanings": list,
+}
+
+
 class FrameReader:
-    """The reader side: attach through ``<run_dir>/display.json``; ``latest()`` for new frames."""
+    """The reader side: attach through ``<run_dir>/display.json``; ``latest()`` for new frames.
+
+    Reads with ``pread`` rather than a mapping, so a file truncated under the viewer gives a
+    sentence (StreamError) instead of SIGBUS. Raises StreamError for a header that does not match
+    its file or its pointer, StreamPermissionError when the file may not be read.
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        pointer = json.loads((run_dir / POINTER_FILE).read_text())
+        pointer = read_pointer(run_dir)
         self.pointer: dict[str, Any] = pointer
-        self.session = int(pointer["session"])
-        self.action_meanings: list[str] = list(pointer["action_meanings"])
-        with open(pointer["path"], "rb") as f:
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        magic, version, slots, h, w, actions, _, session, _ = HEADER.unpack_from(self._mm, 0)
-        if magic != MAGIC or version != VERSION:
-            raise ValueError(f"{pointer['path']} is not an edgerl frame stream")
-        self.slots, self.height, self.width, self.num_actions = slots, h, w, actions
-        self.session = session
-        self._slot = slot_size(h, w)
+        self.path = Path(pointer["path"])
+        self.pid = int(pointer["pid"])
+        self.action_meanings: list[str] = [str(a) for a in pointer["action_meanings"]]
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except PermissionError:
+            raise _permission_error(self.path) from None
+        try:
+            self._check_header(pointer)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.last_seq = 0
         self.torn = 0  # frames rejected as torn (seq or CRC mismatch)
 
+    def _check_header(self, pointer: dict[str, Any]) -> None:
+        """Every header field against the file and the pointer; raises StreamError."""
+        where = str(self.path)
+        size = os.fstat(self._fd).st_size
+        raw = os.pread(self._fd, HEADER.size, 0)
+        if len(raw) < HEADER.size:
+            raise StreamError(
+                f"{where} has {size:,} bytes, less than a frame stream header ({HEADER.size}): "
+                "it was truncated"
+            )
+        magic, version, slots, h, w, actions, _, session, _ = HEADER.unpack(raw)
+        if magic != MAGIC:
+            raise StreamError(
+                f"{where} does not start with {MAGIC.decode()}: it is not a frame stream"
+            )
+        if version != VERSION:
+            raise StreamError(
+                f"{where} is frame stream version {version} and this viewer reads version "
+                f"{VERSION}: run the viewer of the trainer's edgerl"
+            )
+        for name, value, top in (
+            ("slots", slots, MAX_SLOTS),
+            ("frame height", h, MAX_SIDE),
+            ("frame width", w, MAX_SIDE),
+            ("actions", actions, MAX_ACTIONS),
+        ):
+            if not 1 <= value <= top:
+                raise StreamError(
+                    f"{where} has a corrupt header: {name} is {value:,}, not within 1..{top}"
+                )
+        want = HEADER.size + slots * slot_size(h, w)
+        if size != want:
+            raise StreamError(
+                f"{where} has {size:,} bytes but its header ({slots} slots of {h}x{w} frames) "
+                f"needs {want:,}: the file was truncated or its header is corrupt"
+            )
+        expected = {
+            "session": (session, pointer["session"]),
+            "slots": (slots, pointer["slots"]),
+            "frame height": (h, pointer["height"]),
+            "frame width": (w, pointer["width"]),
+            "actions": (actions, len(pointer["action_meanings"])),
+        }
+        for name, (in_file, in_pointer) in expected.items():
+            if in_file != in_pointer:
+                raise StreamError(
+                    f"{where} says {name} {in_file} but {self.run_dir / POINTER_FILE} says "
+                    f"{in_pointer}: the stream was replaced or damaged"
+                )
+        self.slots, self.height, self.width, self.num_actions = slots, h, w, actions
+        self.session = session
+        self._slot = slot_size(h, w)
+        self.size = size
+
+    def _pread(self, n: int, offset: int) -> bytes:
+        raw = os.pread(self._fd, n, offset)
+        if len(raw) < n:
+            size = os.fstat(self._fd).st_size
+            raise StreamError(
+                f"{self.path} shrank to {size:,} bytes while being watched (it should have "
+                f"{self.size:,}): it was truncated"
+            )
+        return raw
+
     @property
     def writes(self) -> int:
-        return struct.unpack_from("<Q", self._mm, WRITES_OFFSET)[0]
+        return SEQ.unpack(self._pread(SEQ.size, WRITES_OFFSET))[0]
 
     def read_slot(self, index: int) -> Frame | None:
         """A consistent copy of one slot, or None if it is being written (torn) or empty."""
         base = HEADER.size + index * self._slot
-        end = SEQ.unpack_from(self._mm, base + self._slot - SEQ.size)[0]
-        raw = self._mm[base : base + self._slot]  # one copy of the whole slot
+        end = SEQ.unpack(self._pread(SEQ.size, base + self._slot - SEQ.size))[0]
+        raw = self._pread(self._slot, base)  # one copy of the whole slot
         begin = SEQ.unpack_from(raw, 0)[0]
         if begin == 0 or begin != end or begin != SEQ.unpack_from(raw, self._slot - SEQ.size)[0]:
             self.torn += begin != 0
@@ -257,7 +436,8 @@ class FrameReader:
         return Frame(pixels.reshape(self.height, self.width).copy(), meta, begin)
 
     def latest(self) -> Frame | None:
-        """The newest consistent frame not returned before, or None."""
+        """The newest consistent frame not returned before, or None; raises StreamError when the
+        file was truncated under us."""
         writes = self.writes
         for back in range(min(self.slots, writes)):
             seq = writes - back
@@ -269,19 +449,46 @@ class FrameReader:
                 return frame
         return None
 
+    def trainer_gone(self) -> str | None:
+        """Why this stream will bring no more frames (its trainer died, or a new one replaced
+        it), or None while it is current."""
+        try:
+            pointer = read_pointer(self.run_dir)
+        except FileNotFoundError:
+            return "the trainer stopped publishing"
+        except (StreamError, StreamPermissionError) as e:
+            return str(e)
+        if pointer["session"] != self.session:
+            return "a new trainer session replaced the stream"
+        if not pid_alive(pointer["pid"]):
+            return dead_trainer(self.run_dir, pointer["pid"])
+        return None
+
     def still_current(self) -> bool:
         """False once the trainer has gone or a new one has replaced this stream."""
-        try:
-            pointer = json.loads((self.run_dir / POINTER_FILE).read_text())
-        except (OSError, ValueError):
-            return False
-        if int(pointer.get("session", -1)) != self.session:
-            return False
-        return pid_alive(int(pointer.get("pid", 0)))
+        return self.trainer_gone() is None
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._mm.close()
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+
+def no_frames(run_dir: Path, env_id: str) -> str:
+    """The sentence for a run whose observations are vectors, not screens."""
+    return (
+        f"the trainer in {run_dir} learns {env_id} from vector observations, and such runs have "
+        "no frames to show; follow it with edgerl status"
+    )
+
+
+def dead_trainer(run_dir: Path, pid: int) -> str:
+    """The sentence for a stream whose writer is gone without removing it (killed, crashed)."""
+    return (
+        f"the trainer of {run_dir} (pid {pid}) is not running any more: it was killed or "
+        "crashed; restart it (edgerl status shows the run)"
+    )
 
 
 class DisplayPublisher:
@@ -297,6 +504,8 @@ class DisplayPublisher:
         self.ring: FrameRing | None = None
         self.cfg = cfg
         self._count = 0
+        self._failing = False
+        self._no_frames_said = False
         self.configure(cfg)
 
     @property
@@ -321,6 +530,12 @@ class DisplayPublisher:
             self.ring.close()
             self.ring = None
             log.info("display: off")
+        if cfg.enabled and size is None and not self._no_frames_said:
+            # Tell a viewer why there will be nothing to show, instead of leaving it waiting.
+            pointer = {"frames": False, "pid": os.getpid(), "env": self.spec.id}
+            with contextlib.suppress(OSError):
+                write_atomic(self.run_dir / POINTER_FILE, json.dumps(pointer).encode())
+                self._no_frames_said = True
 
     def due(self) -> bool:
         """Count one vector step; True when this one is to be shown."""
@@ -328,10 +543,25 @@ class DisplayPublisher:
         return self.ring is not None and self._count % self.cfg.every == 0
 
     def publish(self, frame: np.ndarray, meta: FrameMeta) -> None:
-        if self.ring is not None:
+        """Publish a frame; a stream that cannot be written is reported once, never fatal."""
+        if self.ring is None:
+            return
+        try:
             self.ring.publish(frame, meta)
+        except OSError as e:
+            if not self._failing:
+                log.warning("display: cannot write %s (%s); training goes on", self.ring.path, e)
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("display: %s is written again", self.ring.path)
+            self._failing = False
 
     def close(self) -> None:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if self._no_frames_said:
+            with contextlib.suppress(OSError):
+                (self.run_dir / POINTER_FILE).unlink()
+            self._no_frames_said = False

@@ -4,22 +4,36 @@ The viewer is a separate process that maps the trainer's frame stream read-only:
 crashing it never touches training. It draws only when a new frame has arrived (at most ``--fps``),
 waits when nothing runs, and reattaches when the trainer restarts.
 
-Keys: q/Esc quit, f fullscreen, +/- scale, o overlay on/off, s screenshot.
+Keys: q/Esc quit, f fullscreen, +/- scale, o overlay on/off, s screenshot (--console: q quits).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import select
+import shutil
 import sys
+import termios
 import time
+import tty
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
-from edgerl.display.stream import POINTER_FILE, Frame, FrameReader
+from edgerl.display.stream import (
+    POINTER_FILE,
+    Frame,
+    FrameReader,
+    StreamError,
+    dead_trainer,
+    no_frames,
+    read_pointer,
+)
 from edgerl.errors import EdgerlError
+from edgerl.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +52,22 @@ class ViewOptions:
     timeout_s: float = 30.0  # --snapshot / --frames: how long to wait for frames
 
 
+class NoFramesToShow(EdgerlError):
+    """The run learns from vector observations: there will never be a frame."""
+
+
 class Attachment:
-    """The current reader, replaced when the trainer restarts; None while nothing publishes."""
+    """The current reader, replaced when the trainer restarts; None while nothing publishes.
+
+    ``problem`` says in one sentence why there is no reader (a dead trainer, a damaged stream),
+    or is None when simply nothing runs yet. A stream the user may not read raises
+    StreamPermissionError; a run without frames raises NoFramesToShow.
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.reader: FrameReader | None = None
+        self.problem: str | None = None
         self._checked = 0.0
 
     def poll(self) -> FrameReader | None:
@@ -51,22 +75,59 @@ class Attachment:
         if now - self._checked < CHECK_TRAINER_EVERY_S and self.reader is not None:
             return self.reader
         self._checked = now
-        if self.reader is not None and not self.reader.still_current():
-            log.info("the trainer stopped publishing; waiting for it to come back")
-            self.reader.close()
-            self.reader = None
-        if self.reader is None and (self.run_dir / POINTER_FILE).exists():
-            try:
-                self.reader = FrameReader(self.run_dir)
-            except (OSError, ValueError) as e:  # a stream being created or removed right now
-                log.debug("not attached yet: %s", e)
-                return None
-            if not self.reader.still_current():
-                self.reader.close()
-                self.reader = None
-            else:
-                log.info("attached to %s", self.run_dir)
+        if self.reader is not None:
+            gone = self.reader.trainer_gone()
+            if gone is not None:
+                log.info("%s; waiting for a trainer to come back", gone)
+                self._drop(gone)
+        if self.reader is None:
+            self.reader = self._attach()
         return self.reader
+
+    def latest(self) -> Frame | None:
+        """The newest new frame of the current reader, if any (polls first)."""
+        reader = self.poll()
+        if reader is None:
+            return None
+        try:
+            return reader.latest()
+        except StreamError as e:
+            self._drop(str(e))
+            return None
+
+    def _drop(self, problem: str) -> None:
+        if self.reader is not None:
+            self.reader.close()
+        self.reader, self.problem = None, problem
+
+    def _attach(self) -> FrameReader | None:
+        try:
+            pointer = read_pointer(self.run_dir)
+        except FileNotFoundError:
+            self.problem = None
+            return None
+        except StreamError as e:
+            self.problem = str(e)
+            return None
+        if not pid_alive(int(pointer["pid"])):
+            self.problem = dead_trainer(self.run_dir, int(pointer["pid"]))
+            return None
+        if pointer.get("frames", True) is False:
+            raise NoFramesToShow(no_frames(self.run_dir, str(pointer.get("env", "this game"))))
+        try:
+            reader = FrameReader(self.run_dir)
+        except FileNotFoundError as e:  # the stream is being made or removed right now
+            self.problem = f"{e.filename} named in {self.run_dir / POINTER_FILE} does not exist"
+            return None
+        except StreamError as e:
+            self.problem = str(e)
+            return None
+        if reader.trainer_gone() is not None:
+            reader.close()
+            return None
+        self.problem = None
+        log.info("attached to %s", self.run_dir)
+        return reader
 
     def close(self) -> None:
         if self.reader is not None:
@@ -77,35 +138,99 @@ def _waiting_banner(run_dir: Path) -> str:
     return f"waiting for a trainer in {run_dir} (display.enabled = true)..."
 
 
-def _no_frames(opts: ViewOptions) -> EdgerlError:
+def _no_frames(opts: ViewOptions, attach: Attachment) -> EdgerlError:
+    if attach.problem:
+        return EdgerlError(
+            f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {attach.problem}"
+        )
     return EdgerlError(
-        f"no frame from {opts.run_dir} within {opts.timeout_s:.0f} s: is a trainer running there "
+        f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: is a trainer running there "
         "with display.enabled = true? (edgerl status shows it)"
     )
 
 
+def terminal_size(out: TextIO) -> os.terminal_size:
+    """The terminal's size now (it may have been resized), not a stale COLUMNS/LINES."""
+    try:
+        return os.get_terminal_size(out.fileno())
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size((100, 40))
+
+
+class Keys:
+    """Single key presses from a terminal (cbreak mode, restored on exit); none when stdin is not
+    a terminal."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self._saved: Any = None
+
+    def __enter__(self) -> Keys:
+        with contextlib.suppress(OSError, ValueError, termios.error):
+            if sys.stdin.isatty():
+                fd = sys.stdin.fileno()
+                self._saved = termios.tcgetattr(fd)
+                tty.setcbreak(fd)
+                self.fd = fd
+        return self
+
+    def wait(self, seconds: float) -> str:
+        """Wait up to ``seconds`` for key presses; returns what was typed ("" if nothing)."""
+        if self.fd < 0:
+            time.sleep(seconds)
+            return ""
+        ready, _, _ = select.select([self.fd], [], [], seconds)
+        return os.read(self.fd, 64).decode(errors="replace") if ready else ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0 and self._saved is not None:
+            with contextlib.suppress(OSError, termios.error):
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+
+
 def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
-    """Draw frames as text in place, a few times a second; Ctrl-C quits."""
+    """Draw frames as text in place, filling the terminal, a few times a second; q quits."""
     out = out or sys.stdout
     attach = Attachment(opts.run_dir)
     drawn = 0
     deadline = time.monotonic() + opts.timeout_s
-    tty = out.isatty()
+    tty_out = out.isatty()
+    clear = "\x1b[H\x1b[2J" if tty_out else ""
+    shown_wait = ""
     try:
-        while True:
-            reader = attach.poll()
-            frame = reader.latest() if reader is not None else None
-            if frame is not None:
-                text = text_frame(frame.pixels, frame.meta, reader.action_meanings)
-                out.write(("\x1b[H\x1b[2J" if tty else "") + text + "\n")
-                out.flush()
-                drawn += 1
-                deadline = time.monotonic() + opts.timeout_s
-                if opts.frames and drawn >= opts.frames:
+        with Keys() as keys:
+            while True:
+                frame = attach.latest()
+                reader = attach.reader
+                if frame is not None and reader is not None:
+                    size = terminal_size(out)
+                    text = text_frame(
+                        frame.pixels,
+                        frame.meta,
+                        reader.action_meanings,
+                        columns=size.columns,
+                        rows=size.lines - 1,
+                        q_bars=True,
+                    )
+                    out.write(clear + text + "\nq quits\n")
+                    out.flush()
+                    drawn, shown_wait = drawn + 1, ""
+                    deadline = time.monotonic() + opts.timeout_s
+                    if opts.frames and drawn >= opts.frames:
+                        return 0
+                elif reader is None:
+                    wait = _waiting_banner(opts.run_dir)
+                    if attach.problem:
+                        wait += "\n" + attach.problem
+                    if wait != shown_wait:  # say it once, not a blank screen, not a flood
+                        out.write(clear + wait + "\n" + ("q quits\n" if keys.fd >= 0 else ""))
+                        out.flush()
+                        shown_wait = wait
+                if opts.frames and frame is None and time.monotonic() > deadline:
+                    raise _no_frames(opts, attach)
+                typed = keys.wait(1.0 / max(opts.fps, 0.5))
+                if "q" in typed or "\x1b" in typed:
                     return 0
-            elif opts.frames and time.monotonic() > deadline:
-                raise _no_frames(opts)
-            time.sleep(1.0 / max(opts.fps, 0.5))
     except KeyboardInterrupt:
         return 0
     finally:
@@ -120,8 +245,8 @@ def run_snapshot(opts: ViewOptions) -> int:
     deadline = time.monotonic() + opts.timeout_s
     try:
         while time.monotonic() < deadline:
-            reader = attach.poll()
-            frame = reader.latest() if reader is not None else None
+            frame = attach.latest()
+            reader = attach.reader
             if frame is not None and reader is not None:
                 renderer = SurfaceRenderer(
                     pg, reader.action_meanings, (reader.height, reader.width), opts.scale
@@ -135,7 +260,7 @@ def run_snapshot(opts: ViewOptions) -> int:
             time.sleep(0.05)
     finally:
         attach.close()
-    raise _no_frames(opts)
+    raise _no_frames(opts, attach)
 
 
 def run_window(opts: ViewOptions) -> int:
@@ -181,8 +306,8 @@ def run_window(opts: ViewOptions) -> int:
                     pg.image.save(screen, str(name))
                     log.info("screenshot saved to %s", name)
                 dirty = True
-            reader = attach.poll()
-            frame = reader.latest() if reader is not None else None
+            frame = attach.latest()
+            reader = attach.reader
             if reader is not None and (renderer is None or renderer.scale != scale):
                 renderer = SurfaceRenderer(
                     pg, reader.action_meanings, (reader.height, reader.width), scale
@@ -195,21 +320,25 @@ def run_window(opts: ViewOptions) -> int:
                 drawn += 1
                 deadline = time.monotonic() + opts.timeout_s
             if dirty and renderer is not None and screen is not None:
-                banner = "" if reader is not None else _waiting_banner(opts.run_dir)
+                banner = (
+                    "" if reader is not None else attach.problem or _waiting_banner(opts.run_dir)
+                )
                 if last is not None:
                     renderer.draw(screen, last.pixels, last.meta, overlay, banner)
                 pg.display.flip()
             elif reader is None and screen is not None and (dirty or last is None):
                 screen.fill((12, 12, 12))
                 font = pg.font.Font(None, 22)
-                screen.blit(
-                    font.render(_waiting_banner(opts.run_dir), True, (220, 220, 220)), (10, 10)
+                lines = [_waiting_banner(opts.run_dir)] + (
+                    [attach.problem] if attach.problem else []
                 )
+                for i, line in enumerate(lines):
+                    screen.blit(font.render(line, True, (220, 220, 220)), (10, 10 + 24 * i))
                 pg.display.flip()
             if opts.frames and drawn >= opts.frames:
                 return 0
             if opts.frames and time.monotonic() > deadline:
-                raise _no_frames(opts)
+                raise _no_frames(opts, attach)
             clock.tick(opts.fps)
     finally:
         attach.close()

@@ -1,0 +1,39 @@
+"""`edgerl status` of a real trainer: replay filling, the run's newest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from .conftest import edgerl_cmd
+
+
+def test_status_says_the_replay_fills_and_shows_the_runs_checkpoint(cli, tmp_path):
+    run = tmp_path / "cp"
+    first = ["train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run, "--quiet"]
+    assert cli(*first).code == 0
+    older = sorted((run / "checkpoints").glob("*.ckpt"))[-1]
+    second = edgerl_cmd(
+        *["train", "--env", "CartPole-v1", "--steps", "10M", "--run-dir", run, "--quiet"],
+        *["--set", "agent.learning_starts=50000000", "--set", "replay.capacity=100000000"],
+        *["--set", "train.checkpoint_every_s=100000"],
+    )
+    proc = subprocess.Popen(second, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until this session has reported steps of its own
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            doc = json.loads((run / "status.json").read_text())
+            if doc.get("step", 0) > 300 and doc.get("learning_starts"):  # a progress write
+                break
+            time.sleep(0.2)
+        r = cli("status", "--run-dir", run)
+        assert r.code == 0, r.err
+        assert "filling replay " in r.out
+        assert "/50,000,000: learning starts at step 50,000,300" in r.out
+        assert f"checkpoint: {older}" in r.out  # written by the earlier session
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
