@@ -257,7 +257,10 @@ class ReplayStore:
         return SaveJob(self, step, parts, head, count, written, event, result, delta)
 
     def _write(self, job: SaveJob) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SaveAbandoned(self._os_reason(job.result.manifest, e)) from None
         chain = [dict(d) for d in self._chain]
         if job.delta_name is not None:
             chain.append(self._write_delta(job))

@@ -386,6 +386,8 @@ class Trainer:
         are on disk; ``background`` lets the actor go on meanwhile (returns None; the training
         loop finishes it with :meth:`_complete_checkpoint`).
         """
+        if self._pending is not None:  # one replay save at a time, checkpoints in order
+            self._complete_checkpoint()
         paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
         job = None
         with paused:  # a consistent learner state, encoded in memory; the disk write is outside
@@ -547,10 +549,10 @@ class Trainer:
                 if self._complete_checkpoint() is None:  # retried soon, as below
                     retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
                     last_ckpt = now - cfg.train.checkpoint_every_s + retry_in
-            elif now - last_ckpt >= cfg.train.checkpoint_every_s:
-                saved = self.save_checkpoint(background=True) is not None
+            elif self._pending is None and now - last_ckpt >= cfg.train.checkpoint_every_s:
+                path = self.save_checkpoint(background=True)  # None while its replay is saved
+                saved = path is not None or self._pending is not None
                 retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
-                saved |= self._pending is not None
                 last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
             cfg = self.cfg  # a live reload may have replaced it
 
