@@ -7,7 +7,6 @@ run that was never interrupted had at the same step (the sync loop is determinis
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -400,6 +399,32 @@ def test_a_disk_too_small_for_the_replay_is_refused_with_a_sentence(cli, tmp_pat
     assert r.code == 0 and "training without saving the replay" in r.err
 
 
+def test_a_disk_that_fills_later_costs_that_replay_not_the_run(cli, tmp_path, monkeypatch):
+    import errno
+
+    import edgerl.replay_store
+
+    original = edgerl.replay_store.write_atomic
+    failures = [1]
+
+    def write_atomic(path, data):  # type: ignore[no-untyped-def]
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(path, data)
+
+    monkeypatch.setattr(edgerl.replay_store, "write_atomic", write_atomic)
+    run = tmp_path / "cartpole"
+    r = cli("train", *CARTPOLE, "--steps", "600", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "cannot write replay file" in r.err and "(the disk is full)" in r.err
+    assert not failures[0]
+    # The next save wrote the whole replay again: the newest checkpoint resumes with it.
+    newest = list_checkpoints(run / "checkpoints")[-1]
+    assert newest.step == 600
+    assert trainer_replay(CARTPOLE, run, 800)["valid"] > 0
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_replay_on_the_gpu_round_trips(tmp_path):
@@ -408,10 +433,13 @@ def test_a_replay_on_the_gpu_round_trips(tmp_path):
     store = ReplayStore(tmp_path, buffer)
     fill(buffer, envs, 30, 0.15)
     job = store.snapshot(step=1)
-    with contextlib.nullcontext():
-        continue_episodes(buffer, envs, 5)  # written while the save copies
+    want_first = arrays(buffer)
+    continue_episodes(buffer, envs, 5)  # queued on the GPU after the snapshot's event
     job.run()
     assert job.error is None
+    first = ReplayBuffer(SPEC, 3 * 40, 3, "cuda", seed=1)
+    ReplayStore(tmp_path, first).restore(job.result.manifest)
+    assert_same(want_first, arrays(first))
     store.commit(job)
     continue_episodes(buffer, envs, 20)
     job = store.snapshot(step=2)
