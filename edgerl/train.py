@@ -302,8 +302,13 @@ class Trainer:
         except ReplayFileError as e:
             log.warning("%s; resuming with an empty replay", e)
             return None
-        start_step, start_updates = saved["learn_from"]
-        self.learner.learn_from = (int(start_step), int(start_updates))
+        if saved.get("train_freq") == self.cfg.agent.train_freq:
+            # The replay ratio counts on from where it started: updates the async learner still
+            # owed at the checkpoint are made at once.
+            start_step, start_updates = saved["learn_from"]
+            self.learner.learn_from = (int(start_step), int(start_updates))
+        else:  # a new ratio counts from here
+            self.learner.resume_at(self.step, 0)
         log.info("replay restored in %.1f s", time.monotonic() - started)
         return restored
 
@@ -399,6 +404,7 @@ class Trainer:
                 state["replay"] = {
                     "manifest": job.result.manifest,
                     "learn_from": list(self.learner.learn_from),
+                    "train_freq": self.cfg.agent.train_freq,
                 }
             data = encode(state)
         if job is None:

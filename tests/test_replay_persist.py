@@ -356,6 +356,17 @@ def test_a_damaged_replay_file_is_named_and_the_run_resumes_empty(cli, tmp_path)
     assert final["learner"]["updates"] == state["learner"]["updates"] + (800 - 600) // 4
 
 
+def test_a_new_replay_ratio_counts_from_the_resume(cli, tmp_path):
+    run = tmp_path / "cartpole"
+    assert cli("train", *CARTPOLE, "--steps", "400", "--run-dir", run).code == 0
+    before = load(list_checkpoints(run / "checkpoints")[-1].path)["learner"]["updates"]
+    assert before == (400 - 200) // 4
+    r = cli("train", *CARTPOLE, "--set", "agent.train_freq=8", "--steps", "800", "--run-dir", run)
+    assert r.code == 0 and "with the replay of that checkpoint" in r.err
+    after = load(list_checkpoints(run / "checkpoints")[-1].path)["learner"]["updates"]
+    assert after == before + (800 - 400) // 8
+
+
 def test_persist_false_saves_no_replay_and_fresh_moves_it_aside(cli, tmp_path):
     run = tmp_path / "cartpole"
     off = [*CARTPOLE, "--set", "replay.persist=false"]
