@@ -327,24 +327,29 @@ class ReplayStore:
                     offset += len(packed)
                     return entry
 
-                for part in job.parts:
+                pieces = []
+                for k, part in enumerate(job.parts):
                     meta = [block(a.tobytes()) for a in (part.actions, part.rewards, part.flags)]
-                    pieces = []
-                    early = 0 if part.early is None else len(part.early)
-                    for lo, hi in ((0, early), (early, part.n)):
-                        for i in range(lo, hi, PIECE_SLOTS):
-                            m = min(PIECE_SLOTS, hi - i)
-                            if i < early:
-                                frames = np.ascontiguousarray(part.early[i : i + m])
-                            else:
-                                frames = self._copy(job, part, i, m)
-                            pieces.append([*block(memoryview(frames).cast("B")), m])
                     index.append(
                         {"env": part.env, "start": part.start, "n": part.n, "meta": meta}
-                        | {"items": pieces}
+                        | {"items": []}
                     )
                     w_end[str(part.env)] = part.w_first + part.n
                     job.result.slots += part.n
+                    early = 0 if part.early is None else len(part.early)
+                    for lo, hi in ((0, early), (early, part.n)):
+                        for i in range(lo, hi, PIECE_SLOTS):
+                            # How soon the actor overwrites the piece: all environments advance
+                            # together, so the copy goes round them, the soonest first.
+                            soon = part.w_first + i - int(job.written[part.env])
+                            pieces.append((soon, k, i, min(PIECE_SLOTS, hi - i)))
+                for _, k, i, m in sorted(pieces):
+                    part = job.parts[k]
+                    if part.early is not None and i < len(part.early):
+                        frames = np.ascontiguousarray(part.early[i : i + m])
+                    else:
+                        frames = self._copy(job, part, i, m)
+                    index[k]["items"].append([*block(memoryview(frames).cast("B")), m])
                 tail = json.dumps(index).encode()
                 trailer = tail + TRAILER.pack(len(tail), MAGIC)
                 f.write(trailer)
