@@ -98,6 +98,10 @@ class ReplayConfig:
         "where replay lives: auto (the learner's device), cpu, cuda",
         choices=("auto", "cpu", "cuda"),
     )
+    persist: bool = setting(
+        True,
+        "save the replay with each checkpoint (only what changed) and resume with it",
+    )
 
 
 @dataclass

@@ -261,6 +261,9 @@ class ReplayBuffer:
         self.flags = np.zeros((num_envs, self.slots), dtype=np.uint8)
         self.head = np.zeros(num_envs, dtype=np.int64)  # next slot to write, per env
         self.count = np.zeros(num_envs, dtype=np.int64)  # slots written, per env (<= slots)
+        # Writes ever made, per env: a save tells from it what changed and whether the actor has
+        # come round to a slot it is still copying (see replay_store.py).
+        self.written = np.zeros(num_envs, dtype=np.int64)
         self.valid = 0  # complete transitions stored
         self.rng = np.random.default_rng(seed)
         self._envs = np.arange(num_envs)
@@ -312,6 +315,7 @@ class ReplayBuffer:
 
     def _write(self, envs: np.ndarray, items: np.ndarray, flags: np.uint8) -> None:
         slot = self.head[envs]
+        self.written[envs] += 1  # before the write: a concurrent copy sees it coming
         self.valid -= int(np.count_nonzero(self.flags[envs, slot] & VALID))
         env_t, slot_t = self._host_to_device(envs, slot)
         self.items[env_t, slot_t] = self._on_device(items)
@@ -413,6 +417,13 @@ class ReplayBuffer:
         # Any other pair, GPU storage for a CPU learner above all, copies synchronously: a
         # non-blocking device-to-host copy can be read before it has landed.
         return Batch(*(t.to(self.out_device) for t in batch))
+
+    def clear(self) -> None:
+        """Forget every transition (a restore that failed half-way must leave no trace)."""
+        self.items.fill_(0)
+        for a in (self.actions, self.rewards, self.flags, self.head, self.count, self.written):
+            a.fill(0)
+        self.valid = 0
 
     def rng_state(self) -> dict[str, Any]:
         return self.rng.bit_generator.state

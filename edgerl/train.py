@@ -7,10 +7,10 @@ intervals. The loop stops when ``train.steps`` is reached or a stop is requested
 SIGTERM): the step in flight finishes and a checkpoint is written.
 
 A run directory is resumed from its newest valid checkpoint: network, target network, optimizer,
-step and episode counts, the epsilon schedule position and every RNG. The replay buffer is not
-checkpointed (it is gigabytes), so after a resume learning pauses until ``agent.learning_starts``
-new steps (at most the replay's capacity) have refilled it, and the episodes that were in flight
-are restarted.
+step and episode counts, the epsilon schedule position and every RNG, and (``replay.persist``)
+the replay buffer as it was at that checkpoint, so learning continues at once at the same replay
+ratio (see :mod:`edgerl.replay_store`). The episodes that were in flight are restarted; without a
+saved replay, learning pauses until ``agent.learning_starts`` new steps have refilled it.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from edgerl.replay import (
     plan_env_memory,
     plan_memory,
 )
+from edgerl.replay_store import ReplayFileError, ReplayStore, SaveJob
 from edgerl.rundir import RunDir, default_run_dir
 from edgerl.sidefiles import SideFiles
 from edgerl.signals import StoppedDuringSetup
@@ -144,6 +145,8 @@ class Trainer:
         self._metrics: MetricsWriter | None = None
         self._progress: ConsoleProgress | None = None
         self._last_saved_step = -1
+        self.replay_store: ReplayStore | None = None  # replay.persist
+        self._pending: tuple[SaveJob, bytes, int] | None = None  # a checkpoint awaiting its replay
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -162,6 +165,8 @@ class Trainer:
             crashed = exc is not None and not isinstance(
                 exc, (KeyboardInterrupt, RunDirError, CheckpointLostError)
             )
+            if self._pending is not None:
+                self._complete_checkpoint()
             if crashed and self._env is not None and self.step != self._last_saved_step:
                 log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
                 self.save_checkpoint()
@@ -223,6 +228,10 @@ class Trainer:
             available,
             out_device=self.device,
         )
+        if cfg.replay.persist:
+            store = ReplayStore(self._rundir.path / "replay", self.replay)
+            if store.check_disk(explicit="replay.persist" in cfg.explicit):
+                self.replay_store = store
         if found is not None:
             self._restore(found[1])
             self.resumed_from = found[0].path
@@ -310,10 +319,20 @@ class Trainer:
         if self.device.type == "cuda" and rng.get("cuda") is not None:
             with contextlib.suppress(RuntimeError):
                 torch.cuda.set_rng_state(rng["cuda"], self.device)
-        refill = min(self.cfg.agent.learning_starts, self.replay.capacity)
-        self.learner.resume_at(self.step, refill)
         self._last_saved_step = self.step
         self._session_step0 = self.step
+        restored = self._restore_replay(state.get("replay"))
+        if restored is not None:
+            log.info(
+                "resuming from step %s (%s episodes) with the replay of that checkpoint "
+                "(%s transitions); learning continues at once",
+                f"{self.step:,}",
+                f"{self.episodes:,}",
+                f"{restored:,}",
+            )
+            return
+        refill = min(self.cfg.agent.learning_starts, self.replay.capacity)
+        self.learner.resume_at(self.step, refill)
         log.info(
             "resuming from step %s (%s episodes); learning continues after %s steps refill the "
             "replay",
@@ -321,6 +340,29 @@ class Trainer:
             f"{self.episodes:,}",
             f"{self.learner.learn_from[0] - self.step:,}",
         )
+
+    def _restore_replay(self, saved: dict[str, Any] | None) -> int | None:
+        """Refill the replay from the checkpoint's replay files and continue the replay ratio
+        where it was; the transitions restored, or None (empty replay, reason logged)."""
+        if self.replay_store is None or not saved:
+            if saved and not self.cfg.replay.persist:
+                log.info("replay.persist is false: resuming with an empty replay")
+            return None
+        started = time.monotonic()
+        try:
+            restored = self.replay_store.restore(saved["manifest"])
+        except ReplayFileError as e:
+            log.warning("%s; resuming with an empty replay", e)
+            return None
+        if saved.get("train_freq") == self.cfg.agent.train_freq:
+            # The replay ratio counts on from where it started: updates the async learner still
+            # owed at the checkpoint are made at once.
+            start_step, start_updates = saved["learn_from"]
+            self.learner.learn_from = (int(start_step), int(start_updates))
+        else:  # a new ratio counts from here
+            self.learner.resume_at(self.step, 0)
+        log.info("replay restored in %.1f s", time.monotonic() - started)
+        return restored
 
     def _close_resources(self) -> None:
         for closer in (
@@ -397,13 +439,66 @@ class Trainer:
         for hook in self.hooks:
             hook.on_reconfigure(self, cfg)
 
-    def save_checkpoint(self) -> Path | None:
-        """Write a checkpoint now; returns its path, or None if writing failed (logged)."""
+    def save_checkpoint(self, background: bool = False) -> Path | None:
+        """Write a checkpoint now; returns its path, or None if writing failed (logged).
+
+        With a saved replay, the checkpoint file is written only once the replay files it names
+        are on disk; ``background`` lets the actor go on meanwhile (returns None; the training
+        loop finishes it with :meth:`_complete_checkpoint`).
+        """
+        if self._pending is not None:  # one replay save at a time, checkpoints in order
+            self._complete_checkpoint()
         paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+        job = None
         with paused:  # a consistent learner state, encoded in memory; the disk write is outside
-            data = encode(self.state_dict())
+            state = self.state_dict()
+            if self.replay_store is not None:
+                storing = self.learning.storing() if self.learning else contextlib.nullcontext()
+                with storing:  # on CUDA: ordered after the actor's replay writes
+                    job = self.replay_store.snapshot(self.step)
+                state["replay"] = {
+                    "manifest": job.result.manifest,
+                    "learn_from": list(self.learner.learn_from),
+                    "train_freq": self.cfg.agent.train_freq,
+                }
+            data = encode(state)
+        if job is None:
+            return self._write_checkpoint(data, self.step)
+        self._pending = (job, data, self.step)
+        if background:
+            job.start()
+            return None
+        job.run()
+        return self._complete_checkpoint()
+
+    def _complete_checkpoint(self) -> Path | None:
+        """Write the pending checkpoint once its replay save ended (waits for it)."""
+        assert self._pending is not None and self.replay_store is not None
+        job, data, step = self._pending
+        job.wait()
+        self._pending = None
+        r = job.result
+        if job.error is not None:
+            # The checkpoint still names the replay it should have had: a resume says so.
+            log.error("%s; checkpoint at step %s has no replay", job.error, f"{step:,}")
+        else:
+            log.info(
+                "replay saved: %s slots, %.1f MB (%.1f MB raw) in %.2f s, actor paused %.1f ms",
+                f"{r.slots:,}",
+                r.bytes / 1e6,
+                r.raw_bytes / 1e6,
+                r.save_s,
+                r.pause_s * 1e3,
+            )
+        path = self._write_checkpoint(data, step)
+        if path is not None and job.error is None:
+            self.replay_store.commit(job)
+        self.replay_store.collect({c.step for c in self.checkpoints.files()})
+        return path
+
+    def _write_checkpoint(self, data: bytes, step: int) -> Path | None:
         try:
-            path = self.checkpoints.save_encoded(data, self.step)
+            path = self.checkpoints.save_encoded(data, step)
         except CheckpointWriteError as e:
             log.error("%s", e)
             self.checkpoint_error = str(e)
@@ -411,7 +506,7 @@ class Trainer:
                 hook.on_checkpoint(self, None, str(e))
             return None
         self.last_checkpoint = path
-        self._last_saved_step = self.step
+        self._last_saved_step = step
         self.checkpoint_error = None
         for hook in self.hooks:
             hook.on_checkpoint(self, path, None)
@@ -515,8 +610,13 @@ class Trainer:
                 self._refresh_stats(row_step, now - last_row)
                 self._write_row()
                 last_row, row_step = now, self.step
-            if now - last_ckpt >= cfg.train.checkpoint_every_s:
-                saved = self.save_checkpoint() is not None
+            if self._pending is not None and self._pending[0].done:
+                if self._complete_checkpoint() is None:  # retried soon, as below
+                    retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
+                    last_ckpt = now - cfg.train.checkpoint_every_s + retry_in
+            elif self._pending is None and now - last_ckpt >= cfg.train.checkpoint_every_s:
+                path = self.save_checkpoint(background=True)  # None while its replay is saved
+                saved = path is not None or self._pending is not None
                 retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
                 last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
             cfg = self.cfg  # a live reload may have replaced it
@@ -532,6 +632,8 @@ class Trainer:
         self._progress.update(self.stats)
         if self.step != row_step:
             self._write_row()
+        if self._pending is not None:
+            self._complete_checkpoint()
         if self.step != self._last_saved_step:
             self._final_checkpoint()
         self._progress.close()

@@ -330,6 +330,13 @@ def test_bench_json(cli):
         assert loop["updates"] > 0 and loop["ms_per_update_in_loop"] > 0
     assert doc["loops"][0]["vs_sync_1_env"] == 1.0
     assert doc["auto_pipeline"] == ("async" if CUDA else "sync")
+    saved = doc["replay_save"]
+    assert saved["full"]["transitions"] == saved["capacity"] == 2000
+    assert 0 < saved["incremental"]["transitions"] < 2000  # only the changed range
+    for save in (saved["full"], saved["incremental"]):
+        assert save["bytes"] > 0 and save["ratio"] > 1  # Pong frames compress
+        assert save["actor_longest_pause_ms"] > 0 and "snapshot_ms" in save
+    assert saved["restore_s"] > 0 and "zlib-1" in saved["codecs"]
 
 
 @pytest.mark.parametrize(
