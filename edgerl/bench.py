@@ -431,8 +431,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
                 warnings.append(f"loop {mode} with {n} env(s): {note}")
         result["loops"].append(loop)
     base = result["loops"][0]["steps_per_s"]
-    for loop in result["loops"]:
-        loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3)
+    for loop in result["loops"]:  # None when the baseline made no step (a stalled machine)
+        loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3) if base > 0 else None
     result["auto_pipeline"] = resolve_pipeline("auto", device)
     log.info("bench: the replay save of a checkpoint")
     result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
@@ -466,10 +466,12 @@ def render(result: dict[str, Any]) -> str:
     for loop in result["loops"]:
         note = f" ({loop['share_note']})" if loop.get("share_note") else ""
         in_loop = loop.get("ms_per_update_in_loop")
+        vs = loop["vs_sync_1_env"]
         lines.append(
             f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
             f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
-            f"{loop['vs_sync_1_env']:.2f}x the sync 1-env loop, learner busy "
+            + (f"{vs:.2f}x the sync 1-env loop" if vs is not None else "no sync 1-env baseline")
+            + f", learner busy "
             f"{loop['learner_busy']:.0%}"
             + (f", {in_loop} ms per update" if in_loop is not None else "")
         )
