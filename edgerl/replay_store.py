@@ -59,7 +59,7 @@ import torch
 
 from edgerl.atomic import fsync_dir, write_atomic
 from edgerl.errors import EdgerlError
-from edgerl.replay import ReplayBuffer, _fmt_bytes
+from edgerl.replay import ReplayBuffer, fmt_bytes
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +204,9 @@ class ReplayStore:
         if free >= need:
             return True
         message = (
-            f"replay.persist needs up to {_fmt_bytes(need)} of disk for the replay files in "
+            f"replay.persist needs up to {fmt_bytes(need)} of disk for the replay files in "
             f"{self.directory} (replay.capacity={self.replay.capacity:,}) but only "
-            f"{_fmt_bytes(free)} is free; free some space, lower replay.capacity, or set "
+            f"{fmt_bytes(free)} is free; free some space, lower replay.capacity, or set "
             "replay.persist=false"
         )
         if explicit:
