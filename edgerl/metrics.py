@@ -1,4 +1,5 @@
-"""Training metrics: ``metrics.csv``, optional TensorBoard, and the console progress line."""
+"""Training metrics: ``metrics.csv``, ``episodes.csv``, optional TensorBoard, and the console
+progress line."""
 
 from __future__ import annotations
 
@@ -144,6 +145,32 @@ class MetricsWriter:
         if self._tb is not None:
             self.side.attempt("tensorboard", self._tb.close)
             self._tb = None
+
+
+EPISODE_COLUMNS = ["step", "episode", "env", "return", "length", "wall_s"]
+
+
+class EpisodeWriter:
+    """Appends one row per finished episode to ``<run_dir>/episodes.csv``.
+
+    Like metrics.csv it never stops training (``side`` records a failed write and the rows are
+    written once there is room again); a resumed run appends, with the header written once.
+    """
+
+    def __init__(self, run_dir: Path, side: SideFiles | None = None) -> None:
+        self.path = run_dir / "episodes.csv"
+        self.side = side or SideFiles()
+        self._file = AppendFile(self.path, self.side, header=_csv_line(EPISODE_COLUMNS))
+        self._file.flush()
+
+    def write(
+        self, step: int, episode: int, env: int, ret: float, length: int, wall_s: float
+    ) -> None:
+        cells = [str(step), str(episode), str(env), _fmt(float(ret)), str(length), f"{wall_s:.3f}"]
+        self._file.append(_csv_line(cells))
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _csv_line(cells: list[str]) -> str:

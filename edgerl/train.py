@@ -37,7 +37,7 @@ from edgerl.dqn import DQN, epsilon_greedy
 from edgerl.envs import EnvSpec, VecEnv, make_env, probe
 from edgerl.errors import RunDirError
 from edgerl.hooks import Hook
-from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, MetricsWriter, TrainStats
+from edgerl.metrics import CSV_COLUMNS, ConsoleProgress, EpisodeWriter, MetricsWriter, TrainStats
 from edgerl.nets import build_q_network
 from edgerl.pipeline import Learning, make_learning
 from edgerl.replay import (
@@ -143,6 +143,7 @@ class Trainer:
         self._env: VecEnv | None = None
         self._rundir: RunDir | None = None
         self._metrics: MetricsWriter | None = None
+        self._episodes_csv: EpisodeWriter | None = None
         self._progress: ConsoleProgress | None = None
         self._last_saved_step = -1
         self.replay_store: ReplayStore | None = None  # replay.persist
@@ -369,6 +370,7 @@ class Trainer:
             lambda: self.display and self.display.close(),
             lambda: self._progress and self._progress.close(),
             lambda: self._metrics and self._metrics.close(),
+            lambda: self._episodes_csv and self._episodes_csv.close(),
             lambda: self._env and self._env.close(),
             lambda: self._rundir and self._rundir.close(),
         ):
@@ -522,6 +524,7 @@ class Trainer:
         self._metrics = MetricsWriter(
             self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side
         )
+        self._episodes_csv = EpisodeWriter(self.run_dir, side=self.side)
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         self._session_start = time.monotonic()
         self._session_step0 = self.step
@@ -549,12 +552,14 @@ class Trainer:
     def _loop(self, total: int) -> TrainResult:
         assert self._env is not None and self._progress is not None
         assert self.learning is not None and self.display is not None
+        assert self._episodes_csv is not None
         cfg, env, learning = self.cfg, self._env, self.learning
         clip = self.spec.has_frames  # Atari rewards are clipped for learning only
         obs = env.reset(seed=cfg.env.seed + self.step)
         with learning.storing() as replay:
             replay.add_first(obs)
         episode_returns = np.zeros(env.num_envs, dtype=np.float64)
+        episode_lengths = np.zeros(env.num_envs, dtype=np.int64)
         shown = min(cfg.display.env_index, env.num_envs - 1)
         shown_episode = self.episodes + 1
         now = time.monotonic()
@@ -585,10 +590,20 @@ class Trainer:
                     result.final_obs,
                 )
             episode_returns += result.rewards
+            episode_lengths += 1
             for i in np.flatnonzero(result.terminated | result.truncated):
                 self.recent_returns.append(float(episode_returns[i]))
                 self.episodes += 1
+                self._episodes_csv.write(
+                    self.step + env.num_envs,
+                    self.episodes,
+                    int(i),
+                    float(episode_returns[i]),
+                    int(episode_lengths[i]),
+                    self.wall_s(),
+                )
                 episode_returns[i] = 0.0
+                episode_lengths[i] = 0
                 if i == shown:
                     shown_episode = self.episodes + 1
             self.step += env.num_envs

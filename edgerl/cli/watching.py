@@ -1,4 +1,4 @@
-"""Commands that watch a run: ``view``."""
+"""Commands that watch a run: ``view``, ``plot``."""
 
 from __future__ import annotations
 
@@ -119,3 +119,49 @@ def view(
         timeout_s=timeout,
     )
     ctx.exit(run(opts))
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    "run_dirs",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="Run directory; repeat to compare runs (default: the service's, else the newest run).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("curve.png"),
+    show_default=True,
+    help="Image to write (.png, .svg or .pdf; needs the plot extra).",
+)
+@click.option(
+    "--x",
+    "by",
+    type=click.Choice(["steps", "time"]),
+    default="steps",
+    show_default=True,
+    help="Against env steps or training time.",
+)
+@click.option("--terminal", is_flag=True, help="Draw the return curve as text, here, instead.")
+def plot(run_dirs: tuple[Path, ...], output: Path, by: str, terminal: bool) -> None:
+    """Learning curves: training return, steps/s and CPU/GPU load of one run or several."""
+    import shutil
+
+    from edgerl.plot import load_run, save_png, summary, text_chart
+
+    dirs = list(run_dirs) or [default_status_dir()]
+    for run_dir in dirs:
+        check_readable(run_dir)
+    runs = [load_run(run_dir) for run_dir in dirs]
+    if terminal:
+        size = shutil.get_terminal_size()
+        click.echo(text_chart(runs, by, size.columns, size.lines - len(runs)), nl=False)
+    else:
+        save_png(runs, output, by)
+    for run in runs:
+        click.echo(summary(run))
+    if not terminal:
+        click.echo(f"wrote {output.resolve()}")

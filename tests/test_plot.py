@@ -1,0 +1,133 @@
+"""Learning curves from a real CartPole run: episodes.csv, and ``edgerl plot`` drawing it."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+SHORT = ["--set", "env.num_envs=2", "--set", "train.log_every_s=0.2"]
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def train(cli, run: Path, steps: int) -> None:
+    r = cli("train", "--env", "CartPole-v1", "--steps", steps, "--run-dir", run, *SHORT)
+    assert r.code == 0, r.err[-2000:]
+
+
+def test_episodes_csv_has_one_row_per_episode_and_a_resume_appends(cli, tmp_path):
+    run = tmp_path / "runs" / "CartPole-v1"
+    train(cli, run, 2000)
+    first = rows(run / "episodes.csv")
+    train(cli, run, 4000)  # resumes the same run
+    text = (run / "episodes.csv").read_text()
+    assert text.count("step,episode,env,return,length,wall_s") == 1
+    episodes = rows(run / "episodes.csv")
+    assert episodes[: len(first)] == first and len(episodes) > len(first)
+
+    metrics = rows(run / "metrics.csv")
+    last = metrics[-1]
+    assert int(last["episodes"]) == len(episodes)
+    assert [int(e["episode"]) for e in episodes] == list(range(1, len(episodes) + 1))
+    returns = [float(e["return"]) for e in episodes]
+    recent = returns[-100:]  # return_mean is over the last 100 episodes
+    assert math.isclose(float(last["return_mean"]), sum(recent) / len(recent), rel_tol=1e-4)
+    for e in episodes:
+        # CartPole pays 1 per step: an episode's return is its length
+        assert float(e["return"]) == int(e["length"]) and e["env"] in ("0", "1")
+    steps = [int(e["step"]) for e in episodes]
+    assert steps == sorted(steps) and steps[-1] <= 4000
+    walls = [float(e["wall_s"]) for e in episodes]
+    assert walls == sorted(walls)
+
+
+@pytest.fixture
+def cartpole_run(cli, tmp_path) -> Path:
+    run = tmp_path / "runs" / "CartPole-v1"
+    train(cli, run, 2000)
+    return run
+
+
+def test_plot_terminal_draws_the_return_curve_in_the_terminal(cli, cartpole_run, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    monkeypatch.setenv("LINES", "20")
+    episodes = rows(cartpole_run / "episodes.csv")
+    r = cli("plot", "--run-dir", cartpole_run, "--terminal")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == "training return against env steps"
+    assert len(lines) <= 20 and max(len(line) for line in lines[:-1]) <= 70  # then the summary
+    best = max(float(e["return"]) for e in episodes)
+    assert lines[1].split("|")[0].strip() == f"{best:.4g}", r.out
+    assert sum(line.count("*") for line in lines[1:-2]) >= 10  # one mark per column at most
+    assert f"CartPole-v1 | step {int(episodes[-1]['step']):,} | {len(episodes):,} episodes" in r.out
+    assert not (cartpole_run.parent.parent / "curve.png").exists()
+
+
+def test_plot_compares_runs_and_falls_back_to_metrics(cli, cartpole_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "runs" / "older"
+    shutil.copytree(cartpole_run, other)
+    (other / "episodes.csv").unlink()  # a run of an edgerl without episodes.csv
+    r = cli("plot", "--run-dir", cartpole_run, "--run-dir", other, "--terminal", "--x", "time")
+    assert r.code == 0, r.err
+    assert "training return against training time (seconds)" in r.out
+    assert "* CartPole-v1  o older" in r.out
+    last = rows(other / "metrics.csv")[-1]
+    assert f"older | step {int(last['step']):,} | return {float(last['return_mean']):.1f}" in r.out
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(cli, cartpole_run, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where the extra is not installed
+    r = cli("plot", "--run-dir", cartpole_run, "-o", "curve.png")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "needs the Python package 'matplotlib'" in r.err
+    assert "pip install 'edgerl[plot]'" in r.err and "--terminal" in r.err
+    assert not Path("curve.png").exists()
+
+
+def test_plot_of_a_run_without_rows_says_so(cli, tmp_path):
+    run = tmp_path / "runs" / "new"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("step,wall_s,sps,episodes,return_mean\n")
+    r = cli("plot", "--run-dir", run, "--terminal")
+    assert r.code == 2
+    assert r.err.strip() == (
+        f"edgerl: error: {run} has no finished episode and no metrics row yet: plot it once it "
+        "has trained a little"
+    )
+
+
+def test_without_run_dir_plot_takes_the_newest_run(cli, cartpole_run):
+    r = cli("plot", "--terminal")  # cwd holds runs/CartPole-v1
+    assert r.code == 0, r.err
+    assert "CartPole-v1 | step" in r.out
+
+
+def test_read_rows_skips_repeated_headers_and_rows_a_resume_replaced(tmp_path):
+    from edgerl.plot import read_rows
+
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "step,wall_s,return_mean\n"
+        "100,1.0,\n"
+        "200,2.0,5\n"
+        "300,3.0,6\n"  # written after the checkpoint the next session resumed from
+        "step,wall_s,return_mean\n"
+        "250,2.5,7\n"
+        "350,3.5,8\n"
+        "40"  # cut short by a kill
+    )
+    got = read_rows(path)
+    assert [r["step"] for r in got] == [100, 200, 250, 350]
+    assert "return_mean" not in got[0] and got[-1]["return_mean"] == 8
+    assert read_rows(tmp_path / "missing.csv") == []
