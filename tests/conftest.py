@@ -9,9 +9,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+# One torch thread in tests and in the processes they start (which inherit the environment). CI
+# shares its cores: a parallel region waits for its slowest thread, and on a loaded machine that
+# thread is often preempted (one 800-step Pong test took 217 s with two threads and 34 s with one,
+# side by side on the same loaded 2-core machine). Results do not depend on the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
+import torch
 
 from edgerl.cli import main
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = Path(__file__).resolve().parents[1]
 
