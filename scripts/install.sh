@@ -44,6 +44,7 @@ VENV=$OPT/venv
 UNIT=$ROOT/etc/systemd/system/edgerl.service
 CONF_DIR=$ROOT/etc/edgerl
 STATE_DIR=$ROOT/var/lib/edgerl
+LINK=$ROOT/usr/local/bin/edgerl  # so `edgerl status` works in any shell, not only in the venv
 HW_ROOT=${EDGERL_HW_ROOT:-/}
 SYSTEM=0
 [ "$PREFIX" = / ] && SYSTEM=1
@@ -65,6 +66,9 @@ if [ "$UNINSTALL" = 1 ]; then
         run systemctl disable --now edgerl.service || true
     fi
     run rm -f "$UNIT"
+    if [ -L "$LINK" ] && [ "$(readlink "$LINK")" = "$VENV/bin/edgerl" ]; then
+        run rm -f "$LINK"
+    fi
     run rm -rf "$VENV" "$OPT/README.md" "$OPT/constraints.txt"
     if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
         run systemctl daemon-reload
@@ -108,6 +112,13 @@ run mkdir -p "$OPT"
 if [ "$NO_VENV" = 0 ]; then
     install_venv
 fi
+# The command on PATH: a link into the venv. Anything else already there is left alone.
+if [ -e "$LINK" ] && ! [ -L "$LINK" ]; then
+    say "keeping $LINK (not ours): run $VENV/bin/edgerl, or put $VENV/bin on PATH"
+else
+    run mkdir -p "$(dirname "$LINK")"
+    run ln -sfn "$VENV/bin/edgerl" "$LINK"
+fi
 run install -m 0644 "$SRC/README.md" "$OPT/README.md"
 
 echo "+ write $UNIT (paths under $OPT)"
@@ -137,6 +148,6 @@ else
     say "prefix install: no systemctl, no edgerl group"
 fi
 
-say "installed. First check this machine: $VENV/bin/edgerl doctor --deep"
+say "installed. First check this machine: edgerl doctor --deep (that is $LINK)"
 say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"

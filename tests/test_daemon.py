@@ -410,7 +410,8 @@ def test_install_dry_run_on_a_jetson(tmp_path):
     assert f"-c {tmp_path}/opt/edgerl/constraints.txt {REPO}[jetson]" in r.stdout
     assert f"write {tmp_path}/etc/systemd/system/edgerl.service" in r.stdout
     assert "R32 (release)" in r.stdout
-    assert f"First check this machine: {venv}/bin/edgerl doctor --deep" in r.stdout
+    assert f"+ ln -sfn {venv}/bin/edgerl {tmp_path}/usr/local/bin/edgerl" in r.stdout
+    assert "First check this machine: edgerl doctor --deep" in r.stdout
     assert list(tmp_path.iterdir()) == []  # a dry run changes nothing
 
 
@@ -427,6 +428,8 @@ def test_install_is_idempotent_keeps_config_and_uninstalls(tmp_path):
     conf = tmp_path / "etc/edgerl/edgerl.toml"
     assert f"ExecStart={tmp_path}/opt/edgerl/venv/bin/edgerl daemon" in unit.read_text()
     assert (tmp_path / "var/lib/edgerl").is_dir()
+    link = tmp_path / "usr/local/bin/edgerl"  # the command on PATH, pointing into the venv
+    assert os.readlink(link) == f"{tmp_path}/opt/edgerl/venv/bin/edgerl"
     conf.write_text(conf.read_text() + "\n# mine\n")
     r = install("--prefix", str(tmp_path), "--no-venv")
     assert r.returncode == 0 and "keeping the existing" in r.stdout
@@ -435,6 +438,18 @@ def test_install_is_idempotent_keeps_config_and_uninstalls(tmp_path):
     r = install("--prefix", str(tmp_path), "--uninstall")
     assert r.returncode == 0
     assert not unit.exists() and conf.exists() and (tmp_path / "var/lib/edgerl/runs").exists()
+    assert not link.is_symlink()
+
+
+def test_install_leaves_an_edgerl_command_that_is_not_its_own(tmp_path):
+    mine = tmp_path / "usr/local/bin/edgerl"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("#!/bin/sh\necho mine\n")
+    r = install("--prefix", str(tmp_path), "--no-venv")
+    assert r.returncode == 0 and f"keeping {mine} (not ours)" in r.stdout
+    assert mine.read_text() == "#!/bin/sh\necho mine\n"
+    assert install("--prefix", str(tmp_path), "--uninstall").returncode == 0
+    assert mine.exists()
 
 
 def test_install_refuses_unknown_options():
