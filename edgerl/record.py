@@ -65,11 +65,11 @@ class Recording:
 
 
 def _size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB"):
-        if n < 1024 or unit == "MiB":
-            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n:.1f} GiB"  # pragma: no cover
+    if n < 1024:
+        return f"{n:,} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024 / 1024:.1f} MiB"
 
 
 def _import_pillow(purpose: str) -> Any:
