@@ -237,3 +237,35 @@ def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
     game = frames[-1][: 2 * 84]
     assert frames[-1].shape == (2 * 84 + CAPTION_HEIGHT, 2 * 84, 3)  # 84x84, each pixel 2x2
     assert np.array_equal(game[..., 0], game[..., 1]) and np.array_equal(game[..., 0], game[..., 2])
+
+
+def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_path):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import edgerl_cmd
+
+    proc = subprocess.Popen(
+        edgerl_cmd("play", "--run-dir", cartpole_run, "--episodes", "10000", "--record", "k.gif"),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        # a shell's background job ignores SIGINT; a terminal's Ctrl-C does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    temp = tmp_path / f".k.gif.tmp-{proc.pid}"
+    try:
+        deadline = time.monotonic() + 240
+        while not temp.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert temp.exists()  # recording, under a temporary name
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted: nothing was written to k.gif" in err
+    assert os.listdir(tmp_path) == []

@@ -124,6 +124,11 @@ def play(
             record=record,
             record_view=record_view,
         )
+    except KeyboardInterrupt:
+        if record is None:
+            raise
+        click.echo(f"interrupted: nothing was written to {record}", err=True)
+        raise click.exceptions.Exit(130) from None
     finally:
         if renderer is not None and hasattr(renderer, "close"):
             renderer.close()
