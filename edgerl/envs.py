@@ -12,6 +12,12 @@ Both are wrapped in :class:`VecEnv`, which has one contract the trainer relies o
 
 ``send()``/``recv()`` split a step so that emulation (in ALE's threads, without the GIL) overlaps
 with work on the learner.
+
+Made with ``screens=True`` (for recordings), an environment also keeps what a person would see:
+``screen()`` is the colour screen after the latest reset or step. ALE's vector env hands out only
+the preprocessed observation, so for Atari a second vector env of the same game, settings and seed
+runs in lockstep and returns the raw 210x160 colour screen instead (emulation is deterministic
+given the seed and the actions: their rewards and episode ends are checked to agree).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from edgerl.config import EnvConfig
-from edgerl.errors import EnvError
+from edgerl.errors import EnvError, MissingDependencyError
 from edgerl.rundir import short_env_name
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,9 @@ log = logging.getLogger(__name__)
 ALE_ID = re.compile(r"^ALE/(?P<game>[A-Za-z0-9]+)-v5$")
 FRAME_STACK = 4
 FRAME_SIZE = 84
+FRAME_SKIP = 4
+ALE_HZ = 60.0  # the Atari's frame rate
+SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160  # ALE's screen, every game
 
 
 @dataclass(frozen=True)
@@ -225,6 +234,15 @@ class VecEnv:
         self.send(actions)
         return self.recv()
 
+    # The game's pace in steps per second: what a recording plays at to look like the game.
+    steps_per_second: float = 30.0
+
+    def screen(self, index: int = 0, final: bool = False) -> np.ndarray | None:
+        """Environment ``index``'s colour screen (HxWx3 uint8) after the latest reset or step;
+        ``final``: the last screen of the episode that the latest step ended (the environment
+        has reset itself since). None when it was made without ``screens=True``."""
+        return None
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -238,29 +256,52 @@ class VecEnv:
 class AleVecEnv(VecEnv):
     """Atari through ``ale_py.vector_env.AtariVectorEnv`` (preprocessing in C++ threads)."""
 
-    def __init__(self, cfg: EnvConfig, game: str) -> None:
+    steps_per_second = ALE_HZ / FRAME_SKIP
+
+    def __init__(self, cfg: EnvConfig, game: str, screens: bool = False) -> None:
         _import_ale()
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
 
         threads = cfg.threads or min(cfg.num_envs, os.cpu_count() or 1)
+        common: dict[str, Any] = {
+            "num_threads": threads,
+            "repeat_action_probability": cfg.repeat_action_probability,
+            "max_num_frames_per_episode": cfg.max_episode_frames,
+            "noop_max": cfg.noop_max,
+            "frameskip": FRAME_SKIP,
+            "reward_clipping": False,
+            "use_fire_reset": True,
+            "autoreset_mode": AutoresetMode.SAME_STEP,
+        }
         self._env = AtariVectorEnv(
             game,
             cfg.num_envs,
-            num_threads=threads,
-            repeat_action_probability=cfg.repeat_action_probability,
-            max_num_frames_per_episode=cfg.max_episode_frames,
-            noop_max=cfg.noop_max,
             img_height=FRAME_SIZE,
             img_width=FRAME_SIZE,
             stack_num=FRAME_STACK,
-            frameskip=4,
             grayscale=True,
             maxpool=True,
-            reward_clipping=False,
-            use_fire_reset=True,
-            autoreset_mode=AutoresetMode.SAME_STEP,
+            **common,
         )
+        # The screen as the emulator drew it at the step's last frame (not max-pooled: a max
+        # of two colour frames mixes colours the game never shows).
+        self._screens = (
+            AtariVectorEnv(
+                game,
+                cfg.num_envs,
+                img_height=SCREEN_HEIGHT,
+                img_width=SCREEN_WIDTH,
+                stack_num=1,
+                grayscale=False,
+                maxpool=False,
+                **common,
+            )
+            if screens
+            else None
+        )
+        self._screen: np.ndarray | None = None
+        self._final_screen: np.ndarray | None = None
         meanings = tuple(a.name for a in self._env.ale.get_action_set())
         self.num_envs = cfg.num_envs
         self.spec = EnvSpec(
@@ -274,42 +315,79 @@ class AleVecEnv(VecEnv):
 
     def reset(self, seed: int) -> np.ndarray:
         obs, _ = self._env.reset(seed=int(seed))
+        if self._screens is not None:
+            screens, _ = self._screens.reset(seed=int(seed))
+            self._screen, self._final_screen = screens[:, 0], None
         return obs
 
     def send(self, actions: np.ndarray) -> None:
         self._env.send(np.asarray(actions, dtype=np.int64))
+        if self._screens is not None:
+            self._screens.send(np.asarray(actions, dtype=np.int64))
 
     def recv(self) -> Step:
         obs, rewards, terminated, truncated, info = self._env.recv()
         done = terminated | truncated
         final = info.get("final_obs") if done.any() else None
+        if self._screens is not None:
+            screens, s_rewards, s_terminated, s_truncated, s_info = self._screens.recv()
+            if not (
+                np.array_equal(rewards, s_rewards)
+                and np.array_equal(terminated, s_terminated)
+                and np.array_equal(truncated, s_truncated)
+            ):
+                raise RuntimeError("the screen environment left the played one's lockstep")
+            self._screen = screens[:, 0]
+            self._final_screen = s_info["final_obs"][:, 0] if done.any() else None
         return Step(obs, rewards.astype(np.float32), terminated, truncated, final)
+
+    def screen(self, index: int = 0, final: bool = False) -> np.ndarray | None:
+        shown = self._final_screen if final else self._screen
+        return None if shown is None else shown[index]
 
     def close(self) -> None:
         self._env.close()
+        if self._screens is not None:
+            self._screens.close()
 
 
 class GymVecEnv(VecEnv):
     """Any other discrete-action gymnasium id through ``gymnasium.vector.SyncVectorEnv``."""
 
     def __init__(
-        self, cfg: EnvConfig, spec: EnvSpec, check_stop: Callable[[], None] = lambda: None
+        self,
+        cfg: EnvConfig,
+        spec: EnvSpec,
+        check_stop: Callable[[], None] = lambda: None,
+        screens: bool = False,
     ) -> None:
         import gymnasium as gym
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
         def one() -> Any:
             check_stop()  # many environments take minutes to build: a stop must not wait
+            if screens:
+                return _keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
             return gym.make(cfg.id)
 
         self._env = SyncVectorEnv([one] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = cfg.num_envs
         self.spec = spec
+        self._screens = screens
         self._actions: np.ndarray | None = None
+        fps = self._env.envs[0].metadata.get("render_fps")
+        if fps:
+            self.steps_per_second = float(fps)
 
     def reset(self, seed: int) -> np.ndarray:
         obs, _ = self._env.reset(seed=int(seed))
         return obs.astype(np.float32, copy=False)
+
+    def screen(self, index: int = 0, final: bool = False) -> np.ndarray | None:
+        if not self._screens:
+            return None
+        keeper = self._env.envs[index]
+        return keeper.final if final else keeper.screen
 
     def send(self, actions: np.ndarray) -> None:
         self._actions = np.asarray(actions, dtype=np.int64)
@@ -337,17 +415,59 @@ class GymVecEnv(VecEnv):
         self._env.close()
 
 
+def _keep_screens(env: Any, env_id: str) -> Any:
+    """``env`` (made with render_mode="rgb_array") rendering after every reset and step, so that
+    the last screen of an episode survives the vector env's reset in the same step."""
+    import gymnasium as gym
+
+    class ScreenKeeper(gym.Wrapper):  # type: ignore[misc]
+        screen: np.ndarray | None = None  # after the latest reset or step
+        final: np.ndarray | None = None  # the last screen before the latest reset
+
+        def _render(self) -> np.ndarray:
+            try:
+                frame = self.env.render()
+            except gym.error.DependencyNotInstalled as e:
+                raise MissingDependencyError(
+                    "pygame", "viewer", f"drawing {env_id}'s screen ({e})"
+                ) from None
+            if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+                raise EnvError(
+                    f"environment '{env_id}' cannot draw its screen as an image (it has no "
+                    "rgb_array render mode)"
+                )
+            return frame
+
+        def reset(self, **kwargs: Any) -> Any:
+            out = self.env.reset(**kwargs)
+            self.final, self.screen = self.screen, self._render()
+            return out
+
+        def step(self, action: Any) -> Any:
+            out = self.env.step(action)
+            self.screen = self._render()
+            return out
+
+    return ScreenKeeper(env)
+
+
 def make_env(
-    cfg: EnvConfig, spec: EnvSpec | None = None, check_stop: Callable[[], None] = lambda: None
+    cfg: EnvConfig,
+    spec: EnvSpec | None = None,
+    check_stop: Callable[[], None] = lambda: None,
+    screens: bool = False,
 ) -> VecEnv:
     """Build ``cfg.num_envs`` environments for ``cfg.id``; raises EnvError for unusable ids.
 
     ``check_stop`` is called between environments built in Python and may raise to abandon them.
+    ``screens``: also keep the colour screen (see :meth:`VecEnv.screen`), for recordings; an
+    environment that cannot draw one raises EnvError (MissingDependencyError without pygame) at
+    its first reset.
     """
     game = ale_game(cfg.id)
     if game is not None:
         if not _rom_exists(game):
             raise _unknown(cfg.id)
         check_stop()
-        return AleVecEnv(cfg, game)
-    return GymVecEnv(cfg, spec or _gym_spec(cfg.id), check_stop)
+        return AleVecEnv(cfg, game, screens)
+    return GymVecEnv(cfg, spec or _gym_spec(cfg.id), check_stop, screens)

@@ -4,10 +4,14 @@ A :class:`Policy` maps a batch of observations (numpy, exactly as the environmen
 Q-values and greedy actions. Backends: a PyTorch checkpoint here; ONNX Runtime and TensorRT in
 ``edgerl.export`` load through :func:`load_policy`. The play loop measures the latency of each
 action selection (observation in, action out) and reports episode returns in game points.
+With ``record``, the played episodes are also recorded (see :mod:`edgerl.record`): the colour
+screen, or the agent's own view, one frame after the reset and one after each step, each with its
+episode and score beneath it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -21,9 +25,10 @@ import torch
 from edgerl.checkpoint import CheckpointStore, load
 from edgerl.config import EnvConfig, from_dict
 from edgerl.device import resolve_device
-from edgerl.envs import EnvSpec, make_env
+from edgerl.envs import EnvSpec, VecEnv, make_env
 from edgerl.errors import CheckpointError, EnvError
 from edgerl.nets import NatureCNN, build_q_network
+from edgerl.record import Recorder, Recording, open_recorder
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,7 @@ class PlayResult:
     returns: list[float]
     steps: int
     latencies_ns: list[int] = field(repr=False)
+    recording: Recording | None = None
 
     def latency_us(self) -> dict[str, float]:
         lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
@@ -126,7 +132,7 @@ class PlayResult:
 
     def to_json(self) -> dict[str, Any]:
         returns = [float(r) for r in self.returns]
-        return {
+        summary: dict[str, Any] = {
             "backend": self.backend,
             "env": self.env,
             "episodes": len(returns),
@@ -135,11 +141,45 @@ class PlayResult:
             "latency_us": self.latency_us(),
             "steps": self.steps,
         }
+        if self.recording is not None:
+            rec = self.recording
+            summary["recording"] = {
+                "path": str(rec.path),
+                "frames": rec.frames,
+                "seconds": round(rec.seconds, 3),
+                "bytes": rec.bytes,
+            }
+        return summary
 
 
 # A renderer gets the observation, the action, the Q-values, the running return, the episode and
 # the step; it returns False to stop playing (the window was closed).
 Renderer = Callable[[np.ndarray, int, np.ndarray | None, float, int, int], bool]
+
+RECORD_VIEWS = ("screen", "agent")  # the colour screen, or the agent's 84x84 grey frame
+AGENT_VIEW_SCALE = 2  # the agent's frame is small: each pixel becomes 2x2 in a recording
+
+
+class _Filming:
+    """Takes the frames of a recording from the play loop: what the view shows, captioned."""
+
+    def __init__(self, recorder: Recorder, env: VecEnv, view: str) -> None:
+        self.recorder, self.env, self.view = recorder, env, view
+
+    def _agent(self, obs: np.ndarray) -> np.ndarray:
+        frame = obs[-1]  # the newest frame of the stack
+        return frame.repeat(AGENT_VIEW_SCALE, axis=0).repeat(AGENT_VIEW_SCALE, axis=1)
+
+    def film(self, obs: np.ndarray, episode: int, ret: float, final: bool = False) -> None:
+        """Add the frame after a reset or step (``final``: the last of an episode, whose
+        observation is ``final_obs``)."""
+        if self.view == "agent":
+            frame = self._agent(obs)
+        else:
+            screen = self.env.screen(0, final=final)
+            assert screen is not None  # the env was made with screens=True
+            frame = screen
+        self.recorder.add(frame, caption=f"episode {episode}  score {ret:+.0f}")
 
 
 def play(
@@ -152,20 +192,34 @@ def play(
     renderer: Renderer | None = None,
     fps: float = 0.0,
     max_steps: int = 0,
+    record: Path | None = None,
+    record_view: str = "screen",
 ) -> PlayResult:
-    """Play ``episodes`` episodes with ``policy`` (epsilon-greedy, 0: greedy).
+    """Play ``episodes`` episodes with ``policy`` (epsilon-greedy, 0: greedy); with ``record``,
+    record them to that GIF or MP4 at the game's pace, whatever ``fps``.
 
-    Raises EnvError if ``env_id`` does not match what the policy was trained on.
+    Raises EnvError if ``env_id`` does not match what the policy was trained on, or when
+    ``record_view`` is "agent" for a policy on vector observations; RecordError /
+    MissingDependencyError when the recording cannot be made (nothing is then written under its
+    name, nor when playing fails or is interrupted).
     """
+    if record_view not in RECORD_VIEWS:
+        raise ValueError(f"record_view must be one of {RECORD_VIEWS}, not {record_view!r}")
+    if record is not None and record_view == "agent" and not policy.spec.has_frames:
+        raise EnvError(
+            f"{policy.spec.id} has vector observations, not frames: there is no agent's view to "
+            "record; record its screen instead"
+        )
     env_cfg = EnvConfig(
         **{k: v for k, v in policy.env_config.items() if k in EnvConfig.__annotations__}
     )
     if env_id is not None and env_id != policy.spec.id:
         env_cfg.id = env_id
     env_cfg.num_envs, env_cfg.threads = 1, 1
-    env = make_env(env_cfg)
     rng = np.random.default_rng(seed)
-    try:
+    with contextlib.ExitStack() as cleanup:
+        env = make_env(env_cfg, screens=record is not None and record_view == "screen")
+        cleanup.callback(env.close)
         if (
             env.spec.obs_shape != policy.spec.obs_shape
             or env.spec.num_actions != policy.spec.num_actions
@@ -174,10 +228,17 @@ def play(
                 f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
                 f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
             )
+        filming = None
+        if record is not None:
+            # Leaving the block by an exception (Ctrl-C included) discards the recording.
+            recorder = cleanup.enter_context(open_recorder(record, env.steps_per_second))
+            filming = _Filming(recorder, env, record_view)
         obs = env.reset(seed=seed)
         returns: list[float] = []
         latencies: list[int] = []
         ret, steps = 0.0, 0
+        if filming is not None:
+            filming.film(obs[0], 1, ret)
         frame_s = 1.0 / fps if fps > 0 else 0.0
         next_frame = time.perf_counter()
         while len(returns) < episodes:
@@ -194,6 +255,15 @@ def play(
             step = env.step(np.asarray(action, dtype=np.int64))
             ret += float(step.rewards[0])
             steps += 1
+            done = bool(step.terminated[0] or step.truncated[0])
+            if filming is not None:
+                if done:
+                    assert step.final_obs is not None
+                    filming.film(step.final_obs[0], len(returns) + 1, ret, final=True)
+                    if len(returns) + 1 < episodes and steps != max_steps:
+                        filming.film(step.obs[0], len(returns) + 2, 0.0)  # the next one's start
+                else:
+                    filming.film(step.obs[0], len(returns) + 1, ret)
             if renderer is not None and not renderer(
                 obs[0], int(action[0]), None if q is None else q[0], ret, len(returns) + 1, steps
             ):
@@ -201,16 +271,15 @@ def play(
             if frame_s:
                 next_frame += frame_s
                 time.sleep(max(0.0, next_frame - time.perf_counter()))
-            if step.terminated[0] or step.truncated[0]:
+            if done:
                 returns.append(ret)
                 log.info("episode %d: return %.1f", len(returns), ret)
                 ret = 0.0
             if max_steps and steps >= max_steps:
                 break
             obs = step.obs
-        return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies)
-    finally:
-        env.close()
+        recording = recorder.close() if filming is not None else None
+        return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies, recording)
 
 
 def load_policy(

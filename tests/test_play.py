@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from .conftest import PONG_FAST
@@ -18,6 +20,15 @@ def cartpole_run(tmp_path_factory):
         main(["train", "--env", "CartPole-v1", "--steps", "3000", "--run-dir", str(run), "--quiet"])
         == 0
     )
+    return run
+
+
+@pytest.fixture(scope="module")
+def pong_run(tmp_path_factory):
+    from edgerl.cli import main
+
+    run = tmp_path_factory.mktemp("play") / "pong"
+    assert main(["train", *PONG_FAST, "--steps", "300", "--run-dir", str(run), "--quiet"]) == 0
     return run
 
 
@@ -50,10 +61,8 @@ def test_a_checkpoint_file_and_epsilon(cli, cartpole_run):
     assert max(json.loads(r.out)["returns"]) < 200  # random play does not balance long
 
 
-def test_pong_play_reports_game_points(cli, tmp_path):
-    run = tmp_path / "pong"
-    assert cli("train", *PONG_FAST, "--steps", "300", "--run-dir", run).code == 0
-    r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
+def test_pong_play_reports_game_points(cli, pong_run):
+    r = cli("play", "--run-dir", pong_run, "--episodes", "1", "--json")
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert -21 <= summary["returns"][0] <= 21 and summary["env"] == "ALE/Pong-v5"
@@ -109,13 +118,11 @@ def test_console_rendering(cli, cartpole_run):
         assert screen.startswith("obs [") and f"| step {n} | score +{n} | action " in screen
 
 
-def test_screen_rendering_with_the_dummy_driver(cli, tmp_path):
-    run = tmp_path / "pong"
-    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0
+def test_screen_rendering_with_the_dummy_driver(cli, pong_run):
     r = cli(
         "play",
         "--run-dir",
-        run,
+        pong_run,
         "--episodes",
         "1",
         "--render",
@@ -144,3 +151,121 @@ def test_play_finds_the_newest_run_under_runs(cli, cartpole_run, tmp_path, monke
     assert r.code == 0, r.err
     assert "playing the newest checkpoint of runs/CartPole-v1" in r.err
     assert json.loads(r.out.splitlines()[-1])["env"] == "CartPole-v1"
+
+
+def gif_frames(path):
+    from PIL import Image
+
+    im = Image.open(path)
+    frames = []
+    for i in range(im.n_frames):
+        im.seek(i)
+        frames.append(np.asarray(im.convert("RGB")))
+    return frames
+
+
+def test_record_a_cartpole_gif_of_its_colour_screen(cli, cartpole_run):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    from edgerl.record import CAPTION_HEIGHT, caption_scale
+
+    plain = cli("play", "--run-dir", cartpole_run, "--episodes", "2", "--seed", "4", "--json")
+    r = cli(
+        "play", "--run-dir", cartpole_run, "--episodes", "2", "--seed", "4", "--record", "cp.gif"
+    )
+    assert r.code == 0, r.err
+    summary = json.loads(plain.out)
+    assert f"returns {summary['returns']}" in r.out  # recording does not change the play
+    steps = summary["steps"]
+    frames = gif_frames("cp.gif")
+    # one frame after each reset and one after each step (the last of an episode included)
+    assert len(frames) == steps + 2
+    band = CAPTION_HEIGHT * caption_scale(600)
+    assert frames[0].shape == (400 + band, 600, 3)  # CartPole's render: 600x400, in colour
+    colours = {tuple(c) for c in frames[steps // 2][:400].reshape(-1, 3)}
+    assert any(max(c) - min(c) > 60 for c in colours)  # the pole's brown, the axle's blue
+    size = Path("cp.gif").stat().st_size
+    seconds = (steps + 2) / 50  # CartPole's own pace: 50 steps a second
+    assert r.out.splitlines()[-1] == (
+        f"recorded {steps + 2:,} frames ({seconds:.1f} s) to {Path('cp.gif').resolve()} "
+        f"({size / 1024:.1f} KiB)"
+    )
+
+
+def test_record_json_names_the_file(cli, cartpole_run):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    r = cli("play", "--run-dir", cartpole_run, "--record", "one.gif", "--json", "--seed", "1")
+    assert r.code == 0, r.err
+    summary = json.loads(r.out)
+    rec = summary["recording"]
+    assert rec["path"] == str(Path("one.gif").resolve()) and rec["frames"] == summary["steps"] + 1
+    assert rec["bytes"] == Path("one.gif").stat().st_size and rec["seconds"] > 0
+
+
+def test_the_agents_view_of_a_cartpole_run_is_refused(cli, cartpole_run):
+    r = cli("play", "--run-dir", cartpole_run, "--record", "a.gif", "--record-view", "agent")
+    assert r.code == 2 and "no agent's view to record" in r.err
+    assert not Path("a.gif").exists()
+
+
+PONG_BROWN = (144, 72, 17)
+
+
+def test_record_pong_in_colour_210x160(pong_run, tmp_path):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    from edgerl.play import load_policy, play
+    from edgerl.record import CAPTION_HEIGHT
+
+    policy = load_policy(run_dir=pong_run)
+    result = play(policy, max_steps=40, record=tmp_path / "pong.gif")
+    assert result.recording is not None and result.recording.frames == 41
+    assert result.recording.seconds == pytest.approx(41 / 15)  # 60 Hz, frame skip 4
+    frames = gif_frames(tmp_path / "pong.gif")
+    assert len(frames) == 41 and frames[0].shape == (210 + CAPTION_HEIGHT, 160, 3)
+    field = frames[-1][100, 80]
+    assert tuple(field) == PONG_BROWN  # the colour screen, not the agent's grey
+
+
+def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    from edgerl.play import load_policy, play
+    from edgerl.record import CAPTION_HEIGHT
+
+    policy = load_policy(run_dir=pong_run)
+    result = play(policy, max_steps=20, record=tmp_path / "agent.gif", record_view="agent")
+    assert result.recording is not None and result.recording.frames == 21
+    frames = gif_frames(tmp_path / "agent.gif")
+    game = frames[-1][: 2 * 84]
+    assert frames[-1].shape == (2 * 84 + CAPTION_HEIGHT, 2 * 84, 3)  # 84x84, each pixel 2x2
+    assert np.array_equal(game[..., 0], game[..., 1]) and np.array_equal(game[..., 0], game[..., 2])
+
+
+def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_path):
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import edgerl_cmd
+
+    proc = subprocess.Popen(
+        edgerl_cmd("play", "--run-dir", cartpole_run, "--episodes", "10000", "--record", "k.gif"),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        # a shell's background job ignores SIGINT; a terminal's Ctrl-C does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    temp = tmp_path / f".k.gif.tmp-{proc.pid}"
+    try:
+        deadline = time.monotonic() + 240
+        while not temp.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert temp.exists()  # recording, under a temporary name
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted: nothing was written to k.gif" in err
+    assert os.listdir(tmp_path) == []

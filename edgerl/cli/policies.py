@@ -59,6 +59,18 @@ from edgerl.cli.options import default_policy_run
     show_default=True,
     help="Device of the torch backend.",
 )
+@click.option(
+    "--record",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Record the played episodes to FILE.gif or FILE.mp4 (MP4 needs ffmpeg).",
+)
+@click.option(
+    "--record-view",
+    type=click.Choice(["screen", "agent"]),
+    default="screen",
+    show_default=True,
+    help="With --record: the game's colour screen, or the 84x84 grey frame the agent sees.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def play(
     model: Path | None,
@@ -73,6 +85,8 @@ def play(
     seed: int,
     epsilon: float,
     device: str,
+    record: Path | None,
+    record_view: str,
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
@@ -81,6 +95,10 @@ def play(
 
     if model is not None and (run_dir is not None or checkpoint is not None):
         raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
+    if record is not None:
+        from edgerl.record import check_target
+
+        check_target(record)  # a wrong name or a missing encoder is said before playing
     if model is None and run_dir is None and checkpoint is None:
         run_dir = default_policy_run()
         click.echo(f"playing the newest checkpoint of {run_dir}", err=True)
@@ -103,11 +121,20 @@ def play(
             epsilon=epsilon,
             renderer=renderer,
             fps=fps,
+            record=record,
+            record_view=record_view,
         )
+    except KeyboardInterrupt:
+        if record is None:
+            raise
+        click.echo(f"interrupted: nothing was written to {record}", err=True)
+        raise click.exceptions.Exit(130) from None
     finally:
         if renderer is not None and hasattr(renderer, "close"):
             renderer.close()
     click.echo(json.dumps(result.to_json()) if as_json else result.describe())
+    if result.recording is not None and not as_json:
+        click.echo(result.recording.describe())
 
 
 @cli.command()
