@@ -48,7 +48,8 @@ from edgerl.replay import (
     plan_env_memory,
     plan_memory,
 )
-from edgerl.replay_store import ReplayFileError, ReplayStore, SaveJob
+from edgerl.replay_save import SaveJob
+from edgerl.replay_store import ReplayFileError, ReplayStore
 from edgerl.rundir import RunDir, default_run_dir
 from edgerl.sidefiles import SideFiles
 from edgerl.signals import StoppedDuringSetup
