@@ -22,7 +22,8 @@ from edgerl.hw.clocks import (
     resolve_power_mode,
     run_tool,
 )
-from edgerl.hw.monitor import LoadMonitor, ProcfsSource, judge, record_from_jtop
+from edgerl.hw.load_sources import ProcfsSource, record_from_jtop
+from edgerl.hw.monitor import LoadMonitor, judge
 from edgerl.hw.platform import detect
 
 from .conftest import FIXTURES, PONG_FAST, edgerl_cmd
