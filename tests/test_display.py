@@ -21,15 +21,14 @@ import numpy as np
 import pytest
 
 from edgerl.config import DisplayConfig
+from edgerl.display.reader import FrameReader, StreamError
 from edgerl.display.render import text_frame
 from edgerl.display.stream import (
     HEADER,
     SEQ,
     DisplayPublisher,
     FrameMeta,
-    FrameReader,
     FrameRing,
-    StreamError,
     shm_path,
     slot_size,
 )
