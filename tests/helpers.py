@@ -1,0 +1,42 @@
+"""Helpers shared by test modules: small real configs and batches."""
+
+from __future__ import annotations
+
+import torch
+
+from edgerl.config import build_layers, resolve
+from edgerl.replay import Batch
+
+CUDA = torch.cuda.is_available()
+CPU, GPU = torch.device("cpu"), torch.device("cuda")
+
+
+def pong_config(tmp_path, *sets: str, steps: int = 1600):
+    return resolve(
+        build_layers(
+            None,
+            [
+                "agent.learning_starts=400",
+                "agent.batch_size=8",
+                "agent.train_freq=4",
+                "replay.capacity=4000",
+                "hw.monitor=false",
+                "display.enabled=false",
+                *sets,
+            ],
+            {"env.id": "ALE/Pong-v5", "train.steps": steps, "train.run_dir": str(tmp_path / "run")},
+            use_system=False,
+        )
+    )
+
+
+def random_batch(b: int = 16) -> Batch:
+    torch.manual_seed(1)
+    obs = torch.randint(0, 256, (b, 4, 84, 84), dtype=torch.uint8)
+    return Batch(
+        obs,
+        torch.randint(0, 6, (b,)),
+        torch.randn(b),
+        torch.roll(obs, 1, 0),
+        (torch.rand(b) < 0.2).float(),
+    )
