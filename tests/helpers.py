@@ -1,10 +1,12 @@
-"""Helpers shared by test modules: small real configs and batches."""
+"""Helpers shared by test modules: small real configs, batches and frames."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from edgerl.config import build_layers, resolve
+from edgerl.display.stream import FrameMeta
 from edgerl.replay import Batch
 
 CUDA = torch.cuda.is_available()
@@ -39,4 +41,22 @@ def random_batch(b: int = 16) -> Batch:
         torch.randn(b),
         torch.roll(obs, 1, 0),
         (torch.rand(b) < 0.2).float(),
+    )
+
+
+ACTIONS = ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
+
+
+def frame_for(step: int) -> np.ndarray:
+    return np.full((84, 84), step % 251, dtype=np.uint8)
+
+
+def meta_for(step: int) -> FrameMeta:
+    return FrameMeta(
+        step=step,
+        episode=1,
+        episode_return=-3.0,
+        epsilon=0.5,
+        action=step % 6,
+        q_values=tuple(float(i + step) for i in range(6)),
     )
