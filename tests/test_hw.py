@@ -1,4 +1,5 @@
-"""Platform detection, clocks (store -> max -> restore), the load monitor and `edgerl hw`."""
+"""The hw package: platform detection, clocks (store -> max -> restore), the load sources and the
+load monitor, and `edgerl hw` (the tegrastats parser has test_tegrastats.py)."""
 
 from __future__ import annotations
 
