@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from edgerl.config import Config, EnvConfig
+from edgerl.config import Config, EnvConfig, check_consistency, with_values
 from edgerl.envs import EnvSpec, make_env
 from edgerl.replay import example_batch
 
@@ -160,3 +160,31 @@ def table(measurements: list[ActorMeasurement]) -> str:
         for m in measurements
     ]
     return "\n".join(rows)
+
+
+def autotune_config(
+    cfg: Config, spec: EnvSpec, device: torch.device
+) -> tuple[Config, Choice | None]:
+    """``cfg`` with env.num_envs and env.threads picked by measuring (perf.autotune), and the
+    choice; ``cfg`` itself and None when env.num_envs was set explicitly."""
+    from edgerl.pipeline import resolve_pipeline
+
+    if "env.num_envs" in cfg.explicit:
+        log.info("autotune: env.num_envs=%d was set explicitly; keeping it", cfg.env.num_envs)
+        return cfg, None
+    mode = resolve_pipeline(cfg.perf.pipeline, device)
+    log.info("autotune: measuring the actor and the learner (a few seconds)")
+    choice, measurements, _ = calibrate(cfg, spec, device, mode)
+    log.info("autotune measurements:\n%s", table(measurements))
+    tuned = {"env.num_envs": choice.num_envs, "env.threads": choice.threads}
+    if cfg.display.env_index >= choice.num_envs:
+        tuned["display.env_index"] = 0
+    cfg = with_values(cfg, tuned)
+    check_consistency(cfg)
+    log.info(
+        "autotune: env.num_envs=%d, env.threads=%d: %s",
+        choice.num_envs,
+        choice.threads,
+        choice.reason,
+    )
+    return cfg, choice

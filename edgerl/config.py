@@ -11,26 +11,28 @@ Layers, each overriding the one before:
 
 Keys nobody set follow the observation kind of the environment (see :data:`PRESETS`): Atari-scale
 values for frames, small-task values for vector observations. The resolved config is written to the
-run directory, so a run can always be reproduced.
+run directory, so a run can always be reproduced. Text is read and each value checked by
+:mod:`edgerl.config_parse`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from edgerl.config_parse import (
+    check_range,
+    coerce,
+    flatten,
+    parse_override,
+    parse_toml_file,
+    unknown_key,
+)
 from edgerl.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 (JetPack 6)
-    import tomli as tomllib
 
 SYSTEM_CONFIG = Path("/etc/edgerl/edgerl.toml")
 
@@ -283,109 +285,6 @@ KNOWN_ALIASES = {
 }
 
 
-def _unknown_key(key: str, source: str) -> ConfigError:
-    alias = KNOWN_ALIASES.get(key.rpartition(".")[2])
-    if alias is not None and alias != key:
-        return ConfigError(f"{source}: unknown config key '{key}' (did you mean '{alias}'?)")
-    close = difflib.get_close_matches(key, keys(), n=1, cutoff=0.6)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"{source}: unknown config key '{key}'{hint}")
-
-
-def _coerce(key: str, value: Any, typ: Any, source: str) -> Any:
-    """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
-
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{source}: {key} must be {expected}, got {value!r}")
-
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
-            return True
-        if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
-            return False
-        raise bad("true or false")
-    if typ is int:
-        if isinstance(value, bool):
-            raise bad("an integer")
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, int):
-            return value
-        raise bad("an integer")
-    if typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad("a number")
-    if typ is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise bad("a string")
-    if typ == tuple[int, ...]:
-        if isinstance(value, (list, tuple)) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            return tuple(value)
-        raise bad("a list of integers, e.g. [256, 256]")
-    raise TypeError(f"unsupported config type {typ!r} for {key}")  # a bug, not a user error
-
-
-def _check_range(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
-    choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
-    if choices is not None and value not in choices:
-        allowed = ", ".join(str(c) for c in choices)
-        raise ConfigError(f"{source}: {key} must be one of {allowed}, got {value!r}")
-    if lo is not None and value < lo:
-        limit = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
-    if hi is not None and value > hi:
-        limit = f"between {lo} and {hi}" if lo is not None else f"at most {hi}"
-        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
-
-
-def parse_toml_file(path: Path) -> dict[str, Any]:
-    """Read a TOML config file; raises ConfigError naming the file (and line) when it fails."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``section.key=value``; the value is read as TOML, else kept as a plain string."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or "." not in key:
-        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. agent.lr=3e-4")
-    raw = raw.strip()
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
-
-
-def _flatten(table: Mapping[str, Any], source: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for section, body in table.items():
-        if section not in SECTIONS:
-            close = difflib.get_close_matches(section, list(SECTIONS), n=1)
-            hint = f" (did you mean [{close[0]}]?)" if close else ""
-            raise ConfigError(f"{source}: unknown config section [{section}]{hint}")
-        if not isinstance(body, Mapping):
-            raise ConfigError(f"{source}: [{section}] must be a table of keys")
-        for name, value in body.items():
-            flat[f"{section}.{name}"] = value
-    return flat
-
-
 @dataclass(frozen=True)
 class Layer:
     """One source of settings: where they came from and the flat ``section.key -> value`` map."""
@@ -412,10 +311,10 @@ def build_layers(
     layers: list[Layer] = []
     system = system_config_path() if use_system else None
     if system is not None and system.is_file():
-        layers.append(Layer(str(system), _flatten(parse_toml_file(system), str(system))))
+        layers.append(Layer(str(system), flatten(parse_toml_file(system), str(system), SECTIONS)))
     if config_file is not None:
         path = Path(config_file)
-        layers.append(Layer(str(path), _flatten(parse_toml_file(path), str(path))))
+        layers.append(Layer(str(path), flatten(parse_toml_file(path), str(path), SECTIONS)))
     sets = dict(parse_override(o) for o in overrides)
     if sets:
         layers.append(Layer("--set", sets))
@@ -434,9 +333,9 @@ def resolve(layers: Iterable[Layer]) -> Config:
             try:
                 fld, typ = field_info(key)
             except KeyError:
-                raise _unknown_key(key, layer.source) from None
-            coerced = _coerce(key, value, typ, layer.source)
-            _check_range(key, coerced, fld.metadata, layer.source)
+                raise unknown_key(key, layer.source, keys(), KNOWN_ALIASES) from None
+            coerced = coerce(key, value, typ, layer.source)
+            check_range(key, coerced, fld.metadata, layer.source)
             section, name = key.split(".", 1)
             setattr(getattr(cfg, section), name, coerced)
             explicit.add(key)
@@ -446,7 +345,7 @@ def resolve(layers: Iterable[Layer]) -> Config:
 
 def from_dict(table: Mapping[str, Any], source: str) -> Config:
     """A config from a nested dict (a resolved config file or a checkpoint's copy)."""
-    return resolve([Layer(source, _flatten(table, source))])
+    return resolve([Layer(source, flatten(table, source, SECTIONS))])
 
 
 def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:

@@ -53,6 +53,16 @@ def indexed(device: torch.device | str) -> torch.device:
     return device
 
 
+def integrated_gpu(device: torch.device) -> bool:
+    """True for a CUDA GPU that shares the host's memory (a Jetson's)."""
+    if device.type != "cuda":
+        return False
+    try:
+        return bool(torch.cuda.get_device_properties(device).is_integrated)
+    except Exception:  # an old torch without the field, or a driver problem: assume separate
+        return False
+
+
 def configure_backends(device: torch.device, threads: int = 0) -> None:
     """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, CPU threads."""
     if threads > 0:

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from edgerl.config import Config
     from edgerl.metrics import TrainStats
 
+# How often the trainer calls on_tick (and refreshes its progress line): a few times a second.
+TICK_EVERY_S = 0.25
+
 
 class Run(Protocol):
     """What a hook may read of the run it follows."""

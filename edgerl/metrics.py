@@ -1,5 +1,5 @@
-"""Training metrics: ``metrics.csv``, ``episodes.csv``, optional TensorBoard, and the console
-progress line."""
+"""Training metrics: ``metrics.csv``, ``episodes.csv``, optional TensorBoard, the console
+progress line and the session's summary."""
 
 from __future__ import annotations
 
@@ -58,6 +58,29 @@ class TrainStats:
 
 
 CSV_COLUMNS = ["step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    total_steps: int
+    episodes: int
+    return_mean: float
+    wall_s: float
+    session_steps: int
+    session_s: float
+    checkpoint: Path | None
+    stopped: bool  # a stop was requested before train.steps was reached
+
+    def summary(self) -> str:
+        """One line for the end of ``edgerl train``."""
+        ret = "n/a" if math.isnan(self.return_mean) else f"{self.return_mean:.2f}"
+        sps = self.session_steps / self.session_s if self.session_s > 0 else 0.0
+        return (
+            f"step {self.step:,}/{self.total_steps:,}: {self.episodes:,} episodes, "
+            f"mean return (last 100) {ret}, {sps:,.0f} steps/s this session; "
+            f"checkpoint {self.checkpoint or 'unchanged'}"
+        )
 
 
 def _fmt(value: Any) -> str:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from edgerl.device import indexed
+from edgerl.device import indexed, integrated_gpu
 from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError, EnvMemoryError, ReplayMemoryError
 
@@ -177,6 +177,19 @@ def plan_env_memory(
 ) -> EnvMemoryPlan:
     """The host-memory plan for ``num_envs`` environments of ``spec``."""
     return EnvMemoryPlan(num_envs, bytes_per_env(spec), available_host_bytes, replay_host_bytes)
+
+
+def check_env_memory(
+    spec: EnvSpec, num_envs: int, replay_plan: MemoryPlan, replay_device: torch.device
+) -> None:
+    """Refuse more environments than host memory holds (beside a host replay), before
+    building any: too many would swap the board or get the trainer killed."""
+    host = replay_device.type == "cpu"
+    available = replay_plan.available_bytes if host else available_memory(torch.device("cpu"))[0]
+    # A Jetson's GPU memory is the host's: a replay "on the GPU" takes from the same pool.
+    shared = host or integrated_gpu(replay_device)
+    replay_bytes = replay_plan.total_bytes if shared else 0
+    plan_env_memory(spec, num_envs, available, replay_bytes).check()
 
 
 def _action_dtype(num_actions: int) -> np.dtype[Any]:

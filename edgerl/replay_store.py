@@ -18,11 +18,12 @@ completed since). A delta stays on disk while a kept manifest needs one of its s
 
 A save has two parts. :meth:`ReplayStore.snapshot` runs between two actor steps and copies only
 what the actor changes in place (actions, rewards and flags of the changed range: 6 bytes a slot;
-on CUDA it also records an event). The frames are copied later, on a background thread, in pieces
-of :data:`PIECE_SLOTS` slots, oldest first: the actor only ever overwrites the oldest slot of its
-ring, so a changed slot stays as it was at the snapshot until the actor has come all the way
-round, which the copy checks after every piece (a save the actor overtakes is abandoned, and the
-previous checkpoint stays the newest). Only the changed range crosses from the GPU to the host.
+on CUDA it also records an event). The frames are copied later, on a background thread (a
+:class:`~edgerl.replay_save.SaveJob`), in pieces of :data:`PIECE_SLOTS` slots, oldest first: the
+actor only ever overwrites the oldest slot of its ring, so a changed slot stays as it was at the
+snapshot until the actor has come all the way round, which the copy checks after every piece (a
+save the actor overtakes is abandoned, and the previous checkpoint stays the newest). Only the
+changed range crosses from the GPU to the host.
 
 A checkpoint and its replay are one unit: the trainer writes the checkpoint file only once the
 deltas and the manifest it names are on disk (each written to a temporary file, fsync'ed and
@@ -47,10 +48,8 @@ import re
 import secrets
 import shutil
 import struct
-import threading
 import time
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +59,7 @@ import torch
 from edgerl.atomic import fsync_dir, write_atomic
 from edgerl.errors import EdgerlError
 from edgerl.replay import ReplayBuffer, fmt_bytes
+from edgerl.replay_save import Part, SaveAbandoned, SaveJob, SaveResult
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ PIECE_SLOTS = 1024  # slots copied and compressed at a time: about 7 MB of Atari
 # Changed slots the actor would overwrite within this many writes are copied in the snapshot
 # itself (at most 1.8 MB of Atari frames per env), so the background copy has a head start.
 HEAD_START_SLOTS = 256
-SAVE_NICE = 10  # the background save's niceness (Linux threads have their own)
 ZLIB_LEVEL = 1  # level 6 halves the bytes again at 2.5x the CPU (README "Replay on disk")
 MANIFEST = re.compile(r"^manifest-step(?P<step>\d+)-[0-9a-f]+\.json$")
 DELTA = re.compile(r"^delta-step\d+-[0-9a-f]+\.rpl$")
@@ -82,92 +81,6 @@ class ReplayPersistError(EdgerlError):
 
 class ReplayFileError(Exception):
     """A replay file is missing, damaged or does not fit this replay; the message names it."""
-
-
-class SaveAbandoned(Exception):
-    """A replay save could not finish (disk full, actor came round); the message says why."""
-
-
-@dataclass
-class _Part:
-    """One contiguous ring range of one environment, as it was at the snapshot."""
-
-    env: int
-    start: int
-    n: int
-    w_first: int  # the write number of the range's first slot
-    actions: np.ndarray
-    rewards: np.ndarray
-    flags: np.ndarray
-    early: np.ndarray | None = None  # the first slots' frames, copied in the snapshot
-
-
-@dataclass
-class SaveResult:
-    """What one replay save cost (``edgerl bench`` and the log report it)."""
-
-    manifest: str
-    pause_s: float  # the snapshot, while the actor waited
-    save_s: float = 0.0  # the background copy, compression and writes
-    cpu_s: float = 0.0  # CPU time of the background thread
-    raw_bytes: int = 0
-    bytes: int = 0  # written to disk by this save
-    slots: int = 0
-
-
-@dataclass
-class SaveJob:
-    """A replay save from :meth:`ReplayStore.snapshot`: :meth:`start` it in the background or
-    :meth:`run` it here; the checkpoint that names it is written only after it ended (if it
-    failed, that checkpoint's resume reports the missing replay file and starts empty)."""
-
-    store: ReplayStore
-    step: int
-    parts: list[_Part]
-    head: np.ndarray
-    count: np.ndarray
-    written: np.ndarray
-    event: Any
-    result: SaveResult
-    delta_name: str | None
-    error: str | None = None
-    chain: list[dict[str, Any]] = field(default_factory=list)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run_niced, name="edgerl-replay-save")
-        self._thread.start()
-
-    def _run_niced(self) -> None:
-        # The actor, the learner and the emulator threads come first: on a Jetson the CPU is
-        # what limits training, and a checkpoint's save has minutes to finish.
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SAVE_NICE)
-        self._run_quietly()
-
-    @property
-    def done(self) -> bool:
-        return self._thread is None or not self._thread.is_alive()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def run(self) -> None:
-        """Write the delta and the manifest; sets :attr:`error` (a sentence) on failure."""
-        self._run_quietly()
-
-    def _run_quietly(self) -> None:
-        started, cpu = time.perf_counter(), time.thread_time()
-        try:
-            self.store._write(self)
-        except SaveAbandoned as e:
-            self.error = str(e)
-        except Exception as e:  # the actor must never die of a replay save
-            log.exception("replay save failed")
-            self.error = f"replay save failed ({type(e).__name__}: {e})"
-        self.result.save_s = time.perf_counter() - started
-        self.result.cpu_s = time.thread_time() - cpu
 
 
 def _ranges(start: int, n: int, slots: int) -> list[tuple[int, int]]:
@@ -227,7 +140,7 @@ class ReplayStore:
         started = time.perf_counter()
         r = self.replay
         written, count, head = r.written.copy(), r.count.copy(), r.head.copy()
-        parts: list[_Part] = []
+        parts: list[Part] = []
         for env in range(r.num_envs):
             new = int(written[env]) - (
                 -1 if self._saved_written is None else int(self._saved_written[env])
@@ -242,7 +155,7 @@ class ReplayStore:
             for start, m in _ranges(int(head[env] - n) % r.slots, n, r.slots):
                 idx = slice(start, start + m)
                 early = min(m, max(0, at_risk - w_first))
-                part = _Part(
+                part = Part(
                     env,
                     start,
                     m,
@@ -263,7 +176,7 @@ class ReplayStore:
         name = f"manifest-step{step:010d}-{token}.json"
         delta = f"delta-step{step:010d}-{token}.rpl" if parts else None
         result = SaveResult(name, time.perf_counter() - started)
-        return SaveJob(self, step, parts, head, count, written, event, result, delta)
+        return SaveJob(self._write, step, parts, head, count, written, event, result, delta)
 
     def _write(self, job: SaveJob) -> None:
         try:
@@ -374,7 +287,7 @@ class ReplayStore:
             "w_end": w_end,
         }
 
-    def _copy(self, job: SaveJob, part: _Part, i: int, m: int) -> np.ndarray:
+    def _copy(self, job: SaveJob, part: Part, i: int, m: int) -> np.ndarray:
         """Frames ``i:i+m`` of ``part`` on the host, as they were at the snapshot; raises
         SaveAbandoned if the actor has come round to them since."""
         r = self.replay

@@ -9,7 +9,8 @@ import json
 import logging
 import sys
 
-from edgerl.bench import BenchOptions, _config, render_replay_save, replay_save_cost
+from edgerl.bench import BenchOptions, _config
+from edgerl.bench_replay import render_replay_save, replay_save_cost
 from edgerl.device import resolve_device
 
 

@@ -1,10 +1,12 @@
-"""Shared fixtures: an isolated environment and helpers to run the real CLI."""
+"""Shared fixtures: an isolated environment, helpers to run the real CLI, a live Pong trainer."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +90,42 @@ PONG_FAST = [
     "--set",
     "perf.compile=off",  # long runs would first try torch.compile (~20 s)
 ]
+
+
+def start_trainer(run: Path, steps: int = 10_000_000, every: int = 1) -> subprocess.Popen:
+    args = [
+        "train",
+        *PONG_FAST,
+        "--steps",
+        str(steps),
+        "--run-dir",
+        str(run),
+        "--set",
+        f"display.every={every}",
+        "--quiet",
+    ]
+    return subprocess.Popen(
+        edgerl_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return err
+
+
+@pytest.fixture
+def live_trainer(tmp_path):
+    run = tmp_path / "pong"
+    proc = start_trainer(run)
+    deadline = time.monotonic() + 60
+    while not (run / "display.json").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    yield run, proc
+    if proc.poll() is None:
+        stop(proc)
 
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,9 +13,9 @@ from edgerl.config import (
     build_layers,
     check_consistency,
     from_dict,
-    parse_override,
     resolve,
 )
+from edgerl.config_parse import parse_override
 from edgerl.errors import ConfigError
 
 

@@ -1,4 +1,5 @@
-"""Platform detection, clocks (store -> max -> restore), the load monitor and `edgerl hw`."""
+"""The hw package: platform detection, clocks (store -> max -> restore), the load sources and the
+load monitor, and `edgerl hw` (the tegrastats parser has test_tegrastats.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from edgerl.hw.clocks import (
     resolve_power_mode,
     run_tool,
 )
-from edgerl.hw.monitor import LoadMonitor, ProcfsSource, judge, record_from_jtop
+from edgerl.hw.load_sources import ProcfsSource, record_from_jtop
+from edgerl.hw.monitor import LoadMonitor, judge
 from edgerl.hw.platform import detect
 
 from .conftest import FIXTURES, PONG_FAST, edgerl_cmd

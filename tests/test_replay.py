@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from edgerl.envs import EnvSpec
-from edgerl.errors import ReplayMemoryError
-from edgerl.replay import ReplayBuffer, bytes_per_transition, plan_memory
+from edgerl.errors import DeviceError, ReplayMemoryError
+from edgerl.replay import ReplayBuffer, available_memory, bytes_per_transition, plan_memory
 
 STACK = 4
 # Tiny "frames": 2x2 pixels; pixel 0/1 carry a 16-bit id (0 = padding), pixel 2 the env.
@@ -222,3 +222,9 @@ def test_sampling_an_empty_buffer_is_an_error():
     buffer.add_first(np.zeros((1, STACK, 2, 2), np.uint8))
     with pytest.raises(ValueError):
         buffer.sample(1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_an_unusable_gpu_is_one_sentence_not_a_traceback():
+    with pytest.raises(DeviceError, match=r"cannot read the free memory of the CUDA GPU .*doctor"):
+        available_memory(torch.device("cuda"))

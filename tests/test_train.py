@@ -1,4 +1,5 @@
-"""`edgerl train` end to end on real Pong: metrics, checkpoints, resume, signals, errors."""
+"""`edgerl train` end to end on real Pong (train.py, train_state.py): metrics, checkpoints, resume,
+signals, errors."""
 
 from __future__ import annotations
 

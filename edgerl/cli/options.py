@@ -135,7 +135,7 @@ def with_game(cfg: Config) -> Config:
 
 def run_game(run_dir: Path) -> str | None:
     """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
-    from edgerl.config import tomllib
+    from edgerl.config_parse import tomllib
 
     try:
         saved = tomllib.loads((run_dir / "config.toml").read_text())

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
-from edgerl.display.stream import (
-    POINTER_FILE,
+from edgerl.display.reader import (
     Frame,
     FrameReader,
     StreamError,
@@ -32,6 +30,8 @@ from edgerl.display.stream import (
     no_frames,
     read_pointer,
 )
+from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
+from edgerl.display.stream import POINTER_FILE
 from edgerl.errors import EdgerlError
 from edgerl.processes import pid_alive
 

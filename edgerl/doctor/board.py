@@ -147,7 +147,7 @@ def check_jetson_clocks(ctx: Context) -> Check:
 
 def check_tegrastats(ctx: Context) -> Check:
     """tegrastats prints a line edgerl's parser reads (the load monitor's first choice)."""
-    from edgerl.hw.monitor import TegrastatsSource
+    from edgerl.hw.load_sources import TegrastatsSource
 
     name = ctx.cfg.hw.tegrastats
     if not _jetson(ctx):
@@ -230,7 +230,7 @@ def check_jtop(ctx: Context) -> Check:
     try:
         import jtop  # noqa: F401  jetson-stats, an optional extra
 
-        from edgerl.hw.monitor import JtopSource
+        from edgerl.hw.load_sources import JtopSource
     except ImportError:
         return Check(
             "jtop",

@@ -25,7 +25,7 @@ from edgerl.hw.clocks import (
     run_tool,
     state_dir_for,
 )
-from edgerl.hw.monitor import ProcfsSource, TegrastatsSource
+from edgerl.hw.load_sources import ProcfsSource, TegrastatsSource
 from edgerl.hw.platform import detect
 from edgerl.hw.tegrastats import CSV_FIELDS, LoadRecord, format_line, parse_line
 

@@ -1,0 +1,130 @@
+"""Reading settings: TOML files, ``--set section.key=value``, each value checked against its field.
+
+These know nothing of edgerl's sections and keys (:mod:`edgerl.config` passes them in): they turn
+text into values, coerce a value to a field's type, check its range, and say what a user most
+likely meant when a key or section is unknown (another code base's name for it, or a close
+spelling).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from edgerl.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (JetPack 6)
+    import tomli as tomllib
+
+
+def unknown_key(key: str, source: str, known: list[str], aliases: Mapping[str, str]) -> ConfigError:
+    """The error for a key not in ``known``, with the key it most likely meant (``aliases``:
+    other code bases' names for known keys)."""
+    alias = aliases.get(key.rpartition(".")[2])
+    if alias is not None and alias != key:
+        return ConfigError(f"{source}: unknown config key '{key}' (did you mean '{alias}'?)")
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{source}: unknown config key '{key}'{hint}")
+
+
+def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
+
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{source}: {key} must be {expected}, got {value!r}")
+
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
+            return False
+        raise bad("true or false")
+    if typ is int:
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise bad("an integer")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad("a number")
+    if typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad("a string")
+    if typ == tuple[int, ...]:
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            return tuple(value)
+        raise bad("a list of integers, e.g. [256, 256]")
+    raise TypeError(f"unsupported config type {typ!r} for {key}")  # a bug, not a user error
+
+
+def check_range(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
+    """Raise ConfigError when ``value`` is not among the field's choices or within its range."""
+    choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
+    if choices is not None and value not in choices:
+        allowed = ", ".join(str(c) for c in choices)
+        raise ConfigError(f"{source}: {key} must be one of {allowed}, got {value!r}")
+    if lo is not None and value < lo:
+        limit = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+    if hi is not None and value > hi:
+        limit = f"between {lo} and {hi}" if lo is not None else f"at most {hi}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+
+
+def parse_toml_file(path: Path) -> dict[str, Any]:
+    """Read a TOML config file; raises ConfigError naming the file (and line) when it fails."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``section.key=value``; the value is read as TOML, else kept as a plain string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or "." not in key:
+        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. agent.lr=3e-4")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def flatten(table: Mapping[str, Any], source: str, sections: Mapping[str, Any]) -> dict[str, Any]:
+    """``{section: {name: value}}`` as ``{"section.name": value}``; raises ConfigError for a
+    section not in ``sections`` or one that is not a table."""
+    flat: dict[str, Any] = {}
+    for section, body in table.items():
+        if section not in sections:
+            close = difflib.get_close_matches(section, list(sections), n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise ConfigError(f"{source}: unknown config section [{section}]{hint}")
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{source}: [{section}] must be a table of keys")
+        for name, value in body.items():
+            flat[f"{section}.{name}"] = value
+    return flat

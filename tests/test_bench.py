@@ -1,0 +1,77 @@
+"""`edgerl bench` (bench.py, bench_replay.py): the JSON document, and a loop's share of the
+limit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import CUDA
+
+
+@pytest.mark.slow
+def test_bench_json(cli):
+    r = cli(
+        "bench",
+        "--seconds",
+        "1",
+        "--json",
+        "--set",
+        "agent.learning_starts=64",
+        "--set",
+        "agent.batch_size=8",
+        "--set",
+        "replay.capacity=2000",
+    )
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert set(doc["env_steps_per_s"]) == {"1", "4", "8", "16"}
+    assert set(doc["act_per_s"]) == {"1", "8", "32"}
+    assert {"eager", "channels_last"} <= set(doc["updates_per_s"])
+    limit = doc["learner_bound_limit"]
+    assert limit["steps_per_s"] == pytest.approx(  # both rounded: a loaded machine is slow
+        doc["train_freq"] * limit["updates_per_s"], rel=0.01, abs=0.1
+    )
+    assert limit["measured_s"] >= 3  # never a one-second limit
+    assert "perf.amp=" in limit["update_variant"]
+    assert any("--seconds 1 is too short for steady figures" in w for w in doc["warnings"])
+    assert [(lp["mode"], lp["num_envs"]) for lp in doc["loops"]] == [
+        ("sync", 1),
+        ("sync", 4),
+        ("async", 4),
+    ]
+    for loop in doc["loops"]:
+        assert loop["steps_per_s"] > 0 and 0 < loop["learner_busy"] <= 1
+        assert 0 < loop["share_of_limit"] <= 1.0  # a loop cannot beat the learner bound
+        if "share_note" not in loop:
+            assert loop["share_of_limit"] == pytest.approx(  # the JSON's figures are rounded
+                loop["steps_per_s"] / limit["steps_per_s"], rel=0.03, abs=0.01
+            )
+        assert loop["updates"] > 0 and loop["ms_per_update_in_loop"] > 0
+    assert doc["loops"][0]["vs_sync_1_env"] == 1.0
+    assert doc["auto_pipeline"] == ("async" if CUDA else "sync")
+    saved = doc["replay_save"]
+    assert saved["full"]["transitions"] == saved["capacity"] == 2000
+    assert 0 < saved["incremental"]["transitions"] < 2000  # only the changed range
+    for save in (saved["full"], saved["incremental"]):
+        assert save["bytes"] > 0 and save["ratio"] > 1  # Pong frames compress
+        assert save["actor_longest_pause_ms"] > 0 and "snapshot_ms" in save
+    assert saved["restore_s"] > 0 and "zlib-1" in saved["codecs"]
+
+
+@pytest.mark.parametrize(
+    ("sps", "limit", "share", "says"),
+    [
+        (50.0, 100.0, 0.5, ""),
+        (100.0, 100.0, 1.0, ""),
+        (108.0, 100.0, 1.0, "108% measured: at the limit within noise"),
+        (385.0, 100.0, 1.0, "385% measured, which a loop cannot reach"),
+        (99.96, 100.0, 0.9996, ""),  # from unrounded figures, not 100.0 / 100
+    ],
+)
+def test_a_loops_share_of_the_limit_is_at_most_one(sps, limit, share, says):
+    from edgerl.bench import share_of_limit
+
+    got, note = share_of_limit(sps, limit)
+    assert got == pytest.approx(share) and (says in note if says else note == "")

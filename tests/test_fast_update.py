@@ -1,0 +1,128 @@
+"""The fast update (fast_update.py): the graph-shaped and CUDA-graph update compute the eager one,
+and torch.compile changes speed only."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from edgerl.config import AgentConfig, PerfConfig
+from edgerl.dqn import DQN
+from edgerl.nets import MLP, NatureCNN
+from edgerl.replay import Batch
+
+from .helpers import CPU, CUDA, GPU, random_batch
+
+
+def test_graph_shaped_update_equals_the_eager_update_on_the_cpu():
+    """The captured body (static buffers, grads zeroed outside) computes the eager update."""
+    torch.manual_seed(0)
+    eager = DQN(NatureCNN(4, 6), AgentConfig(), CPU)
+    static = copy.deepcopy(eager)
+    buffers = Batch(*(torch.empty_like(t) for t in random_batch()))
+    for step in range(3):
+        batch = random_batch()
+        batch = batch._replace(rewards=batch.rewards + step)
+        loss_eager = eager.update(batch)
+        for buf, fresh in zip(buffers, batch, strict=True):
+            buf.copy_(fresh)
+        static.optimizer.zero_grad(set_to_none=True)
+        loss_static = static.update_step(buffers, zero_grad=False)
+        assert torch.equal(loss_eager, loss_static)
+    for a, b in zip(eager.q.parameters(), static.q.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.fixture
+def deterministic_cuda():
+    """cuDNN and cuBLAS without autotuning or TF32, for the duration of a test.
+
+    Adam's first steps move every weight by about ``lr`` whatever the gradient's size, so a
+    near-zero gradient whose sign differs between two algorithms (autotuning may pick different
+    ones for the eager and the captured run) moves a weight by 2 x lr: exact comparisons need the
+    same kernels on both sides.
+    """
+    backends = torch.backends
+    saved = (
+        backends.cudnn.benchmark,
+        backends.cudnn.deterministic,
+        backends.cudnn.allow_tf32,
+        backends.cuda.matmul.allow_tf32,
+    )
+    backends.cudnn.benchmark, backends.cudnn.deterministic = False, True
+    backends.cudnn.allow_tf32 = backends.cuda.matmul.allow_tf32 = False
+    yield
+    (
+        backends.cudnn.benchmark,
+        backends.cudnn.deterministic,
+        backends.cudnn.allow_tf32,
+        backends.cuda.matmul.allow_tf32,
+    ) = saved
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_cuda_graph_update_equals_eager_on_the_gpu(deterministic_cuda):
+    torch.manual_seed(0)
+    eager = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="off"))
+    graph = DQN(NatureCNN(4, 6), AgentConfig(), GPU, PerfConfig(amp="off", cuda_graphs="on"))
+    graph.q.load_state_dict(eager.q.state_dict())
+    graph.target.load_state_dict(eager.target.state_dict())
+    graph.prepare(Batch(*(t.to(GPU) for t in random_batch())), remaining_updates=0)
+    assert graph.fast.captured and graph.updates == 0
+    for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
+        assert torch.equal(a, b)  # capturing changed nothing
+    for step in range(6):
+        batch = Batch(*(t.to(GPU) for t in random_batch()))
+        batch = batch._replace(rewards=batch.rewards + step)
+        loss_eager, loss_graph = eager.update(batch), graph.update(batch)
+        # fused (eager) and capturable (graph) Adam round differently, nothing more
+        assert torch.allclose(loss_eager, loss_graph, rtol=1e-5), step
+    assert graph.updates == eager.updates == 6
+    for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_compile_changes_speed_only(caplog):
+    torch.manual_seed(0)
+    learner = DQN(MLP(4, 2, (32, 32)), AgentConfig(), CPU, PerfConfig(compile="on"))
+    before = copy.deepcopy(learner.q.state_dict())
+    b = 32
+    obs = torch.randn(b, 4)
+    batch = Batch(obs, torch.randint(0, 2, (b,)), torch.randn(b), obs + 0.1, torch.zeros(b))
+    reference = copy.deepcopy(learner)
+    assert learner.fast.maybe_compile(10**6, batch)
+    for k, v in learner.q.state_dict().items():
+        assert torch.equal(v, before[k]), k  # compiling on a batch left the weights alone
+    assert learner.updates == 0 and "torch.compile" in learner.describe()
+    for _ in range(3):
+        learner.update(batch)
+        reference.update(batch)
+    for a, r in zip(learner.q.parameters(), reference.q.parameters(), strict=True):
+        assert torch.allclose(a, r, atol=1e-5)
+
+
+def test_auto_compile_only_for_long_runs():
+    learner = DQN(MLP(4, 2, (8,)), AgentConfig(), CPU, PerfConfig(compile="auto"))
+    assert not learner.fast.maybe_compile(1000, random_batch())
+
+
+def test_compiling_the_update_prints_no_profiler_warning():
+    """Adam's step carries a profiler marker that dynamo warns about, through the progress bar."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from edgerl.fast_update import quiet_profiler_notes\n"
+        "quiet_profiler_notes()\n"
+        "def f(x):\n"
+        "    with torch.autograd.profiler.record_function('marker'):\n"
+        "        return x * 2\n"
+        "print(torch.compile(f, backend='eager')(torch.ones(3)).sum().item())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "6.0", r.stderr
+    assert "Profiler" not in r.stderr

@@ -1,0 +1,202 @@
+"""The frame stream (display/stream.py, display/reader.py): the ring with and without readers,
+torn and corrupt slots, permissions, and a real Pong trainer whose stream is damaged under it."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import mmap
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgerl.config import DisplayConfig
+from edgerl.display.reader import FrameReader, StreamError
+from edgerl.display.stream import (
+    HEADER,
+    SEQ,
+    DisplayPublisher,
+    FrameMeta,
+    FrameRing,
+    shm_path,
+    slot_size,
+)
+from edgerl.envs import EnvSpec
+
+from .conftest import PONG_FAST, stop
+from .helpers import ACTIONS, frame_for, meta_for
+
+
+def test_the_ring_works_with_no_reader(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        for step in range(100):
+            ring.publish(frame_for(step), meta_for(step))
+        assert ring.writes == 100 and ring.path.exists()
+        assert (tmp_path / "display.json").exists()
+    assert not ring.path.exists() and not (tmp_path / "display.json").exists()
+
+
+def test_reader_gets_the_newest_frame_once(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        reader = FrameReader(tmp_path)
+        assert reader.latest() is None
+        for step in range(1, 10):
+            ring.publish(frame_for(step), meta_for(step))
+        frame = reader.latest()
+        assert frame is not None and frame.meta.step == 9
+        assert frame.meta.q_values == tuple(float(i + 9) for i in range(6))
+        assert (frame.pixels == 9).all() and reader.action_meanings == ACTIONS
+        assert reader.latest() is None  # nothing new
+        reader.close()
+
+
+def test_torn_and_corrupt_slots_are_rejected(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(1), meta_for(1))
+        reader = FrameReader(tmp_path)
+        with open(ring.path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0)
+            base = HEADER.size  # slot 0
+            SEQ.pack_into(mm, base, 2)  # a writer has begun slot 0 again and not finished
+            assert reader.read_slot(0) is None
+            SEQ.pack_into(mm, base, 1)  # back to consistent
+            assert reader.read_slot(0) is not None
+            pixel = base + slot_size(84, 84) - SEQ.size - 10
+            mm[pixel] ^= 0xFF  # same sequence numbers, changed bytes: the CRC catches it
+            assert reader.read_slot(0) is None
+            mm.close()
+        assert reader.torn == 2
+        reader.close()
+
+
+def test_concurrent_writer_never_yields_a_torn_frame(tmp_path):
+    """A writer thread publishing as fast as it can; every frame read must be self-consistent."""
+    with FrameRing(tmp_path, 84, 84, ACTIONS, slots=2) as ring:
+        reader = FrameReader(tmp_path)
+        stop = threading.Event()
+
+        def write() -> None:
+            step = 0
+            while not stop.is_set():
+                step += 1
+                ring.publish(frame_for(step), meta_for(step))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        seen = 0
+        deadline = time.monotonic() + 2.0
+        try:
+            while time.monotonic() < deadline:
+                frame = reader.latest()
+                if frame is None:
+                    continue
+                seen += 1
+                assert (frame.pixels == frame.meta.step % 251).all()
+                assert frame.meta.q_values[0] == float(frame.meta.step)
+        finally:
+            stop.set()
+            writer.join()
+        assert seen > 50
+        reader.close()
+
+
+def test_stream_permissions_and_group(tmp_path):
+    group = "daemon"  # exists on Debian and Ubuntu (L4T)
+    with FrameRing(tmp_path, 84, 84, ACTIONS, group=group) as ring:
+        st = ring.path.stat()
+        assert st.st_mode & 0o777 == 0o640
+        assert st.st_gid == grp.getgrnam(group).gr_gid
+    with FrameRing(tmp_path, 84, 84, ACTIONS, group="no-such-group") as ring:
+        assert ring.group is None and ring.path.stat().st_mode & 0o777 == 0o640
+
+
+def test_display_can_be_switched_live(tmp_path):
+    pong = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, tuple(ACTIONS))
+    pub = DisplayPublisher(DisplayConfig(enabled=False), tmp_path, pong)
+    assert not pub.active and not shm_path(tmp_path).exists()
+    pub.configure(DisplayConfig(enabled=True, every=2))
+    assert pub.active and shm_path(tmp_path).exists()
+    assert [pub.due() for _ in range(4)] == [False, True, False, True]
+    pub.configure(DisplayConfig(enabled=False))
+    assert not shm_path(tmp_path).exists()
+    cartpole = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("0", "1"))
+    vector = DisplayPublisher(DisplayConfig(), tmp_path, cartpole)
+    assert not vector.active  # nothing to show for vector observations
+
+
+def test_shared_memory_is_gone_after_a_normal_end(tmp_path, cli):
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "300", "--run-dir", run).code == 0
+    assert not shm_path(run).exists() and not (run / "display.json").exists()
+
+
+def test_header_layout_is_stable():
+    # Readers of other edgerl versions rely on this: bump VERSION when it changes.
+    assert HEADER.size == 48 and struct.calcsize("<Q") == SEQ.size
+    assert os.path.basename(str(shm_path(Path("/x")))).startswith("edgerl-")
+
+
+def test_a_frame_without_q_values_reads_back_without_them(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(0), FrameMeta(step=0, action=2))  # a random action, no forward
+        reader = FrameReader(tmp_path)
+        frame = reader.latest()
+        assert frame is not None and frame.meta.q_values == ()
+        reader.close()
+
+
+def test_a_truncated_ring_is_made_again_and_a_reader_says_so(tmp_path):
+    with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+        ring.publish(frame_for(1), meta_for(1))
+        reader = FrameReader(tmp_path)
+        os.truncate(ring.path, 100)  # someone cuts the file short under both
+        with pytest.raises(StreamError, match="shrank to 100 bytes while being watched"):
+            reader.latest()
+        reader.close()
+        ring.publish(frame_for(2), meta_for(2))  # the writer notices and starts a new stream
+        assert ring.recreated == 1 and ring.path.stat().st_size == ring.size
+        fresh = FrameReader(tmp_path)
+        frame = fresh.latest()
+        assert frame is not None and frame.meta.step == 2
+        fresh.close()
+        os.unlink(ring.path)  # replaced by a stranger's file
+        ring.path.write_bytes(b"x" * ring.size)
+        ring.publish(frame_for(3), meta_for(3))
+        assert ring.recreated == 2
+        fresh = FrameReader(tmp_path)
+        assert fresh.latest().meta.step == 3
+        fresh.close()
+
+
+def test_the_trainer_survives_its_stream_truncated_or_replaced(live_trainer):
+    run, proc = live_trainer
+    path = shm_path(run)
+    os.truncate(path, 0)  # writing this file through a mapping was a SIGBUS
+    reader = None
+    deadline = time.monotonic() + 60
+    while reader is None:  # the trainer makes a new stream and a viewer attaches to it
+        assert proc.poll() is None and time.monotonic() < deadline
+        with contextlib.suppress(StreamError, OSError):
+            reader = FrameReader(run)
+        time.sleep(0.1)
+    first_session = reader.session
+    reader.close()
+    os.unlink(path)
+    path.write_bytes(b"\0" * 4096)  # a stranger's file in its place
+    frame = None
+    deadline = time.monotonic() + 60
+    while frame is None:
+        assert proc.poll() is None and time.monotonic() < deadline
+        with contextlib.suppress(StreamError, OSError):
+            reader = FrameReader(run)
+            frame = reader.latest()
+            reader.close()
+        time.sleep(0.1)
+    assert reader.session != first_session
+    err = stop(proc)
+    assert proc.returncode == 143, err
+    assert "made a new one" in err

@@ -1,0 +1,114 @@
+"""The package's shape: no import circles between edgerl modules, no module over 500 lines.
+
+Every import counts, wherever it stands: at the top, inside a function, under ``TYPE_CHECKING``.
+An import names the module it reads (``from edgerl.hw import clocks`` names ``edgerl.hw.clocks``,
+``from edgerl.config import Config`` names ``edgerl.config``), not the packages above it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import edgerl
+
+PACKAGE = Path(edgerl.__file__).parent
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The edgerl modules that module ``name`` (at ``path``) imports anywhere in its code."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from a import b` reads module a.b when there is one, else a
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: imported(name, path, known) for name, path in found.items()}
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (its modules in order, the first repeated at the end), or None."""
+    done: set[str] = set()
+    on_path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        if node in on_path:
+            return [*on_path[on_path.index(node) :], node]
+        if node in done:
+            return None
+        on_path.append(node)
+        for nxt in sorted(graph[node]):
+            circle = visit(nxt)
+            if circle:
+                return circle
+        on_path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        circle = visit(start)
+        if circle:
+            return circle
+    return None
+
+
+def test_the_import_graph_reads_imports_inside_functions_and_under_type_checking(tmp_path):
+    src = tmp_path / "edgerl_demo.py"
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from edgerl.train import Trainer\n"
+        "def f():\n"
+        "    from edgerl.hw import clocks\n"
+        "    import edgerl.replay\n"
+    )
+    known = {"edgerl.train", "edgerl.hw", "edgerl.hw.clocks", "edgerl.replay", "edgerl.config"}
+    assert imported("edgerl.demo", src, known) == {
+        "edgerl.train",
+        "edgerl.hw.clocks",
+        "edgerl.replay",
+    }
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_two_edgerl_modules_import_each_other():
+    circle = find_circle(import_graph())
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
+
+
+def test_no_module_is_over_500_lines():
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them along a seam): {long}"
