@@ -12,7 +12,6 @@ import torch
 
 from edgerl.device import fast_fp16
 from edgerl.errors import EdgerlError
-from edgerl.export import ExportRequest, run_export
 from edgerl.export.common import (
     ExportError,
     Sidecar,
@@ -22,6 +21,7 @@ from edgerl.export.common import (
     compare,
 )
 from edgerl.export.onnx import OnnxPolicy, session_providers
+from edgerl.export.run import ExportRequest, run_export
 from edgerl.export.tensorrt import (
     calibration_cache_path,
     engine_name,

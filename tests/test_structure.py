@@ -2,7 +2,8 @@
 
 Every import counts, wherever it stands: at the top, inside a function, under ``TYPE_CHECKING``.
 An import names the module it reads (``from edgerl.hw import clocks`` names ``edgerl.hw.clocks``,
-``from edgerl.config import Config`` names ``edgerl.config``), not the packages above it.
+``from edgerl.config import Config`` names ``edgerl.config``) and the packages above it, whose
+``__init__`` runs first (except the importing module's own packages, which have run already).
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
             ]
         else:
             continue
-        found.update(t for t in targets if t in known and t != name)
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                module = ".".join(parts[:i])
+                if module in known and module != name and not name.startswith(module + "."):
+                    found.add(module)
     return found
 
 
@@ -92,6 +98,13 @@ def test_the_import_graph_reads_imports_inside_functions_and_under_type_checking
     )
     known = {"edgerl.train", "edgerl.hw", "edgerl.hw.clocks", "edgerl.replay", "edgerl.config"}
     assert imported("edgerl.demo", src, known) == {
+        "edgerl.train",
+        "edgerl.hw",  # its __init__ runs before edgerl.hw.clocks
+        "edgerl.hw.clocks",
+        "edgerl.replay",
+    }
+    # a module's own package has been imported before it: not an edge
+    assert imported("edgerl.hw.monitor", src, known) == {
         "edgerl.train",
         "edgerl.hw.clocks",
         "edgerl.replay",

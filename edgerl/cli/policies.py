@@ -193,7 +193,7 @@ def export(
     as_json: bool,
 ) -> None:
     """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
-    from edgerl.export import ExportRequest, render_table, run_export
+    from edgerl.export.run import ExportRequest, render_table, run_export
 
     if not (to_onnx or to_trt):
         raise click.UsageError("give --onnx, --trt or both")

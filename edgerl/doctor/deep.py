@@ -287,7 +287,7 @@ def _checkpoint(state: DeepState) -> Path:
 def check_onnx_export(ctx: Context, state: DeepState) -> Check:
     """`edgerl export --onnx` of the updated learner: onnx.checker, then ONNX Runtime against
     PyTorch on real game frames."""
-    from edgerl.export import ExportRequest, run_export
+    from edgerl.export.run import ExportRequest, run_export
 
     if "eager" not in state.outcomes:
         return Check("onnx export", "skip", "needs the eager updates (see the update lines)")
@@ -359,7 +359,7 @@ def check_tensorrt_engine(ctx: Context, state: DeepState) -> Check:
     """`edgerl export --trt` where TensorRT and a GPU are here: build, run, agree."""
     import importlib.util
 
-    from edgerl.export import ExportRequest, run_export
+    from edgerl.export.run import ExportRequest, run_export
 
     if importlib.util.find_spec("tensorrt") is None:
         return Check("tensorrt engine", "skip", "TensorRT is not installed (see the tensorrt line)")

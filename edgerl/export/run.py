@@ -1,0 +1,260 @@
+"""The export command: a checkpoint to a checked ONNX file and, optionally, a TensorRT engine.
+
+:func:`run_export` resolves the checkpoint, writes the ONNX file, checks it in ONNX Runtime against
+PyTorch on real game observations, optionally builds and checks a TensorRT engine, and returns a
+summary row per file.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgerl.atomic import write_atomic
+from edgerl.checkpoint import file_sha256
+from edgerl.export.common import (
+    Agreement,
+    ExportError,
+    Sidecar,
+    check_agreement,
+    collect_observations,
+    compare,
+    latency_us,
+    sidecar_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExportRow:
+    """One line of the summary table."""
+
+    file: Path
+    backend: str
+    precision: str
+    agreement: Agreement
+    latency: dict[str, float]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.file.stat().st_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file),
+            "backend": self.backend,
+            "precision": self.precision,
+            "size_bytes": self.size_bytes,
+            "agreement": self.agreement.to_dict(),
+            "latency_us": self.latency,
+            **self.extra,
+        }
+
+
+def render_table(rows: list[ExportRow]) -> str:
+    """The summary of an export as a text table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="edgerl export: batch-1 action latency on this machine")
+    for col in (
+        "file",
+        "size",
+        "backend",
+        "precision",
+        "agreement with PyTorch",
+        "p50 us",
+        "p99 us",
+    ):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.file.name,
+            f"{r.size_bytes / 2**20:.1f} MiB",
+            r.backend,
+            r.precision,
+            r.agreement.describe(),
+            f"{r.latency['p50']:.0f}",
+            f"{r.latency['p99']:.0f}",
+        )
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text()
+
+
+@dataclass
+class ExportRequest:
+    checkpoint: Path
+    out: Path | None = None  # a file (.onnx/.engine) or a directory
+    onnx: bool = True
+    trt: bool = False
+    fp16: bool = True
+    int8: bool = False
+    batch: int = 8
+    workspace_mb: int = 1024
+    observations: int = 96
+
+
+def _out_dir(req: ExportRequest) -> Path:
+    if req.out is not None and req.out.suffix in (".onnx", ".engine", ".plan"):
+        return req.out.parent
+    if req.out is not None:
+        return req.out
+    # <run_dir>/checkpoints/ckpt-... -> <run_dir>/export
+    return req.checkpoint.resolve().parent.parent / "export"
+
+
+def run_export(req: ExportRequest) -> list[ExportRow]:
+    """Export (and verify) a checkpoint; raises ExportError/EdgerlError with a sentence."""
+    from edgerl.export.onnx import OnnxPolicy, export_onnx
+    from edgerl.play import TorchPolicy
+    from edgerl.rundir import short_env_name
+
+    if req.trt:  # say at once when TensorRT or a GPU is missing, before any work
+        from edgerl.export.tensorrt import flavor, import_tensorrt
+
+        flavor(import_tensorrt().__version__)
+    torch_policy = TorchPolicy.from_file(req.checkpoint)
+    spec = torch_policy.spec
+    env_short = short_env_name(spec.id)
+    out_dir = _out_dir(req)
+    base = Sidecar(
+        env_id=spec.id,
+        kind=spec.kind,
+        obs_shape=list(spec.obs_shape),
+        obs_dtype=spec.obs_dtype,
+        action_meanings=list(spec.action_meanings),
+        env_config=dict(torch_policy.env_config),
+        source_checkpoint=str(req.checkpoint.resolve()),
+        source_sha256=file_sha256(req.checkpoint),
+        step=torch_policy.step,
+        batch_max=req.batch,
+    )
+    log.info("collecting %d observations from %s for the checks", req.observations, spec.id)
+    obs = collect_observations(torch_policy.env_config, req.observations)
+    reference = torch_policy.q_values(obs).astype(np.float64)
+    rows: list[ExportRow] = []
+
+    onnx_path = (
+        req.out
+        if req.out is not None and req.out.suffix == ".onnx"
+        else out_dir / f"policy-{env_short}-step{torch_policy.step}.onnx"
+    )
+    export_onnx(torch_policy, onnx_path, base)
+    ort_policy = OnnxPolicy(onnx_path, cpu_only=True)
+    agreement = check_agreement(ort_policy, obs, reference)
+    if not agreement.ok:
+        raise ExportError(
+            f"ONNX Runtime disagrees with PyTorch on {onnx_path.name}: {agreement.describe()}"
+        )
+    ort_latency = latency_us(ort_policy.act, obs)
+    base.agreement, base.latency_us = agreement.to_dict(), ort_latency
+    write_atomic(sidecar_path(onnx_path), base.to_json().encode())
+    rows.append(
+        ExportRow(
+            onnx_path, f"onnxruntime ({ort_policy.providers[0]})", "fp32", agreement, ort_latency
+        )
+    )
+
+    if req.trt:
+        rows.append(
+            _export_trt(req, base, onnx_path, out_dir, env_short, obs, reference, torch_policy)
+        )
+    torch_latency = latency_us(torch_policy.act, obs)
+    rows.append(
+        ExportRow(
+            req.checkpoint,
+            "torch (eager, CPU)",
+            "fp32",
+            compare(reference, reference, reference.argmax(axis=1)),
+            torch_latency,
+        )
+    )
+    return rows
+
+
+def _export_trt(
+    req: ExportRequest,
+    base: Sidecar,
+    onnx_path: Path,
+    out_dir: Path,
+    env_short: str,
+    obs: np.ndarray,
+    reference: np.ndarray,
+    torch_policy: Any,
+) -> ExportRow:
+    import dataclasses
+
+    from edgerl.export.onnx import export_onnx
+    from edgerl.export.tensorrt import (
+        Calibration,
+        TensorRTPolicy,
+        build_engine,
+        flavor,
+        import_tensorrt,
+    )
+
+    trt = import_tensorrt()
+    fl = flavor(trt.__version__)
+    precision = "int8" if req.int8 else ("fp16" if req.fp16 else "fp32")
+    onnx_fp16 = None
+    if precision == "fp16" and fl.strongly_typed:
+        onnx_fp16 = export_onnx(
+            torch_policy,
+            onnx_path.with_name(onnx_path.stem + "-fp16.onnx"),
+            dataclasses.replace(base, precision="fp16"),
+            fp16=True,
+        )
+    calibration = None  # INT8 only: game frames to calibrate on (seconds of emulation)
+    if precision == "int8":
+        frames = collect_observations(torch_policy.env_config, max(256, req.batch * 32), seed=1)
+        calibration = Calibration(frames, base.source_sha256)
+    result = build_engine(
+        onnx_path,
+        out_dir,
+        env_short,
+        tuple(base.obs_shape),
+        precision,
+        req.batch,
+        req.workspace_mb,
+        calibration,
+        onnx_fp16,
+    )
+    if req.out is not None and req.out.suffix in (".engine", ".plan"):
+        result.engine.replace(req.out)
+        result.engine = req.out
+    import torch
+
+    sidecar = dataclasses.replace(
+        base,
+        backend="trt",
+        precision=result.precision,
+        tensorrt_version=trt.__version__,
+        gpu=torch.cuda.get_device_name(0),
+    )
+    write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
+    engine_policy = TensorRTPolicy(result.engine)
+    agreement = check_agreement(engine_policy, obs, reference, result.precision)
+    latency = latency_us(engine_policy.act, obs)
+    sidecar.agreement, sidecar.latency_us = agreement.to_dict(), latency
+    write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
+    if not agreement.ok:
+        raise ExportError(
+            f"the TensorRT engine {result.engine.name} disagrees with PyTorch: "
+            f"{agreement.describe()}"
+        )
+    return ExportRow(
+        result.engine,
+        f"tensorrt {trt.__version__}",
+        result.precision,
+        agreement,
+        latency,
+        {"build_s": round(result.build_s, 1)},
+    )
