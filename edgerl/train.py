@@ -402,6 +402,19 @@ class Trainer:
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
+    def policy_snapshot(self) -> dict[str, Any]:
+        """A CPU copy of the online network's weights with what rebuilds it, laid out as a
+        checkpoint (``edgerl.play.TorchPolicy`` plays it); taken between updates."""
+        paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+        with paused, torch.no_grad():
+            q = {k: v.detach().to(CPU, copy=True) for k, v in self.learner.q.state_dict().items()}
+        return {
+            "step": self.step,
+            "env": self.spec.to_dict(),
+            "config": self.cfg.to_dict(),
+            "learner": {"q": q},
+        }
+
     def wall_s(self) -> float:
         return self._wall_before + (time.monotonic() - self._session_start)
 
@@ -614,6 +627,8 @@ class Trainer:
                 started = True
                 for hook in self.hooks:
                     hook.on_start(self)
+            for hook in self.hooks:
+                hook.on_step(self)
             now = time.monotonic()
             if now - last_tick >= PROGRESS_EVERY_S:
                 last_tick = now
