@@ -184,6 +184,30 @@ class PerfConfig:
 
 
 @dataclass
+class EvalConfig:
+    every_steps: int = setting(
+        -1,
+        "env steps between greedy evaluations (eval.csv); 0: off; -1: auto, every twentieth "
+        "of train.steps (rounded down to thousands) for runs of 50,000 steps or more, else off",
+        min=-1,
+    )
+    episodes: int = setting(5, "episodes per evaluation", min=1)
+    epsilon: float = setting(
+        0.001,
+        "random-action probability while evaluating: not 0, so that a policy that never "
+        "presses FIRE after a lost life cannot idle to the step cap (as Dopamine's 0.001)",
+        min=0.0,
+        max=1.0,
+    )
+    max_episode_steps: int = setting(
+        27_000,
+        "agent steps before an evaluation episode is cut (counted in eval.csv's cut column; "
+        "27,000 is the 108,000 frames Atari cuts at)",
+        min=1,
+    )
+
+
+@dataclass
 class LogConfig:
     level: str = setting(
         "info", "log level", choices=("debug", "info", "warning", "error"), live=True
@@ -199,6 +223,7 @@ class Config:
     display: DisplayConfig = field(default_factory=DisplayConfig)
     hw: HwConfig = field(default_factory=HwConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     # Keys set by a layer above the built-in defaults; presets never touch these.
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)

@@ -1,14 +1,14 @@
 """The one extension point of a training run: a :class:`Hook` follows it from start to end.
 
-Whatever follows a run (the load monitor, ``status.json``, the service protocol) is a Hook. The
-trainer calls each hook in order, from the training loop's thread, and hands it a :class:`Run`:
-a read-only view of the run's progress. Hooks never reach into the trainer's parts.
+Whatever follows a run (the load monitor, ``status.json``, the service protocol, evaluations) is a
+Hook. The trainer calls each hook in order, from the training loop's thread, and hands it a
+:class:`Run`: a read-only view of the run's progress. Hooks never reach into the trainer's parts.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from edgerl.config import Config
@@ -60,6 +60,20 @@ class Run(Protocol):
         """Mean return of the last 100 episodes (NaN before the first)."""
         ...
 
+    def wall_s(self) -> float:
+        """Training time so far, across sessions (seconds)."""
+        ...
+
+    @property
+    def stop_requested(self) -> bool:
+        """A stop (Ctrl-C, the service's stop) was requested."""
+        ...
+
+    def policy_snapshot(self) -> dict[str, Any]:
+        """A CPU copy of the online network's weights, laid out as a checkpoint (``step``,
+        ``env``, ``config``, ``learner.q``): ``edgerl.play.TorchPolicy`` plays it."""
+        ...
+
 
 class Hook:
     """Something that follows a training run; every method is optional (a no-op here)."""
@@ -68,6 +82,10 @@ class Hook:
 
     def on_start(self, run: Run) -> None:
         """Called once the run is fully set up, after the first environment step."""
+
+    def on_step(self, run: Run) -> None:
+        """Called after every step of the environments (``run.step`` has grown by
+        ``env.num_envs``); it must be cheap."""
 
     def on_tick(self, run: Run, stats: TrainStats) -> None:
         """Called a few times a second from the training loop; may add to ``stats.load``."""

@@ -34,6 +34,8 @@ class TrainStats:
     load: dict[str, Any] = field(default_factory=dict)  # newest monitor sample, flattened
     learning_starts: int = 0  # the step learning starts at (later after a resume: the refill)
     fill_from: int = 0  # the step the replay began filling at in this session
+    eval_return: float = math.nan  # mean return of the newest evaluation (eval.csv)
+    eval_step: int = -1  # the step of the weights it evaluated
 
     @property
     def filling(self) -> bool:
@@ -50,7 +52,7 @@ class TrainStats:
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("total_steps", "learning_starts", "fill_from"):
+        for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step"):
             d.pop(key)
         load = d.pop("load")
         d.update(load)
@@ -209,6 +211,8 @@ def progress_fields(stats: TrainStats) -> str:
         parts.insert(0, stats.filling_text())
     if not math.isnan(stats.return_mean):
         parts.append(f"return {stats.return_mean:.1f}")
+    if not math.isnan(stats.eval_return):
+        parts.append(f"eval {stats.eval_return:.1f}")
     parts.append(f"eps {stats.epsilon:.3f}")
     if not math.isnan(stats.loss):
         parts.append(f"loss {stats.loss:.4f}")

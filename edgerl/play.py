@@ -77,8 +77,11 @@ class TorchPolicy:
         self.step = int(state.get("step", 0))
         self._q_state = q_state
         self.device = resolve_device(device)
-        net = build_q_network(self.spec, cfg.agent.hidden)
-        net.load_state_dict(q_state)
+        # Built without random initial weights (they are replaced at once): an evaluation
+        # beside training must not draw from torch's global RNG, which the trainer's state holds.
+        with torch.device("meta"):
+            net = build_q_network(self.spec, cfg.agent.hidden)
+        net.load_state_dict(q_state, assign=True)
         if isinstance(net, NatureCNN):
             net.use_channels_last()
         self.net = net.to(self.device).eval()
@@ -109,6 +112,8 @@ class PlayResult:
     steps: int
     latencies_ns: list[int] = field(repr=False)
     recording: Recording | None = None
+    lengths: list[int] = field(default_factory=list)  # steps of each episode in ``returns``
+    cut: int = 0  # episodes cut at ``max_episode_steps`` (counted in ``returns``)
 
     def latency_us(self) -> dict[str, float]:
         lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
@@ -194,9 +199,16 @@ def play(
     max_steps: int = 0,
     record: Path | None = None,
     record_view: str = "screen",
+    max_episode_steps: int = 0,
+    stop: Callable[[], bool] | None = None,
+    log_episodes: bool = True,
 ) -> PlayResult:
     """Play ``episodes`` episodes with ``policy`` (epsilon-greedy, 0: greedy); with ``record``,
     record them to that GIF or MP4 at the game's pace, whatever ``fps``.
+
+    ``max_steps`` ends playing after that many steps in all (the episode in flight is not
+    counted); ``max_episode_steps`` cuts an episode after that many steps (it is counted, in
+    ``cut`` too); ``stop`` is asked before every step and ends playing when it returns True.
 
     Raises EnvError if ``env_id`` does not match what the policy was trained on, or when
     ``record_view`` is "agent" for a policy on vector observations; RecordError /
@@ -235,13 +247,16 @@ def play(
             filming = _Filming(recorder, env, record_view)
         obs = env.reset(seed=seed)
         returns: list[float] = []
+        lengths: list[int] = []
         latencies: list[int] = []
-        ret, steps = 0.0, 0
+        ret, steps, length, cut = 0.0, 0, 0, 0
         if filming is not None:
             filming.film(obs[0], 1, ret)
         frame_s = 1.0 / fps if fps > 0 else 0.0
         next_frame = time.perf_counter()
         while len(returns) < episodes:
+            if stop is not None and stop():
+                break
             t0 = time.perf_counter_ns()
             if renderer is not None:
                 q = policy.q_values(obs)
@@ -255,6 +270,7 @@ def play(
             step = env.step(np.asarray(action, dtype=np.int64))
             ret += float(step.rewards[0])
             steps += 1
+            length += 1
             done = bool(step.terminated[0] or step.truncated[0])
             if filming is not None:
                 if done:
@@ -271,15 +287,25 @@ def play(
             if frame_s:
                 next_frame += frame_s
                 time.sleep(max(0.0, next_frame - time.perf_counter()))
-            if done:
+            obs = step.obs
+            ended = done
+            if not ended and max_episode_steps and length >= max_episode_steps:
+                ended, cut = True, cut + 1
+                obs = env.reset(seed=seed + len(returns) + 1)  # the next episode, not this one
+                if filming is not None and len(returns) + 1 < episodes:
+                    filming.film(obs[0], len(returns) + 2, 0.0)
+            if ended:
                 returns.append(ret)
-                log.info("episode %d: return %.1f", len(returns), ret)
-                ret = 0.0
+                lengths.append(length)
+                if log_episodes:
+                    log.info("episode %d: return %.1f", len(returns), ret)
+                ret, length = 0.0, 0
             if max_steps and steps >= max_steps:
                 break
-            obs = step.obs
         recording = recorder.close() if filming is not None else None
-        return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies, recording)
+        return PlayResult(
+            policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
+        )
 
 
 def load_policy(

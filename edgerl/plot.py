@@ -1,8 +1,10 @@
-"""Learning curves of runs: training return, steps/s and CPU/GPU load against steps or wall time.
+"""Learning curves of runs: training and evaluation return, steps/s and CPU/GPU load against steps
+or wall time.
 
 The figures come from a run directory's CSV files: ``episodes.csv`` (one return per episode; else
-``metrics.csv``'s ``return_mean``), ``metrics.csv`` (steps/s) and ``load.csv`` (load). A PNG needs
-matplotlib (the ``plot`` extra); the text rendering for a terminal needs nothing more.
+``metrics.csv``'s ``return_mean``), ``eval.csv`` (the mean return of each evaluation, when the run
+has one), ``metrics.csv`` (steps/s) and ``load.csv`` (load). A PNG needs matplotlib (the ``plot``
+extra); the text rendering for a terminal needs nothing more.
 
 A resumed run keeps appending to the same files and ``wall_s`` counts training time across its
 sessions. Rows cut short by a kill and a header written again are skipped, and where a session
@@ -20,6 +22,7 @@ from pathlib import Path
 from edgerl.errors import MissingDependencyError, RunDirError
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
+EVAL_MARKS = "EFGHJKLM"  # its evaluations
 WINDOW = 100  # episodes in the PNG's moving mean, as metrics.csv's return_mean
 
 
@@ -83,6 +86,7 @@ class RunCurves:
     sps: Series
     cpu: Series  # mean over the cores, percent
     gpu: Series  # percent
+    evals: Series = field(default_factory=Series)  # eval.csv's mean return per evaluation
 
 
 def _series(rows: list[dict[str, float]], key: str) -> Series:
@@ -146,6 +150,7 @@ def load_run(run_dir: Path) -> RunCurves:
         sps=_series(metrics, "sps"),
         cpu=cpu,
         gpu=gpu,
+        evals=_series(read_rows(run_dir / "eval.csv"), "return_mean"),
     )
 
 
@@ -161,7 +166,10 @@ def _x_label(runs: list[RunCurves], by: str) -> tuple[float, str]:
     """The x scale and its label."""
     if by == "steps":
         return 1.0, "env steps"
-    longest = max((max(r.returns.wall_s + r.sps.wall_s, default=0.0) for r in runs), default=0.0)
+    longest = max(
+        (max(r.returns.wall_s + r.sps.wall_s + r.evals.wall_s, default=0.0) for r in runs),
+        default=0.0,
+    )
     scale, unit = _time_unit(longest)
     return scale, f"training time ({unit})"
 
@@ -202,12 +210,23 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
             ret_ax.plot(xs, moving_mean(run.returns.y, WINDOW), color=color, label=run.name)
         else:
             ret_ax.plot(xs, run.returns.y, color=color, label=run.name)
+        if run.evals.y:
+            ret_ax.plot(
+                [x / scale for x in run.evals.x(by)],
+                run.evals.y,
+                color=color,
+                marker="o",
+                markersize=4,
+                linestyle=":",
+                label=f"{run.name}: evaluation",
+            )
         sps_ax.plot([x / scale for x in run.sps.x(by)], run.sps.y, color=color, label=run.name)
         if has_load:
             load_ax = axes[2]
             load_ax.plot([x / scale for x in run.cpu.x(by)], run.cpu.y, color=color)
             load_ax.plot([x / scale for x in run.gpu.x(by)], run.gpu.y, color=color, ls="--")
-    ret_ax.set_ylabel("training return")
+    has_evals = any(r.evals.y for r in runs)
+    ret_ax.set_ylabel("return" if has_evals else "training return")
     ret_ax.legend(loc="best", fontsize="small")
     sps_ax.set_ylabel("steps/s")
     if has_load:
@@ -222,18 +241,30 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
 
 
 def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height: int = 24) -> str:
-    """A character chart of training return against ``by`` that fits ``width`` x ``height``
-    characters: each column shows the mean return of the points that fall in it."""
+    """A character chart of training return (and evaluation return, where a run has eval.csv)
+    against ``by`` that fits ``width`` x ``height`` characters: each column shows the mean
+    return of the points that fall in it."""
     scale, x_label = _x_label(runs, by)
-    points = [
-        ([x / scale for x in run.returns.x(by)], run.returns.y) for run in runs if run.returns.y
-    ]
-    legend = "  ".join(f"{MARKS[i % len(MARKS)]} {run.name}" for i, run in enumerate(runs))
-    title = f"training return against {x_label}"
+    points = []  # (xs, ys, mark), evaluations last: they are drawn over training returns
+    for curve in ("returns", "evals"):
+        marks = MARKS if curve == "returns" else EVAL_MARKS
+        for i, run in enumerate(runs):
+            series: Series = getattr(run, curve)
+            if series.y:
+                xs = [x / scale for x in series.x(by)]
+                points.append((xs, series.y, marks[i % len(marks)]))
+    legend = "  ".join(
+        f"{MARKS[i % len(MARKS)]} {run.name}"
+        + (f" ({EVAL_MARKS[i % len(EVAL_MARKS)]}: evaluation)" if run.evals.y else "")
+        for i, run in enumerate(runs)
+    )
+    has_evals = any(run.evals.y for run in runs)
+    what = "training and evaluation return" if has_evals else "training return"
+    title = f"{what} against {x_label}"
     if not points:
         return f"{title}\n(no return yet)\n{legend}\n"
-    all_x = [x for xs, _ in points for x in xs]
-    all_y = [y for _, ys in points for y in ys]
+    all_x = [x for xs, _, _ in points for x in xs]
+    all_y = [y for _, ys, _ in points for y in ys]
     x0, x1 = min(all_x), max(all_x)
     y0, y1 = min(all_y), max(all_y)
     if y1 == y0:
@@ -244,7 +275,7 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
     cols = max(width - label_w - 1, 10)
     rows = max(height - 5, 4)  # title, axis, x labels, legend
     grid = [[" "] * cols for _ in range(rows)]
-    for i, (xs, ys) in enumerate(points):
+    for xs, ys, mark in points:
         sums: dict[int, list[float]] = {}
         for x, y in zip(xs, ys, strict=True):
             c = min(int((x - x0) / (x1 - x0) * (cols - 1) + 0.5), cols - 1)
@@ -252,7 +283,7 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
         for c, ys_in in sums.items():
             mean = sum(ys_in) / len(ys_in)
             r = min(int((y1 - mean) / (y1 - y0) * (rows - 1) + 0.5), rows - 1)
-            grid[r][c] = MARKS[i % len(MARKS)]
+            grid[r][c] = mark
     lines = [title]
     for r, cells in enumerate(grid):
         label = f"{y1:.4g}" if r == 0 else f"{y0:.4g}" if r == rows - 1 else ""
@@ -276,6 +307,8 @@ def summary(run: RunCurves) -> str:
         parts.append(f"best {max(run.returns.y):.1f}")
     elif run.returns.y:
         parts.append(f"return {run.returns.y[-1]:.1f} (last 100)")
+    if run.evals.y:
+        parts.append(f"eval {run.evals.y[-1]:.1f} at step {run.evals.steps[-1]:,.0f}")
     if run.sps.y:
         parts.append(f"{run.sps.y[-1]:,.0f} steps/s")
     for series, what in ((run.cpu, "CPU"), (run.gpu, "GPU")):

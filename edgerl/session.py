@@ -1,4 +1,5 @@
-"""A training session: the Trainer inside the hardware around it (max clocks, load monitor).
+"""A training session: the Trainer inside the hardware around it (max clocks, load monitor),
+and the evaluations that follow it.
 
 ``edgerl train`` and the service both train through :func:`training_session`, so clocks are
 restored and the monitor stopped on every exit path, in reverse order of setting up.
@@ -11,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from edgerl.config import Config
+from edgerl.evaluate import Evaluator, eval_period
 from edgerl.hooks import Hook
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
@@ -51,7 +53,8 @@ def training_session(
     hooks: Sequence[Hook] = (),
     stop: StopRequest | None = None,
 ) -> Iterator[Session]:
-    """Yield a ready session with clocks maxed (``hw.max_clocks``) and the monitor running.
+    """Yield a ready session with clocks maxed (``hw.max_clocks``), the monitor running and
+    evaluations (``eval.every_steps``) following the run.
 
     Every run keeps ``<run_dir>/status.json`` current (``stopped`` or ``failed`` at the end).
     Raises what :class:`Trainer` raises for user errors, before touching the clocks, and
@@ -74,6 +77,11 @@ def training_session(
             monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step, side=side)
             session.monitor = stack.enter_context(monitor)
             trainer.add_hook(monitor, first=True)  # so later hooks see the newest load
+        period = eval_period(trainer.cfg)
+        if period:
+            evaluator = Evaluator(trainer.run_dir, period, trainer.cfg.eval, side)
+            stack.callback(evaluator.close)  # also when the loop fails: the thread ends first
+            trainer.add_hook(evaluator)
         yield session
 
 

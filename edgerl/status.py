@@ -4,7 +4,8 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``edgerl view``. Fields: ``state`` (starting, training, stopping, stopped, failed), ``step``,
 ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``, ``started_at``,
 ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path), ``checkpoint_error``,
-``load`` (the newest monitor record), ``clocks``, ``env``, ``run_dir``, ``pid``, ``message``,
+``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the newest evaluation,
+see :mod:`edgerl.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``, ``message``,
 ``write_problems`` (side files that cannot be written now, see :mod:`edgerl.sidefiles`).
 """
 
@@ -72,6 +73,8 @@ class StatusWriter(Hook):
             "sps": round(stats.sps, 1),
             "episodes": run.episodes,
             "return_mean": _num(run.return_mean()),
+            "eval_return": _num(stats.eval_return),
+            "eval_step": stats.eval_step if stats.eval_step >= 0 else None,
             "epsilon": round(run.epsilon(), 4),
             "updates": run.updates,
             "started_at": _iso(self.started),
@@ -188,6 +191,7 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
     """A short human summary of a status document (``run_dir``: also look at its checkpoints,
     since a new session has written none yet while the run has older ones)."""
     ret = doc.get("return_mean")
+    evaluated = doc.get("eval_return")
     checkpoint = doc.get("checkpoint")
     on_disk = newest_checkpoint_file(run_dir) if run_dir is not None else None
     if on_disk is not None and (checkpoint is None or Path(checkpoint).name < on_disk.name):
@@ -211,6 +215,9 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         f"load: {doc.get('load_line') or 'n/a'}",
         f"checkpoint: {checkpoint or 'none yet'}",
     ]
+    if evaluated is not None:
+        step_of = int(doc.get("eval_step") or 0)
+        lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}")
     if filling:
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):

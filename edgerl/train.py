@@ -374,6 +374,8 @@ class Trainer(TrainerState):
                 started = True
                 for hook in self.hooks:
                     hook.on_start(self)
+            for hook in self.hooks:
+                hook.on_step(self)
             now = time.monotonic()
             if now - last_tick >= TICK_EVERY_S:
                 last_tick = now

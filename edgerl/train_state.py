@@ -96,6 +96,19 @@ class TrainerState:
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
+    def policy_snapshot(self) -> dict[str, Any]:
+        """A CPU copy of the online network's weights with what rebuilds it, laid out as a
+        checkpoint (``edgerl.play.TorchPolicy`` plays it); taken between updates."""
+        paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+        with paused, torch.no_grad():
+            q = {k: v.detach().to("cpu", copy=True) for k, v in self.learner.q.state_dict().items()}
+        return {
+            "step": self.step,
+            "env": self.spec.to_dict(),
+            "config": self.cfg.to_dict(),
+            "learner": {"q": q},
+        }
+
     def save_checkpoint(self, background: bool = False) -> Path | None:
         """Write a checkpoint now; returns its path, or None if writing failed (logged).
 

@@ -64,3 +64,9 @@ def test_log_lines_say_the_replay_fills():
         "filling replay 12,000/20,000: learning starts at step 20,000 | 500 steps/s"
     )
     assert "filling" not in progress_fields(TrainStats(step=20_000, learning_starts=20_000))
+
+
+def test_the_newest_evaluation_return_follows_the_training_return():
+    stats = TrainStats(step=3_000, learning_starts=1_000, return_mean=29.7, eval_return=265.6)
+    assert "| return 29.7 | eval 265.6 |" in progress_fields(stats)
+    assert "eval" not in progress_fields(TrainStats(step=3_000, return_mean=29.7))

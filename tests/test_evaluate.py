@@ -1,0 +1,204 @@
+"""Periodic greedy evaluation on real CartPole runs: eval.csv, the progress line, status, plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgerl.checkpoint import load
+from edgerl.config import Config, EvalConfig, build_layers, resolve
+from edgerl.envs import probe
+from edgerl.evaluate import EVAL_COLUMNS, eval_period, evaluate
+from edgerl.nets import build_q_network
+from edgerl.play import newest_checkpoint
+
+from .conftest import edgerl_cmd
+
+SHORT = ["--env", "CartPole-v1", "--set", "env.num_envs=2", "--set", "train.log_every_s=0.2"]
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def train(cli, run: Path, steps: int, *sets: str):
+    args = [a for s in sets for a in ("--set", s)]
+    r = cli("train", *SHORT, "--steps", steps, "--run-dir", run, *args)
+    assert r.code == 0, r.err[-3000:]
+    return r
+
+
+def skipped_steps(err: str) -> list[int]:
+    """The steps whose evaluation the log says was skipped (the one before still ran)."""
+    return [
+        int(line.split("evaluation at step ")[1].split(" ")[0].replace(",", ""))
+        for line in err.splitlines()
+        if "skipped: the one of step" in line
+    ]
+
+
+def test_eval_csv_has_a_row_per_evaluation_and_a_resume_appends(cli, tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "CartPole-v1"
+    r = train(cli, run, 2000, "eval.every_steps=500", "eval.episodes=2")
+    first = rows(run / "eval.csv")
+    assert list(first[0]) == EVAL_COLUMNS
+    # every 500 steps an evaluation, unless the one before still ran (then the log says so);
+    # the last one, of the last step, is waited for
+    done = [int(row["step"]) for row in first]
+    assert sorted(done + skipped_steps(r.err)) == [500, 1000, 1500, 2000], r.err[-3000:]
+    assert done[-1] == 2000
+    for row in first:
+        assert int(row["episodes"]) == 2 and int(row["cut"]) == 0
+        low, mean, high = (float(row[k]) for k in ("return_min", "return_mean", "return_max"))
+        assert low <= mean <= high
+        assert float(row["length_mean"]) == mean  # CartPole pays 1 per step
+        assert float(row["eval_s"]) > 0
+    walls = [float(row["wall_s"]) for row in first]
+    assert walls == sorted(walls)
+    last = float(first[-1]["return_mean"])
+    assert f"evaluation at step 2,000: mean return {last:.1f}" in r.err
+    assert "| eval " in r.err  # the progress line
+    status = json.loads((run / "status.json").read_text())
+    assert status["eval_step"] == 2000 and status["eval_return"] == pytest.approx(last)
+    s = cli("status", "--run-dir", run)
+    assert f"evaluation at step 2,000: mean return {last:.2f}" in s.out
+
+    train(cli, run, 3000, "eval.every_steps=500", "eval.episodes=2")  # resumes the run
+    text = (run / "eval.csv").read_text()
+    assert text.count(",".join(EVAL_COLUMNS)) == 1
+    both = rows(run / "eval.csv")
+    assert both[: len(first)] == first
+    assert int(both[-1]["step"]) == 3000
+    assert all(int(row["step"]) > 2000 for row in both[len(first) :])
+
+    monkeypatch.setenv("COLUMNS", "70")
+    monkeypatch.setenv("LINES", "20")
+    p = cli("plot", "--run-dir", run, "--terminal")
+    assert p.code == 0, p.err
+    lines = p.out.splitlines()
+    assert lines[0] == "training and evaluation return against env steps"
+    assert sum(line.count("E") for line in lines[1:-3]) >= 2  # the evaluations, over the curve
+    assert "* CartPole-v1 (E: evaluation)" in p.out
+    assert f"eval {float(both[-1]['return_mean']):.1f} at step 3,000" in p.out
+
+
+def test_evaluation_does_not_change_training_and_off_writes_nothing(cli, tmp_path):
+    """Sync mode with a fixed seed: the same updates and weights with evaluations as without."""
+    common = ["agent.learning_starts=200", "env.seed=3"]
+    train(cli, tmp_path / "on", 1200, *common, "eval.every_steps=200", "eval.episodes=3")
+    train(cli, tmp_path / "off", 1200, *common)  # auto: a run this short is not evaluated
+    assert len(rows(tmp_path / "on" / "eval.csv")) >= 1
+    assert not (tmp_path / "off" / "eval.csv").exists()
+    on, off = (load(newest_checkpoint(tmp_path / name)) for name in ("on", "off"))
+    assert on["learner"]["updates"] == off["learner"]["updates"] == (1200 - 200) // 2
+    assert on["episodes"] == off["episodes"]
+    for name, tensor in off["learner"]["q"].items():
+        assert torch.equal(on["learner"]["q"][name], tensor), name
+    assert torch.equal(on["rng"]["torch"], off["rng"]["torch"])
+
+
+def always_left() -> dict:
+    """A CartPole policy snapshot whose network picks action 0 (push left) whatever it sees."""
+    spec = probe("CartPole-v1")
+    cfg = Config()
+    cfg.env.id, cfg.agent.hidden = "CartPole-v1", (8,)
+    net = build_q_network(spec, cfg.agent.hidden)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.net[-1].bias[0] = 1.0
+    return {"env": spec.to_dict(), "config": cfg.to_dict(), "learner": {"q": net.state_dict()}}
+
+
+def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():
+    snapshot = always_left()
+    greedy = evaluate(snapshot, EvalConfig(episodes=10, epsilon=0.0), seed=1)
+    # pushing left all the time drops the pole within a dozen steps, every time
+    assert len(greedy.returns) == 10 and max(greedy.lengths) <= 12
+    assert greedy.returns == [float(n) for n in greedy.lengths]
+    randomly = evaluate(snapshot, EvalConfig(episodes=10, epsilon=1.0), seed=1)
+    assert max(randomly.lengths) > 12  # random pushes keep it up longer at times
+    same = evaluate(snapshot, EvalConfig(episodes=10, epsilon=1.0), seed=1)
+    assert same.lengths == randomly.lengths  # seeded
+
+
+def test_an_episode_longer_than_the_cap_is_cut_and_counted():
+    result = evaluate(always_left(), EvalConfig(episodes=3, max_episode_steps=4), seed=0)
+    assert result.lengths == [4, 4, 4] and result.cut == 3
+
+
+def test_auto_evaluates_runs_of_50000_steps_or_more_twenty_times():
+    def period(*sets: str) -> int:
+        return eval_period(resolve(build_layers(None, list(sets), use_system=False)))
+
+    assert period("train.steps=49999") == 0
+    assert period("train.steps=100000") == 5_000
+    assert period("train.steps=60000") == 3_000
+    assert period("train.steps=10000000") == 500_000
+    assert period("train.steps=1234567") == 61_000
+    assert period("train.steps=10000000", "eval.every_steps=0") == 0
+    assert period("train.steps=1000", "eval.every_steps=250") == 250
+
+
+def test_an_evaluation_that_fails_is_one_log_line_and_training_goes_on(cli, tmp_path, monkeypatch):
+    import edgerl.evaluate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no emulator for you")
+
+    monkeypatch.setattr(edgerl.evaluate, "play", broken)
+    run = tmp_path / "run"
+    r = train(cli, run, 600, "eval.every_steps=200")
+    failed = "evaluation at step 200 failed (RuntimeError: no emulator for you); training goes on"
+    assert failed in r.err
+    assert "Traceback" not in r.err
+    assert "step 600/600" in r.err
+    assert not (run / "eval.csv").exists()
+
+
+def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", *SHORT, "--steps", "10M", "--run-dir", str(run)]
+    # the first evaluation would play for hours: the next ones are skipped meanwhile
+    sets = ["eval.every_steps=200", "eval.episodes=1000000", "eval.max_episode_steps=1000000"]
+    args += [a for s in sets for a in ("--set", s)]
+    proc = subprocess.Popen(edgerl_cmd(*args), stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(300, proc.kill)  # a hung run must not hang the test suite
+    killer.start()
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "skipped: the one of step 200 is still running" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        killer.cancel()
+    err = "".join(lines) + (rest or "")
+    assert proc.returncode == 130, err[-3000:]
+    assert "evaluation at step 200 stopped with training" in err
+    assert "did not stop" not in err
+    assert not (run / "eval.csv").exists()  # an evaluation cut short writes no row
+    assert list((run / "checkpoints").glob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("eval.every_steps=-2", "eval.every_steps must be at least -1, got -2"),
+        ("eval.episodes=0", "eval.episodes must be at least 1, got 0"),
+        ("eval.epsilon=1.5", "eval.epsilon must be between 0.0 and 1.0, got 1.5"),
+    ],
+)
+def test_eval_settings_out_of_range_are_one_sentence(cli, setting, message):
+    r = cli("config", "--set", setting)
+    assert r.code == 2 and message in r.err and "Traceback" not in r.err
