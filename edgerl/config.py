@@ -205,6 +205,12 @@ class EvalConfig:
         "27,000 is the 108,000 frames Atari cuts at)",
         min=1,
     )
+    record: int = setting(
+        0,
+        "record the first episode of every Nth evaluation as a colour GIF in "
+        "<run_dir>/recordings/eval-step-<step>.gif (0: never; needs the record extra)",
+        min=0,
+    )
 
 
 @dataclass

@@ -31,13 +31,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgerl.config import Config, EvalConfig
+from edgerl.errors import EdgerlError
 from edgerl.hooks import Hook, Run
 from edgerl.metrics import TrainStats
 from edgerl.play import PlayResult, TorchPolicy, play
@@ -46,6 +47,7 @@ from edgerl.sidefiles import AppendFile, SideFiles
 log = logging.getLogger(__name__)
 
 EVAL_FILE = "eval.csv"
+RECORDINGS_DIR = "recordings"  # eval.record's GIFs, in the run directory
 EVAL_COLUMNS = [
     "step",  # the env step of the weights evaluated
     "wall_s",  # training time at that step, across sessions
@@ -62,7 +64,7 @@ AUTO_MIN_STEPS = 50_000  # eval.every_steps = -1: shorter runs are not evaluated
 AUTO_EVALUATIONS = 20  # ... longer ones about this many times
 STOP_WAIT_S = 5.0  # a stop waits at most this long for the evaluation thread to end
 # A run that reaches train.steps waits this long for an evaluation in progress (usually the one
-# of its last step); well under the service's watchdog, which is pinged every 60 s.
+# of its last step): with the service's watchdog pinged every 60 s, well within its 120 s.
 FINAL_WAIT_S = 30.0
 # Evaluation episodes are seeded apart from training's (env.seed + step at each session start).
 SEED_OFFSET = 1_000_000_000
@@ -125,22 +127,44 @@ def evaluate(
     settings: EvalConfig,
     seed: int,
     stop: Callable[[], bool] | None = None,
+    record: Path | None = None,
 ) -> PlayResult:
     """Play ``settings.episodes`` episodes with the weights of ``snapshot`` (as
-    :meth:`Run.policy_snapshot` gives them) on one new environment of the training game.
+    :meth:`Run.policy_snapshot` gives them) on one new environment of the training game; with
+    ``record``, the first episode is also recorded to that GIF (see :mod:`edgerl.record`).
 
     Fewer episodes come back when ``stop`` ended it early. Raises what building the environment
-    or the network raises.
+    or the network raises, and RecordError / MissingDependencyError before playing when the
+    recording cannot be made.
     """
     policy = TorchPolicy(snapshot, "cpu")
-    return play(
-        policy,
-        episodes=settings.episodes,
-        seed=seed,
-        epsilon=settings.epsilon,
-        max_episode_steps=settings.max_episode_steps,
-        stop=stop,
-        log_episodes=False,
+
+    def episodes(n: int, seed: int, record: Path | None = None) -> PlayResult:
+        return play(
+            policy,
+            episodes=n,
+            seed=seed,
+            epsilon=settings.epsilon,
+            max_episode_steps=settings.max_episode_steps,
+            stop=stop,
+            log_episodes=False,
+            record=record,
+        )
+
+    if record is None:
+        return episodes(settings.episodes, seed)
+    # The recorded episode on an environment that also draws the screen, the rest as usual.
+    first = episodes(1, seed, record)
+    if settings.episodes == 1 or not first.returns:
+        return first
+    rest = episodes(settings.episodes - 1, seed + 1)
+    return replace(
+        first,
+        returns=first.returns + rest.returns,
+        steps=first.steps + rest.steps,
+        latencies_ns=first.latencies_ns + rest.latencies_ns,
+        lengths=first.lengths + rest.lengths,
+        cut=first.cut + rest.cut,
     )
 
 
@@ -175,6 +199,8 @@ class Evaluator(Hook):
         self.period = period
         self.settings = settings
         self.path = run_dir / EVAL_FILE
+        self.recordings = run_dir / RECORDINGS_DIR
+        self._record = settings.record  # 0 once a recording could not be made
         self.count, self.latest = _previous(self.path)
         self.skipped = 0
         self._file = AppendFile(self.path, side or SideFiles(), header=_csv_line(EVAL_COLUMNS))
@@ -255,7 +281,7 @@ class Evaluator(Hook):
     def _run(self, snapshot: dict[str, Any], step: int, wall_s: float, seed: int) -> None:
         started = time.monotonic()
         try:
-            result = evaluate(snapshot, self.settings, seed, self._stop.is_set)
+            result = self._evaluate(snapshot, step, seed)
         except Exception as e:  # an evaluation never ends training
             log.error(
                 "evaluation at step %s failed (%s: %s); training goes on",
@@ -284,6 +310,23 @@ class Evaluator(Hook):
             self.latest = (step, ev.return_mean)
             self.count += 1
         log.info("%s", ev.describe())
+
+    def _evaluate(self, snapshot: dict[str, Any], step: int, seed: int) -> PlayResult:
+        """One evaluation; every ``eval.record``-th of the run records its first episode."""
+        record = None
+        if self._record and (self.count + 1) % self._record == 0:
+            record = self.recordings / f"eval-step-{step}.gif"
+            try:
+                record.parent.mkdir(exist_ok=True)
+                result = evaluate(snapshot, self.settings, seed, self._stop.is_set, record)
+            except (EdgerlError, OSError) as e:  # raised before anything is played
+                self._record = 0
+                log.warning("evaluations are not recorded from now on: %s", e)
+            else:
+                if result.recording is not None:
+                    log.info("recorded the evaluation of step %s: %s", f"{step:,}", record)
+                return result
+        return evaluate(snapshot, self.settings, seed, self._stop.is_set)
 
     def close(self) -> None:
         """Stop an evaluation in progress (waits up to :data:`STOP_WAIT_S`) and close eval.csv."""

@@ -202,3 +202,33 @@ def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
 def test_eval_settings_out_of_range_are_one_sentence(cli, setting, message):
     r = cli("config", "--set", setting)
     assert r.code == 2 and message in r.err and "Traceback" not in r.err
+
+
+def test_eval_record_keeps_the_first_episode_of_every_nth_evaluation_as_a_gif(cli, tmp_path):
+    from PIL import Image
+
+    run = tmp_path / "runs" / "CartPole-v1"
+    r = train(cli, run, 2000, "eval.every_steps=500", "eval.episodes=2", "eval.record=2")
+    done = [int(row["step"]) for row in rows(run / "eval.csv")]
+    recorded = sorted(p.name for p in (run / "recordings").iterdir())
+    assert recorded == [f"eval-step-{step}.gif" for step in done[1::2]], r.err[-3000:]
+    for name in recorded:
+        assert f"recorded the evaluation of step {int(name[10:-4]):,}" in r.err
+        with Image.open(run / "recordings" / name) as gif:
+            assert gif.n_frames >= 2  # one after the reset, one per step
+            gif.seek(gif.n_frames - 1)
+            rgb = gif.convert("RGB")
+            assert rgb.size[0] == 600  # CartPole's own colour render, not the agent's vector
+            assert len(rgb.getcolors(maxcolors=1 << 16) or []) > 2
+
+
+def test_eval_record_without_pillow_says_so_once_and_evaluates_on(cli, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as where the record extra is not installed
+    run = tmp_path / "runs" / "CartPole-v1"
+    r = train(cli, run, 1000, "eval.every_steps=500", "eval.episodes=1", "eval.record=1")
+    assert r.err.count("evaluations are not recorded from now on") == 1, r.err[-3000:]
+    assert "pip install 'edgerl[record]'" in r.err
+    assert [int(row["step"]) for row in rows(run / "eval.csv")][-1] == 1000
+    assert not any((run / "recordings").iterdir())
