@@ -269,3 +269,14 @@ def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_
             proc.kill()
     assert proc.returncode == 130 and "interrupted: nothing was written to k.gif" in err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_ctrl_c_in_play_names_no_checkpoint(cli, monkeypatch):
+    import edgerl.play
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt  # as a Ctrl-C while a policy loads
+
+    monkeypatch.setattr(edgerl.play, "load_policy", interrupted)
+    r = cli("play", "--model", "policy.onnx")
+    assert r.code == 130 and r.err.strip() == "interrupted"

@@ -24,6 +24,12 @@ INTERRUPTED = (
 )
 
 
+def interrupted(args: list[str]) -> str:
+    """What a Ctrl-C that reached the command line says: only training has checkpoints to name."""
+    command = next((a for a in args if not a.startswith("-")), "")
+    return INTERRUPTED if command in ("train", "daemon") else "interrupted"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.version_option(__version__, prog_name="edgerl")
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         e.show()
         return e.exit_code
     except click.exceptions.Abort:  # Ctrl-C before edgerl's handlers, or a second one
-        click.echo(INTERRUPTED, err=True)
+        click.echo(interrupted(args), err=True)
         return 130
     except EdgerlError as e:
         if debug:
@@ -55,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"edgerl: error: {e}", err=True)
         return e.exit_code
     except KeyboardInterrupt:
-        click.echo(INTERRUPTED, err=True)
+        click.echo(interrupted(args), err=True)
         return 130
     except Exception as e:
         if debug:
