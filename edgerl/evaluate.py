@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import logging
 import threading
 import time
@@ -42,7 +41,7 @@ from edgerl.errors import EdgerlError
 from edgerl.hooks import Hook, Run
 from edgerl.metrics import TrainStats
 from edgerl.play import PlayResult, TorchPolicy, play
-from edgerl.sidefiles import AppendFile, SideFiles
+from edgerl.sidefiles import AppendFile, SideFiles, csv_line
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +167,6 @@ def evaluate(
     )
 
 
-def _csv_line(cells: list[str]) -> str:
-    buf = io.StringIO()
-    csv.writer(buf).writerow(cells)
-    return buf.getvalue()
-
-
 def _previous(path: Path) -> tuple[int, tuple[int, float] | None]:
     """Rows of an existing eval.csv and its newest (step, return_mean), for a resumed run."""
     count, last = 0, None
@@ -203,7 +196,7 @@ class Evaluator(Hook):
         self._record = settings.record  # 0 once a recording could not be made
         self.count, self.latest = _previous(self.path)
         self.skipped = 0
-        self._file = AppendFile(self.path, side or SideFiles(), header=_csv_line(EVAL_COLUMNS))
+        self._file = AppendFile(self.path, side or SideFiles(), header=csv_line(EVAL_COLUMNS))
         self._next = period
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -305,7 +298,7 @@ class Evaluator(Hook):
         with self._lock:  # not after close(): a thread that outlived it writes nothing
             if self._closed:
                 return
-            self._file.append(_csv_line(ev.row()))
+            self._file.append(csv_line(ev.row()))
             self._written = True
             self.latest = (step, ev.return_mean)
             self.count += 1

@@ -3,8 +3,6 @@ progress line and the session's summary."""
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 import sys
@@ -13,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from edgerl.errors import MissingDependencyError
-from edgerl.sidefiles import AppendFile, SideFiles
+from edgerl.sidefiles import AppendFile, SideFiles, csv_line
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +119,7 @@ class MetricsWriter:
         self.columns = columns
         self.side = side or SideFiles()
         self.side.attempt(self.path.name, self._rotate_if_columns_changed)
-        self._file = AppendFile(self.path, self.side, header=_csv_line(columns))
+        self._file = AppendFile(self.path, self.side, header=csv_line(columns))
         self._file.flush()
         self._tb = None
         if tensorboard:
@@ -153,7 +151,7 @@ class MetricsWriter:
 
     def write(self, stats: TrainStats) -> None:
         row = stats.row()
-        self._file.append(_csv_line([_fmt(row.get(c)) for c in self.columns]))
+        self._file.append(csv_line([_fmt(row.get(c)) for c in self.columns]))
         if self._tb is not None:
             tb = self._tb
 
@@ -185,23 +183,17 @@ class EpisodeWriter:
     def __init__(self, run_dir: Path, side: SideFiles | None = None) -> None:
         self.path = run_dir / "episodes.csv"
         self.side = side or SideFiles()
-        self._file = AppendFile(self.path, self.side, header=_csv_line(EPISODE_COLUMNS))
+        self._file = AppendFile(self.path, self.side, header=csv_line(EPISODE_COLUMNS))
         self._file.flush()
 
     def write(
         self, step: int, episode: int, env: int, ret: float, length: int, wall_s: float
     ) -> None:
         cells = [str(step), str(episode), str(env), _fmt(float(ret)), str(length), f"{wall_s:.3f}"]
-        self._file.append(_csv_line(cells))
+        self._file.append(csv_line(cells))
 
     def close(self) -> None:
         self._file.close()
-
-
-def _csv_line(cells: list[str]) -> str:
-    buf = io.StringIO()
-    csv.writer(buf).writerow(cells)
-    return buf.getvalue()
 
 
 def progress_fields(stats: TrainStats) -> str:

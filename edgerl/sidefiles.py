@@ -9,7 +9,9 @@ in memory meanwhile (up to :data:`MAX_PENDING_BYTES` per file), so no row is los
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import logging
 import os
 import threading
@@ -29,6 +31,13 @@ def reason(e: OSError) -> str:
     if e.errno == errno.EFBIG:
         return "the file size limit is reached"
     return e.strerror or str(e)
+
+
+def csv_line(cells: list[str]) -> str:
+    """One CSV row as text, line ending included: what an :class:`AppendFile` of a CSV appends."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(cells)
+    return buf.getvalue()
 
 
 class SideFiles:

@@ -25,7 +25,7 @@ from edgerl.replay import VALID, ReplayBuffer
 from edgerl.replay_store import ReplayFileError, ReplayStore
 from edgerl.train import Trainer
 
-from .conftest import PONG_FAST, edgerl_cmd
+from .conftest import PONG_FAST, edgerl_cmd, run_edgerl
 from .test_replay import SPEC, ReferenceEnvs, check_samples, fill
 
 CARTPOLE = [
@@ -272,12 +272,7 @@ def test_a_stopped_or_killed_run_resumes_with_the_replay_of_its_checkpoint(tmp_p
     assert_same(want, restored)
 
     # Learning continues at once, at the replay ratio of a run that never stopped.
-    r = subprocess.run(
-        edgerl_cmd("train", *CARTPOLE, "--steps", newest.step + 200, "--run-dir", run),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = run_edgerl("train", *CARTPOLE, "--steps", newest.step + 200, "--run-dir", run)
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {newest.step:,}" in r.stderr and "with the replay" in r.stderr
     final = load(list_checkpoints(run / "checkpoints")[-1].path)
@@ -331,12 +326,7 @@ def test_a_replay_save_killed_half_way_leaves_the_previous_pair(tmp_path):
     assert restored["valid"] > 0
     assert_same(reference_replay(args, tmp_path / "reference", newest.step), restored)
     # The next run's first checkpoint clears what the killed save left.
-    r = subprocess.run(
-        edgerl_cmd("train", *args, "--steps", newest.step + 100, "--run-dir", run),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = run_edgerl("train", *args, "--steps", newest.step + 100, "--run-dir", run)
     assert r.returncode == 0, r.stderr
     assert not [p for p in (run / "replay").iterdir() if ".tmp-" in p.name]
 

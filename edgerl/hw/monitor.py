@@ -11,8 +11,6 @@ per interval.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import logging
 import threading
 import time
@@ -28,7 +26,7 @@ from edgerl.hooks import Hook, Run
 from edgerl.hw.load_sources import LoadSource, ProcfsSource, open_source
 from edgerl.hw.tegrastats import LoadRecord, format_line
 from edgerl.metrics import TrainStats
-from edgerl.sidefiles import AppendFile, SideFiles
+from edgerl.sidefiles import AppendFile, SideFiles, csv_line
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +149,7 @@ class LoadMonitor(Hook):
             # Neither file may stop training: rows wait while they cannot be written.
             self._log = AppendFile(self.run_dir / "tegrastats.log", self.side)
             self._csv = AppendFile(
-                self.run_dir / "load.csv", self.side, header=_csv_line(LOAD_CSV_COLUMNS)
+                self.run_dir / "load.csv", self.side, header=csv_line(LOAD_CSV_COLUMNS)
             )
             self._log.flush()
             self._csv.flush()
@@ -204,7 +202,7 @@ class LoadMonitor(Hook):
                 line = format_line(rec)
             self._log.append(line + "\n")
         if self._csv is not None:
-            row = _csv_line(
+            row = csv_line(
                 [
                     _cell(v)
                     for v in (
@@ -276,12 +274,6 @@ class LoadMonitor(Hook):
 
 def _date() -> str:
     return datetime.now().strftime("%m-%d-%Y %H:%M:%S")
-
-
-def _csv_line(cells: list[str]) -> str:
-    buf = io.StringIO()
-    csv.writer(buf).writerow(cells)
-    return buf.getvalue()
 
 
 def _cell(v: Any) -> str:
