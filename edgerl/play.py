@@ -288,13 +288,12 @@ def play(
                 next_frame += frame_s
                 time.sleep(max(0.0, next_frame - time.perf_counter()))
             obs = step.obs
-            ended = done
-            if not ended and max_episode_steps and length >= max_episode_steps:
-                ended, cut = True, cut + 1
+            if not done and max_episode_steps and length >= max_episode_steps:
+                done, cut = True, cut + 1
                 obs = env.reset(seed=seed + len(returns) + 1)  # the next episode, not this one
                 if filming is not None and len(returns) + 1 < episodes:
                     filming.film(obs[0], len(returns) + 2, 0.0)
-            if ended:
+            if done:
                 returns.append(ret)
                 lengths.append(length)
                 if log_episodes:
