@@ -26,7 +26,7 @@ import torch
 
 from edgerl.config import Config, EnvConfig, check_consistency, with_values
 from edgerl.envs import EnvSpec, make_env
-from edgerl.replay import example_batch
+from edgerl.replay_sample import example_batch
 
 log = logging.getLogger(__name__)
 

@@ -64,6 +64,12 @@ class EnvConfig:
     threads: int = setting(
         0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0
     )
+    batch_size: int = setting(
+        0,
+        "Atari: act on the first batch_size environments to finish a step while the others "
+        "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep",
+        min=0,
+    )
     repeat_action_probability: float = setting(
         0.25, "sticky actions, as in ALE v5 (0 for the original DQN setting)", min=0.0, max=1.0
     )
@@ -80,6 +86,13 @@ class AgentConfig:
         -1.0, "learning rate at the last step, linearly annealed (-1: constant)"
     )
     gamma: float = setting(0.99, "discount factor", min=0.0, max=1.0)
+    n_step: int = setting(
+        1,
+        "transitions summed into each target (multi-step returns, as Rainbow's 3); episode "
+        "ends cut it short",
+        min=1,
+        max=20,
+    )
     batch_size: int = setting(32, "transitions per gradient update", min=1)
     train_freq: int = setting(4, "env steps per gradient update, counted over all envs", min=1)
     target_update: int = setting(1000, "env steps between target-network syncs", min=1)
@@ -89,6 +102,9 @@ class AgentConfig:
     eps_decay_steps: int = setting(250_000, "env steps of linear epsilon decay", min=1)
     double: bool = setting(True, "Double DQN targets (online net picks, target net values)")
     grad_clip: float = setting(10.0, "max gradient norm (0: no clipping)", min=0.0)
+    adam_eps: float = setting(
+        1e-8, "Adam's epsilon (Rainbow and Dopamine use 1.5e-4 with lr 6.25e-5)", min=1e-12, max=1.0
+    )
     hidden: tuple[int, ...] = setting((256, 256), "hidden layer widths of the MLP (vector obs)")
 
 
@@ -161,9 +177,18 @@ class PerfConfig:
         "learner is on a GPU, sync on the CPU (where the learner already uses every core)",
         choices=("auto", "async", "sync"),
     )
-    max_policy_lag: int = setting(4, "updates the actor's weights may lag the learner's", min=1)
+    max_policy_lag: int = setting(
+        4, "updates behind the learner's at which the actor's weights are refreshed", min=1
+    )
     max_ahead: int = setting(
         8, "updates the actor may run ahead of the learner (x train_freq)", min=1
+    )
+    updates_per_launch: int = setting(
+        0,
+        "updates per launch of the learner's CUDA graph, each on a batch it samples on the GPU "
+        "(0: auto, 4 where the graph samples, else 1)",
+        min=0,
+        max=64,
     )
     amp: str = setting(
         "auto",
@@ -416,6 +441,11 @@ def check_consistency(cfg: Config) -> None:
         raise ConfigError(
             f"replay.capacity ({r.capacity}) must hold at least 16 steps per environment "
             f"(env.num_envs={cfg.env.num_envs}): raise it to {cfg.env.num_envs * 16} or more"
+        )
+    if cfg.env.batch_size >= cfg.env.num_envs > 0 and cfg.env.batch_size:
+        raise ConfigError(
+            f"env.batch_size ({cfg.env.batch_size}) must be below env.num_envs "
+            f"({cfg.env.num_envs}), or 0 to step every environment together"
         )
     if cfg.display.env_index >= cfg.env.num_envs:
         raise ConfigError(

@@ -1,10 +1,13 @@
-"""The DQN learner: Double DQN targets, Huber loss, Adam, gradient clipping, hard target syncs.
+"""The DQN learner: Double DQN n-step targets, Huber loss, Adam, gradient clipping, hard target
+syncs.
 
 The learner owns its schedules (as Stable-Baselines3's ``DQN.train`` does): how many updates the
 replay ratio asks for at a step (one per ``agent.train_freq`` env steps, counted over all
 environments), the exploration epsilon, the learning rate and the target-network syncs. One call
-of :meth:`DQN.learn` samples a batch, sets the learning rate, makes one gradient step and syncs the
-target network when due. How the step is made fast (a CUDA graph, ``torch.compile``) is
+of :meth:`DQN.learn` makes the updates it is asked for: each samples a batch (n-step returns,
+:mod:`edgerl.replay_sample`) and makes one gradient step; the learning rate follows its schedule
+and the target network is synced when due. How the steps are made fast (a CUDA graph that samples
+and updates ``perf.updates_per_launch`` times per launch, ``torch.compile``) is
 :mod:`edgerl.fast_update`'s business; which precision and device, :mod:`edgerl.device`'s.
 """
 
@@ -15,7 +18,6 @@ import copy
 import threading
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,15 +26,23 @@ from edgerl.config import AgentConfig, PerfConfig
 from edgerl.device import make_grad_scaler, resolve_amp, resolve_cuda_graphs
 from edgerl.fast_update import FastUpdate
 from edgerl.nets import NatureCNN
-from edgerl.replay import Batch
+from edgerl.replay_sample import Batch
 
 LOSS_READ_EVERY = 16  # updates between reads of the summed loss from the GPU
 
 
 class Sampler(Protocol):
-    """Where the learner draws its batches from (the replay, or a pipeline's guarded view)."""
+    """Where the learner draws its batches from: the replay."""
 
-    def sample(self, batch_size: int) -> Batch: ...
+    device: torch.device  # where it samples (a CUDA graph can capture sampling there)
+
+    def sample(self, batch_size: int) -> Batch:
+        """A batch on the learner's device (checked: raises ValueError when empty)."""
+        ...
+
+    def sample_on_device(self, batch_size: int) -> Batch:
+        """A batch on the sampler's own device, fixed shapes, no host synchronisation."""
+        ...
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -42,36 +52,27 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return start + (end - start) * (t / duration)
 
 
-def make_adam(net: nn.Module, lr: float, capturable: bool = False) -> torch.optim.Adam:
+def make_adam(
+    net: nn.Module, lr: float, capturable: bool = False, eps: float = 1e-8
+) -> torch.optim.Adam:
     """Adam, fused into one kernel where this torch build supports it on the net's device.
 
     The fused step was 3x faster than the default for the CartPole MLP on this CPU. For CUDA graph
-    capture the optimizer must be capturable, with its learning rate a tensor.
+    capture the optimizer must be capturable, with its learning rate a tensor: fused Adam keeps
+    its step count on the device and takes a tensor learning rate (torch 2.2 and newer), so it is
+    capturable as it is; older builds get the capturable multi-tensor Adam.
     """
     params = list(net.parameters())
     if capturable:
         lr_tensor = torch.tensor(lr, device=params[0].device)
-        return torch.optim.Adam(params, lr=lr_tensor, capturable=True, foreach=True)
+        try:
+            return torch.optim.Adam(params, lr=lr_tensor, eps=eps, capturable=True, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            return torch.optim.Adam(params, lr=lr_tensor, eps=eps, capturable=True, foreach=True)
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError, ValueError):  # older torch, or a device without fused Adam
-        return torch.optim.Adam(params, lr=lr)
-
-
-def epsilon_greedy(
-    q_values: np.ndarray | None,
-    epsilon: float,
-    num_actions: int,
-    n: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Greedy actions from ``q_values`` (None: all random), each random with probability eps."""
-    randoms = rng.integers(num_actions, size=n)
-    if q_values is None:
-        return randoms
-    greedy = q_values.argmax(axis=1)
-    explore = rng.random(n) < epsilon
-    return np.where(explore, randoms, greedy)
+        return torch.optim.Adam(params, lr=lr, eps=eps)
 
 
 class DQN:
@@ -99,11 +100,16 @@ class DQN:
         self.target.requires_grad_(False)
         self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         cuda_graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
-        self.optimizer = make_adam(self.q, cfg.lr, capturable=cuda_graphs)
+        self.optimizer = make_adam(self.q, cfg.lr, capturable=cuda_graphs, eps=cfg.adam_eps)
         fp16_scaled = self.amp is torch.float16 and not cuda_graphs
         self.scaler = make_grad_scaler() if fp16_scaled else None
         self.fast = FastUpdate(self.update_step, self.q, self.optimizer, cuda_graphs, perf.compile)
         self.losses = LossMeter(device)
+        # Double DQN's online pass over next_obs joins the one over obs on a GPU, where a small
+        # batch is bound by kernel launches; on a CPU the joint backward would cost more than
+        # the second forward saves.
+        self.joint_forward = cfg.double and device.type == "cuda"
+        self.per_launch = 1  # updates per call of the learner's CUDA graph (see prepare)
         self.updates = 0
         # (step, updates) the replay ratio counts from: learning starts after learning_starts.
         self.learn_from = (cfg.learning_starts, 0)
@@ -125,8 +131,12 @@ class DQN:
     # -- schedules ------------------------------------------------------------------------------
 
     def epsilon(self, step: int) -> float:
-        """Exploration at ``step``: linear from eps_start to eps_end over eps_decay_steps."""
+        """Exploration at ``step``: 1 (uniformly random actions, no forward pass) until learning
+        starts, as in DQN's replay start and Stable-Baselines3; then linear from eps_start at
+        step 0 to eps_end at eps_decay_steps."""
         a = self.cfg
+        if step < self.learn_from[0]:
+            return 1.0
         return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, step)
 
     def updates_due(self, step: int) -> int:
@@ -150,16 +160,31 @@ class DQN:
 
     # -- learning -------------------------------------------------------------------------------
 
-    def learn(self, replay: Sampler, step: int) -> None:
-        """One update at env step ``step``: sample, schedule the learning rate, a gradient step,
-        and the target sync when it is due."""
+    @property
+    def target_period(self) -> int:
+        """Updates between target-network syncs."""
+        return max(1, self.cfg.target_update // self.cfg.train_freq)
+
+    def learn(self, replay: Sampler, step: int, n: int = 1) -> None:
+        """Make ``n`` updates at env step ``step``: the learning rate of that step, then sample
+        and step, :attr:`per_launch` updates per CUDA graph launch where one was captured (a
+        remainder one at a time), and a target sync after each update (or launch) that crosses
+        a multiple of :attr:`target_period`."""
         a = self.cfg
-        batch = replay.sample(a.batch_size)
         if a.lr_end >= 0:
             self.set_lr(linear_schedule(a.lr, a.lr_end, self.total_steps, step))
-        self.losses.add(self.update(batch))
-        if self.updates % max(1, a.target_update // a.train_freq) == 0:
-            self.sync_target()
+        period = self.target_period
+        while n > 0:
+            if self.fast.sampling and n >= self.per_launch:
+                loss, k = self.fast.launch(), self.per_launch
+            else:
+                loss, k = self.fast(replay.sample(a.batch_size)), 1
+            before = self.updates
+            self.updates += k
+            n -= k
+            self.losses.add(loss, k)
+            if self.updates // period > before // period:
+                self.sync_target()
 
     def update(self, batch: Batch) -> torch.Tensor:
         """One gradient step on ``batch``; returns the (detached) Huber loss."""
@@ -167,9 +192,23 @@ class DQN:
         self.updates += 1
         return loss
 
-    def prepare(self, example: Batch, remaining_updates: int) -> None:
+    def prepare(
+        self,
+        example: Batch,
+        remaining_updates: int,
+        replay: Sampler | None = None,
+        per_launch: int = 1,
+    ) -> None:
         """Make the update fast before training (a CUDA graph, maybe torch.compile); changes
-        nothing else. ``example`` is a batch of the training shape."""
+        nothing else. ``example`` is a batch of the training shape. With ``replay`` on the
+        learner's device and CUDA graphs on, the graph samples from it too, ``per_launch``
+        updates per launch."""
+        if self.fast.cuda_graphs and replay is not None and replay.device == self.device:
+            self.per_launch = per_launch
+            b = self.cfg.batch_size
+            self.fast.prepare_sampling(lambda: replay.sample_on_device(b), per_launch)
+            return
+        self.per_launch = 1
         self.fast.prepare(example, remaining_updates)
 
     def update_step(self, b: Batch, zero_grad: bool = True) -> torch.Tensor:
@@ -196,23 +235,34 @@ class DQN:
         return loss.detach()
 
     def loss(self, b: Batch) -> torch.Tensor:
-        """Huber loss of Q(s, a) against r + gamma * (1 - done) * Q_target(s', a*).
+        """Huber loss of Q(s, a) against the n-step target R + gamma^m * Q_target(s', a*)
+        (``b.discounts`` is gamma^m, 0 where the episode terminated), averaged over the rows of
+        weight 1.
 
         Under mixed precision the convolutions run in bf16/fp16; the networks' output layers,
         and so the Q-values and the TD target, stay in fp32 (see :mod:`edgerl.nets`).
         """
+        batch = len(b.obs)
         with self._autocast():
+            if self.joint_forward:
+                both = self.q(torch.cat([b.obs, b.next_obs])).float()
+                q_values, next_q_online = both[:batch], both[batch:].detach()
+            else:
+                q_values = self.q(b.obs).float()
+                next_q_online = None
             with torch.no_grad():
                 next_q_target = self.target(b.next_obs).float()
                 if self.cfg.double:
-                    next_actions = self.q(b.next_obs).argmax(dim=1, keepdim=True)
+                    if next_q_online is None:
+                        next_q_online = self.q(b.next_obs)
+                    next_actions = next_q_online.argmax(dim=1, keepdim=True)
                     next_value = next_q_target.gather(1, next_actions).squeeze(1)
                 else:
                     next_value = next_q_target.max(dim=1).values
-                td_target = b.rewards + self.cfg.gamma * (1.0 - b.dones) * next_value
-            q_values = self.q(b.obs).float()
+                td_target = b.rewards + b.discounts * next_value
             q_taken = q_values.gather(1, b.actions.unsqueeze(1)).squeeze(1)
-            return F.smooth_l1_loss(q_taken, td_target)
+            losses = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+            return (losses * b.weights).sum() / b.weights.sum().clamp(min=1.0)
 
     def _autocast(self) -> Any:
         """The mixed-precision region of the update (a no-op at full precision).
@@ -293,11 +343,11 @@ class LossMeter:
         """A copied learner starts counting afresh (a lock cannot be copied)."""
         return LossMeter(self.device)
 
-    def add(self, loss: torch.Tensor) -> None:
-        """Count one update's loss (the learner's thread)."""
+    def add(self, loss: torch.Tensor, n: int = 1) -> None:
+        """Count the summed loss of ``n`` updates (the learner's thread)."""
         loss = loss.float()
         self._device_sum = loss if self._device_sum is None else self._device_sum + loss
-        self._device_n += 1
+        self._device_n += n
         if not self._cuda or self._device_n >= LOSS_READ_EVERY:
             self._send()
 

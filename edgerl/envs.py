@@ -11,7 +11,11 @@ Both are wrapped in :class:`VecEnv`, which has one contract the trainer relies o
   observation of the next episode and ``final_obs`` holds the last one of the finished episode.
 
 ``send()``/``recv()`` split a step so that emulation (in ALE's threads, without the GIL) overlaps
-with work on the learner.
+with work on the learner. With ``env.batch_size`` below ``env.num_envs`` (Atari only), ALE runs
+asynchronously: ``recv()`` returns the first ``batch_size`` environments to finish, named by
+``Step.env_ids`` (and ``reset_ids`` after a reset), and ``send()`` acts for exactly those, while
+the others go on emulating. A row may then be an environment's first observation after the
+reset (``reset_ids`` names only the first batch).
 
 Made with ``screens=True`` (for recordings), an environment also keeps what a person would see:
 ``screen()`` is the colour screen after the latest reset or step. ALE's vector env hands out only
@@ -112,6 +116,7 @@ class Step(NamedTuple):
     terminated: np.ndarray  # bool
     truncated: np.ndarray  # bool
     final_obs: np.ndarray | None  # rows valid where terminated | truncated
+    env_ids: np.ndarray | None = None  # the environment of each row; None: all, in order
 
 
 def _import_ale() -> Any:
@@ -220,6 +225,7 @@ class VecEnv:
 
     spec: EnvSpec
     num_envs: int
+    reset_ids: np.ndarray | None = None  # the environments of reset()'s rows; None: all
 
     def reset(self, seed: int) -> np.ndarray:
         raise NotImplementedError
@@ -264,6 +270,8 @@ class AleVecEnv(VecEnv):
         from gymnasium.vector import AutoresetMode
 
         threads = cfg.threads or min(cfg.num_envs, os.cpu_count() or 1)
+        batch = cfg.batch_size if 0 < cfg.batch_size < cfg.num_envs else 0
+        self._batched = batch > 0
         common: dict[str, Any] = {
             "num_threads": threads,
             "repeat_action_probability": cfg.repeat_action_probability,
@@ -282,6 +290,7 @@ class AleVecEnv(VecEnv):
             stack_num=FRAME_STACK,
             grayscale=True,
             maxpool=True,
+            batch_size=batch,
             **common,
         )
         # The screen as the emulator drew it at the step's last frame (not max-pooled: a max
@@ -314,7 +323,8 @@ class AleVecEnv(VecEnv):
         )
 
     def reset(self, seed: int) -> np.ndarray:
-        obs, _ = self._env.reset(seed=int(seed))
+        obs, info = self._env.reset(seed=int(seed))
+        self.reset_ids = np.asarray(info["env_id"], dtype=np.int64) if self._batched else None
         if self._screens is not None:
             screens, _ = self._screens.reset(seed=int(seed))
             self._screen, self._final_screen = screens[:, 0], None
@@ -339,7 +349,8 @@ class AleVecEnv(VecEnv):
                 raise RuntimeError("the screen environment left the played one's lockstep")
             self._screen = screens[:, 0]
             self._final_screen = s_info["final_obs"][:, 0] if done.any() else None
-        return Step(obs, rewards.astype(np.float32), terminated, truncated, final)
+        ids = np.asarray(info["env_id"], dtype=np.int64) if self._batched else None
+        return Step(obs, rewards.astype(np.float32), terminated, truncated, final, ids)
 
     def screen(self, index: int = 0, final: bool = False) -> np.ndarray | None:
         shown = self._final_screen if final else self._screen

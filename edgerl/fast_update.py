@@ -3,9 +3,13 @@
 The update is one fixed-shape function over a batch of static shape (``DQN.update_step``), so:
 
 * on CUDA it is captured once as a CUDA graph and replayed: a small network's update is bound by
-  kernel launches, more so on a Jetson's ARM cores. Capture happens before training (capturing
-  later, on the learner thread, would collide with the actor thread's CUDA calls), on a side
-  stream after a few warm-up steps, and the weights and optimizer state are put back afterwards;
+  kernel launches, more so on a Jetson's ARM cores. When the replay lives on the GPU, the graph
+  samples too (:mod:`edgerl.replay_sample` is fixed-shape and never reads back to the host) and
+  holds ``perf.updates_per_launch`` sample-and-update steps, so one launch from the host makes
+  several updates and nothing in between waits for the GPU. Capture happens before training
+  (capturing later, on the learner thread, would collide with the actor thread's CUDA calls), on
+  a side stream after a few warm-up steps, and the weights and optimizer state are put back
+  afterwards;
 * on the CPU ``torch.compile`` is tried only when the run is long enough to repay compiling
   (``perf.compile``), and kept only if it measurably does.
 
@@ -23,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgerl.replay import Batch
+from edgerl.replay_sample import Batch
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +83,46 @@ class FastUpdate:
         self._static: Batch | None = None  # the graph's fixed input buffers
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_loss: torch.Tensor | None = None
+        self._sampling_graph: torch.cuda.CUDAGraph | None = None  # samples and updates K times
+        self._sampling_loss: torch.Tensor | None = None  # the sum of its K losses
 
     @property
     def captured(self) -> bool:
-        return self._graph is not None
+        return self._graph is not None or self._sampling_graph is not None
+
+    @property
+    def sampling(self) -> bool:
+        """A graph that samples its own batches was captured (:meth:`launch`)."""
+        return self._sampling_graph is not None
+
+    def launch(self) -> torch.Tensor:
+        """Replay the sampling graph: its K updates; returns the sum of their losses."""
+        assert self._sampling_graph is not None and self._sampling_loss is not None
+        self._sampling_graph.replay()
+        return self._sampling_loss.clone()  # the next replay overwrites the graph's own
+
+    def prepare_sampling(self, sample: Callable[[], Batch], per_launch: int) -> None:
+        """Capture ``per_launch`` steps, each on a fresh ``sample()``, as one CUDA graph.
+
+        The warm-up steps draw real batches (an empty replay gives batches of weight 0); the
+        weights and Adam state are put back afterwards, as for :meth:`prepare`.
+        """
+        snapshot = self._snapshot()
+
+        def steps(zero_grad: bool = True) -> torch.Tensor:
+            total = self.step(sample(), zero_grad=zero_grad)
+            for _ in range(per_launch - 1):
+                # Zeroed in place: inside the graph the later backwards add to the gradients
+                # the first one wrote.
+                self.optimizer.zero_grad(set_to_none=False)
+                total = total + self.step(sample(), zero_grad=False)
+            return total
+
+        graph, loss = self._capture_fn(steps)
+        self._sampling_graph, self._sampling_loss = graph, loss
+        self._restore(*snapshot, clear_grads=False)
+        torch.cuda.synchronize()
+        log.info("update captured as a CUDA graph: %d sampled updates per launch", per_launch)
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         """One update step on ``batch``; returns the detached loss."""
@@ -105,27 +145,30 @@ class FastUpdate:
             self.maybe_compile(remaining_updates, example)
             return
         snapshot = self._snapshot()
-        self._static = Batch(*(t.clone() for t in example))
-        self._capture()
+        static = self._static = Batch(*(t.clone() for t in example))
+        self._graph, self._graph_loss = self._capture_fn(
+            lambda zero_grad=True: self.step(static, zero_grad=zero_grad)
+        )
         self._restore(*snapshot, clear_grads=False)  # the graph owns its gradients
         torch.cuda.synchronize()
+        log.info("update captured as a CUDA graph")
 
-    def _capture(self) -> None:
-        """Warm up on a side stream (real steps on the static batch), then capture one step."""
-        assert self._static is not None
+    def _capture_fn(
+        self, fn: Callable[..., torch.Tensor]
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """Warm up ``fn`` on a side stream (real steps), then capture one call of it."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(CUDA_GRAPH_WARMUP):
-                self.step(self._static)
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             # The graph's backward writes fresh gradients on every replay: no zero_grad inside.
-            self._graph_loss = self.step(self._static, zero_grad=False)
-        self._graph = graph
-        log.info("update captured as a CUDA graph")
+            loss = fn(zero_grad=False)
+        return graph, loss
 
     def maybe_compile(self, remaining_updates: int, example: Batch) -> bool:
         """``torch.compile`` the CPU update when asked, or when the run is long enough (auto).

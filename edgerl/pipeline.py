@@ -1,94 +1,112 @@
 """How learning runs beside acting: inline (sync) or on a learner thread (async).
 
-A pipeline is given the learner and the replay; the training loop asks it for the Q-values of
-the observations (:meth:`act`), writes transitions inside :meth:`storing`, and calls
+A pipeline is given the learner, the replay and the :class:`~edgerl.actor.Actor`; the training
+loop asks it for actions (:meth:`act`), writes transitions to the replay itself, and calls
 :meth:`after_step` with the env step count. Both pipelines keep the replay ratio exact: the
-learner makes exactly the updates :meth:`DQN.updates_due` asks for, whatever ``env.num_envs`` is.
+learner makes exactly the updates :meth:`DQN.updates_due` asks for, whatever ``env.num_envs`` is,
+in groups of ``perf.updates_per_launch`` (one CUDA graph launch each) with the remainder made at
+the end of the run.
 
 ``SyncLearning`` (``perf.pipeline = "sync"``) makes the updates due after every vector step, on
-the actor's thread: the plain loop, deterministic for a given seed.
+the actor's thread: the plain loop, deterministic for a given seed on the CPU.
 
 ``AsyncLearning`` (``perf.pipeline = "async"``) runs the updates on a learner thread while the actor
 steps the environments (ALE's threads) and picks actions; PyTorch releases the GIL inside its
-kernels, so both make progress. The actor acts with its own copy of the network, refreshed whenever
-the learner is ``perf.max_policy_lag`` updates ahead of it, and it waits when it is more than
-``perf.max_ahead`` updates ahead of the learner, so acting never runs away from learning. What is
-not deterministic in async mode: which transitions a sample sees (the actor may have added up to
-``max_ahead * train_freq`` more steps) and which weights pick each action (up to
-``max_policy_lag`` updates old) depend on thread timing.
+kernels, so both make progress. Nothing the actor does waits for the learner's GPU work:
 
-On CUDA the actor works on a CUDA stream of its own, with its observations copied through pinned
-memory, so that its copies and forward passes never queue behind the learner's updates on the
-default stream. Where the two meet, CUDA events order the GPU work: the actor's forward waits for
-the newest published weights, the learner's sample waits for the actor's replay writes, and the
-actor's next replay write waits for the learner's last sample to have been gathered.
+* the learner samples the replay on the GPU while the actor writes it, without a lock or an event:
+  it leaves the slots next to the actor's writes alone (a guard gap, :mod:`edgerl.replay`);
+* the actor acts with a copy of the weights the learner refreshes once it is
+  ``perf.max_policy_lag`` updates behind, double-buffered (:class:`~edgerl.actor.ActorWeights`):
+  the learner never writes the copy in use and the actor switches to a new copy at its next step
+  once the copy is done (an event query), so the weights that pick an action are at most
+  ``max_policy_lag + max_ahead`` updates old;
+* the actor works on a CUDA stream of its own, at higher priority than the learner's.
+
+The only wait is flow control: acting pauses when it is more than ``perf.max_ahead`` updates
+ahead of learning, so acting never runs away from learning; the learner keeps at most
+:data:`MAX_QUEUED_LAUNCHES` launches queued on the GPU (it waits for its own work, holding no
+lock), so the updates it has counted are the ones the GPU is doing. What is not deterministic in
+async mode: which transitions a sample sees and which weights pick each action depend on timing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
+from edgerl.actor import Actor
 from edgerl.config import PerfConfig
 from edgerl.dqn import DQN
-from edgerl.replay import Batch, ReplayBuffer
+from edgerl.replay import ReplayBuffer
 
 log = logging.getLogger(__name__)
 
-
-class _Observations:
-    """The actor's observations on the learner's device; through pinned memory on CUDA, so the
-    copy is asynchronous on the actor's stream. Reused only after the actor has read back the
-    previous forward pass, which waits for the previous copy too."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._pinned: torch.Tensor | None = None
-
-    def to_device(self, obs: np.ndarray) -> torch.Tensor:
-        if self.device.type != "cuda":
-            return torch.as_tensor(obs, device=self.device)
-        if self._pinned is None or tuple(self._pinned.shape) != obs.shape:
-            self._pinned = torch.empty(obs.shape, dtype=getattr(torch, obs.dtype.name)).pin_memory()
-        self._pinned.numpy()[...] = obs
-        return self._pinned.to(self.device, non_blocking=True)
+MAX_QUEUED_LAUNCHES = 3
+AUTO_PER_LAUNCH = 4  # a CUDA-graph launch costs the host tens of microseconds: share it
 
 
-def q_values_on_host(net: nn.Module, x: torch.Tensor) -> np.ndarray:
-    """Q-values of ``x`` as a host array (one small device-to-host copy)."""
-    with torch.no_grad():
-        return net(x).float().cpu().numpy()
+def resolve_updates_per_launch(
+    setting: int, graph_samples: bool, target_period: int, max_ahead: int
+) -> int:
+    """``perf.updates_per_launch``: auto is :data:`AUTO_PER_LAUNCH` where the learner's CUDA
+    graph samples its own batches (the largest number up to it that divides the target period,
+    so target syncs fall between launches, and that ``perf.max_ahead`` allows), else 1."""
+    if setting > 0:
+        return setting
+    if not graph_samples:
+        return 1
+    k = min(AUTO_PER_LAUNCH, max_ahead)
+    while k > 1 and target_period % k:
+        k -= 1
+    return k
 
 
-class SyncLearning:
+class _Pipeline:
+    """What both pipelines share: acting, timing the learner, the pending step."""
+
+    mode = ""
+
+    def __init__(self, learner: DQN, replay: ReplayBuffer, actor: Actor) -> None:
+        self.learner = learner
+        self.replay = replay
+        self.actor = actor
+        self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
+        self.host_s = 0.0  # CPU seconds of the thread making those calls
+        self._step = 0
+
+    def act(
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``."""
+        return self.actor.act(obs, epsilon, shown)
+
+    def context(self) -> Any:
+        """Where the training loop's GPU work goes (the actor's stream)."""
+        return self.actor.context()
+
+    def _learn(self, step: int, n: int) -> None:
+        started, cpu = time.perf_counter(), time.thread_time()
+        self.learner.learn(self.replay, step, n)
+        self.busy_s += time.perf_counter() - started
+        self.host_s += time.thread_time() - cpu
+
+    def _owed(self, step: int) -> int:
+        return self.learner.updates_due(step) - self.learner.updates
+
+
+class SyncLearning(_Pipeline):
     """Updates inline after each vector step."""
 
     mode = "sync"
-
-    def __init__(self, learner: DQN, replay: ReplayBuffer) -> None:
-        self.learner = learner
-        self.replay = replay
-        self.busy_s = 0.0  # seconds spent in updates (edgerl bench reads it)
-        self._obs = _Observations(learner.device)
-        self._step = 0
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """The Q-values of ``obs`` (host array, float32) with the learner's network."""
-        return q_values_on_host(self.learner.q, self._obs.to_device(obs))
-
-    @contextlib.contextmanager
-    def storing(self) -> Iterator[ReplayBuffer]:
-        """The replay, to write transitions to."""
-        yield self.replay
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -99,106 +117,72 @@ class SyncLearning:
         pass
 
     def after_step(self, step: int) -> None:
-        """Make the updates due at env step ``step``."""
+        """Make the updates due at env step ``step`` (whole launches; the rest waits)."""
         self._step = step
-        started = time.perf_counter()
-        while self.learner.updates < self.learner.updates_due(step):
-            self.learner.learn(self.replay, step)
-        self.busy_s += time.perf_counter() - started
+        owed = self._owed(step)
+        n = owed - owed % self.learner.per_launch
+        if n > 0:
+            self._learn(step, n)
 
     def interrupt(self) -> None:
         """Stop waiting (a stop was requested); nothing waits here."""
 
     def finish(self, drain: bool) -> None:
-        """End learning: with ``drain``, after the updates still due."""
-        if drain:
-            self.after_step(self._step)
+        """End learning: with ``drain``, after every update still due."""
+        owed = self._owed(self._step)
+        if drain and owed > 0:
+            self._learn(self._step, owed)
         self.learner.losses.flush()
 
     def check(self) -> None:
         pass
 
 
-class _GuardedReplay:
-    """The replay as the learner thread sees it: sampling under the replay lock, ordered after
-    the actor's writes on the GPU."""
-
-    def __init__(self, pipeline: AsyncLearning) -> None:
-        self.p = pipeline
-
-    def sample(self, batch_size: int) -> Batch:
-        p = self.p
-        with p.replay_lock:
-            if p.cuda:
-                torch.cuda.current_stream().wait_event(p.written)
-            batch = p.replay.sample(batch_size)
-            if p.cuda:
-                p.sampled.record()
-        return batch
-
-
-class AsyncLearning:
+class AsyncLearning(_Pipeline):
     """A learner thread beside the actor; see the module docstring."""
 
     mode = "async"
 
-    def __init__(self, learner: DQN, replay: ReplayBuffer, perf: PerfConfig) -> None:
-        self.learner = learner
-        self.replay = replay
+    def __init__(self, learner: DQN, replay: ReplayBuffer, actor: Actor, perf: PerfConfig) -> None:
+        super().__init__(learner, replay, actor)
+        replay.set_guard(True)
+        self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
         self.max_ahead = perf.max_ahead
         self.cond = threading.Condition()
-        self.replay_lock = threading.Lock()
-        self._weights_lock = threading.Lock()
-        self._update_lock = threading.Lock()
-        self.actor_net = copy.deepcopy(learner.q).eval().requires_grad_(False)
-        self.actor_version = learner.updates
+        self._update_lock = threading.Lock()  # held while launching updates, never across a wait
         self.max_lag_seen = 0
         self.max_ahead_seen = 0
-        self.busy_s = 0.0  # seconds spent in updates (edgerl bench reads it)
         self.error: BaseException | None = None
         self.cuda = learner.device.type == "cuda"
-        if self.cuda:
-            self.actor_stream = torch.cuda.Stream()
-            self.published = torch.cuda.Event()  # the actor's weights were last copied
-            self.written = torch.cuda.Event()  # the actor's last replay write
-            self.sampled = torch.cuda.Event()  # the learner's last sample was gathered
-        self._obs = _Observations(learner.device)
-        self._sampler = _GuardedReplay(self)
-        self._step = 0
+        self.stream = torch.cuda.Stream() if self.cuda else None
+        self._launched: deque[Any] = deque()
         self._stop = False
         self._drain = False
         self._interrupted = False
         self._actor_threads = 0
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
-    def _actor_stream(self) -> Any:
-        return torch.cuda.stream(self.actor_stream) if self.cuda else contextlib.nullcontext()
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """The Q-values of ``obs`` (host array) with the actor's copy of the network."""
-        with self._weights_lock, self._actor_stream():
-            if self.cuda:
-                self.actor_stream.wait_event(self.published)
-            return q_values_on_host(self.actor_net, self._obs.to_device(obs))
-
-    @contextlib.contextmanager
-    def storing(self) -> Iterator[ReplayBuffer]:
-        """The replay, to write transitions to, under the replay lock (on the actor's stream)."""
-        with self.replay_lock, self._actor_stream():
-            if self.cuda:
-                self.actor_stream.wait_event(self.sampled)
-            yield self.replay
-            if self.cuda:
-                self.written.record(self.actor_stream)
+    def act(
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Epsilon-greedy actions with the actor's weights; records how many updates old they
+        were (:attr:`max_lag_seen`)."""
+        out = self.actor.act(obs, epsilon, shown)
+        self.max_lag_seen = max(self.max_lag_seen, self.learner.updates - self.weights.version)
+        return out
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
+        """No update is launched inside, and the caller's stream runs after every one launched
+        (a wait on the GPU): what the caller reads of the learner is consistent."""
         with self._update_lock:
+            if self.stream is not None:
+                torch.cuda.current_stream().wait_stream(self.stream)
             yield
 
     def start(self) -> None:
-        if self.learner.device.type == "cpu":
+        if not self.cuda:
             # OpenMP's thread count is per thread: the actor's small batched forward runs on one
             # thread and opens no parallel region of its own. That does not stop it slowing the
             # learner (its core is taken from the learner's team), which is why async loses to
@@ -207,41 +191,37 @@ class AsyncLearning:
             torch.set_num_threads(1)
         self._thread.start()
 
-    def _publish_weights(self) -> None:
-        """Copy the learner's weights into the actor's network (in place, on the learner's
-        stream; the actor's next forward waits for the copy through ``published``)."""
-        with self._weights_lock, torch.no_grad():
-            for a, q in zip(self.actor_net.parameters(), self.learner.q.parameters(), strict=True):
-                a.copy_(q)
-            if self.cuda:
-                self.published.record()
-            self.actor_version = self.learner.updates
-
-    def _due(self) -> int:
-        return self.learner.updates_due(self._step)
+    def _wait_for_work(self) -> tuple[int, int] | None:
+        """(step, updates to make) once a launch is due, or None when told to stop."""
+        k = self.learner.per_launch
+        with self.cond:
+            while self._owed(self._step) < k and not self._stop:
+                self.cond.wait(0.05)
+            owed = self._owed(self._step)
+            if self._stop and (not self._drain or owed <= 0):
+                return None
+            return self._step, min(k, owed)  # a remainder only when draining
 
     def _run(self) -> None:
-        learner = self.learner
-        if self.learner.device.type == "cpu":
+        if not self.cuda:
             torch.set_num_threads(self._actor_threads)  # the learner keeps every core
+        stream = torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
         try:
-            while True:
-                with self.cond:
-                    while learner.updates >= self._due() and not self._stop:
-                        self.cond.wait(0.05)
-                    if self._stop and (not self._drain or learner.updates >= self._due()):
-                        return
-                    step = self._step
-                started = time.perf_counter()
-                with self._update_lock:
-                    learner.learn(self._sampler, step)
-                self.busy_s += time.perf_counter() - started
-                lag = learner.updates - self.actor_version
-                self.max_lag_seen = max(self.max_lag_seen, lag)
-                if lag >= self.max_policy_lag:
-                    self._publish_weights()
-                with self.cond:
-                    self.cond.notify_all()
+            with stream:
+                while (work := self._wait_for_work()) is not None:
+                    step, n = work
+                    with self._update_lock:
+                        self._learn(step, n)
+                        if self.cuda:
+                            launched = torch.cuda.Event()
+                            launched.record()
+                            self._launched.append(launched)
+                    while len(self._launched) > MAX_QUEUED_LAUNCHES:
+                        self._launched.popleft().synchronize()  # our own work, no lock held
+                    if self.learner.updates - self.weights.version >= self.max_policy_lag:
+                        self.weights.publish(self.learner.updates)
+                    with self.cond:
+                        self.cond.notify_all()
         except BaseException as e:  # handed to the actor's thread, which raises it
             self.error = e
             with self.cond:
@@ -249,17 +229,14 @@ class AsyncLearning:
 
     def after_step(self, step: int) -> None:
         """Wake the learner; wait while the actor is more than ``max_ahead`` updates ahead."""
-        learner = self.learner
         with self.cond:
             self._step = step
             self.cond.notify_all()
             while (
-                self._due() - learner.updates > self.max_ahead
-                and self.error is None
-                and not self._interrupted
+                self._owed(step) > self.max_ahead and self.error is None and not self._interrupted
             ):
                 self.cond.wait(0.05)
-            self.max_ahead_seen = max(self.max_ahead_seen, self._due() - learner.updates)
+            self.max_ahead_seen = max(self.max_ahead_seen, self._owed(step))
         self.check()
 
     def interrupt(self) -> None:
@@ -276,10 +253,10 @@ class AsyncLearning:
         if self._actor_threads:
             torch.set_num_threads(self._actor_threads)
             self._actor_threads = 0
-        self._publish_weights()
-        self.learner.losses.flush()
         if self.cuda:
             torch.cuda.synchronize()
+        self.weights.sync(self.learner.updates)
+        self.learner.losses.flush()
         self.check()
 
     def check(self) -> None:
@@ -304,8 +281,14 @@ def resolve_pipeline(setting: str, device: torch.device) -> str:
     return "async" if device.type == "cuda" else "sync"
 
 
-def make_learning(perf: PerfConfig, learner: DQN, replay: ReplayBuffer) -> Learning:
-    """The pipeline ``perf.pipeline`` asks for on the learner's device."""
+def make_learning(perf: PerfConfig, learner: DQN, replay: ReplayBuffer, actor: Actor) -> Learning:
+    """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
+    double-buffered weights for async, see :func:`wants_double_weights`)."""
     if resolve_pipeline(perf.pipeline, learner.device) == "async":
-        return AsyncLearning(learner, replay, perf)
-    return SyncLearning(learner, replay)
+        return AsyncLearning(learner, replay, actor, perf)
+    return SyncLearning(learner, replay, actor)
+
+
+def wants_double_weights(perf: PerfConfig, device: torch.device) -> bool:
+    """Whether the actor needs weights of its own (the async pipeline)."""
+    return resolve_pipeline(perf.pipeline, device) == "async"

@@ -1,239 +1,82 @@
-"""Experience replay that stores each Atari frame once and rebuilds frame stacks at sample time.
+"""Experience replay that stores each Atari frame once and samples on the learner's device.
 
 A stacked layout keeps 4 frames for ``obs`` and 4 for ``next_obs``: 56 KB per transition at 84x84
-(28 KB with the usual next-obs sharing). Here each environment writes its own time-ordered stream of
+(28 KB with the usual next-obs sharing). Here each environment writes its own time-ordered ring of
 *items* (the newest frame of each observation, or the whole vector for vector observations); one
 slot holds an item and the transition taken from it, and the next observation is the next slot.
 A transition costs one 84x84 frame plus 6 bytes: about 7 KB.
 
 Stacks never reach across an episode start: frames older than an episode's first observation are
 zeros, exactly as the environment shows them to the actor. An episode's last observation (the one
-its final step led to) gets a slot of its own that starts no transition.
+its final step led to) gets a slot of its own that starts no transition. Slot flags (FIRST, VALID,
+TERMINAL) and the sampler, with its n-step returns, are in :mod:`edgerl.replay_sample`.
 
-Slot flags:
-    FIRST     the item is the first observation of an episode
-    VALID     the slot's transition is complete (its next observation is in the next slot)
-    TERMINAL  that transition ended the episode by termination (no bootstrapping)
-
-Frames live on the learner's device by default (on a Jetson, memory is shared, so nothing is
-copied; on a desktop GPU it saves the host-to-device copy of every batch): gathering and stacking
-are tensor ops on that device. Indices, actions, rewards and flags live on the host, where the
-sampler draws and checks indices without a device synchronisation; only the indices (a few hundred
-bytes) travel. With ``replay.device = "cpu"`` and a GPU learner, batches go through pinned memory.
+Where things live: everything the sampler reads (frames, actions, rewards, flags and the write
+positions) is on the replay's device, by default the learner's (on a Jetson memory is shared; on a
+desktop GPU nothing crosses per batch), so sampling needs no host synchronisation and is captured
+in the learner's CUDA graph. The actor, the only writer, keeps the small per-slot arrays on the
+host as well (6 bytes a slot), where it computes each write with a few vectorised numpy
+operations; the replay store saves from them. On the CPU the sampler's tensors *are* those host
+arrays. On CUDA one vector step is one packed copy: its frames and a few int32 of slot updates go
+through a ring of pinned staging buffers (a buffer is reused once its copy has landed, checked
+with an event query) and are scattered on the device. Writes are the environments' env ids, so a
+subset of environments (ALE's async batches) can be written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+import hashlib
+import logging
+from typing import Any
 
 import numpy as np
 import torch
 
-from edgerl.device import indexed, integrated_gpu
+from edgerl.device import indexed
 from edgerl.envs import EnvSpec
-from edgerl.errors import DeviceError, EnvMemoryError, ReplayMemoryError
+from edgerl.replay_memory import action_dtype, available_memory, plan_memory
+from edgerl.replay_sample import FIRST, TERMINAL, VALID, Batch, SampleSpec, Storage, sample
 
-FIRST = np.uint8(1)
-VALID = np.uint8(2)
-TERMINAL = np.uint8(4)
+log = logging.getLogger(__name__)
 
-# Share of the available memory the replay may take; the rest is for the process, torch and the OS.
-MEMORY_SHARE = 0.8
-# Host memory one environment costs. Measured as the growth of the process's RSS (psutil) around
-# building N environments with envs.make_env, resetting them and taking 3 steps, on x86-64 with
-# ale-py 0.12.1 and gymnasium 1.4.0: ALE's AtariVectorEnv (Pong, 84x84, 4 stacked frames) grew
-# 1,551 KiB per env at 32 envs and 1,560 KiB at 128; gymnasium's SyncVectorEnv of CartPole-v1
-# 4.4 KiB per env at 2,000 and 8,000. Rounded up for games and ids with more state than these.
-ATARI_ENV_BYTES = 1792 << 10
-VECTOR_ENV_BYTES = 16 << 10
+STAGING_DEPTH = 4  # pinned staging buffers on CUDA: a copy lands long before its buffer comes round
+# Slots the asynchronous learner leaves alone on each side of an environment's head. The actor
+# writes one or two slots per environment per step; the learner's reads of one launch take a few
+# milliseconds on the GPU, a handful of actor steps at most.
+ASYNC_GUARD = 64
 
 
-class Batch(NamedTuple):
-    """A sampled minibatch, on the learner's device."""
+class _Staging:
+    """Pinned host buffers for the actor's packed copies, used round-robin."""
 
-    obs: torch.Tensor  # (B, *obs_shape) uint8 frames or float32 vectors
-    actions: torch.Tensor  # (B,) int64
-    rewards: torch.Tensor  # (B,) float32, as stored (clipped for Atari)
-    next_obs: torch.Tensor
-    dones: torch.Tensor  # (B,) float32: 1.0 where the episode terminated
+    def __init__(self, nbytes: int, depth: int = STAGING_DEPTH) -> None:
+        self.buffers = [
+            torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(depth)
+        ]
+        self.events = [torch.cuda.Event() for _ in range(depth)]
+        self.used = [False] * depth
+        self.next = 0
+        self.waits = 0  # times a buffer's previous copy had not landed yet (the actor waited)
 
+    def take(self) -> tuple[torch.Tensor, int]:
+        i = self.next
+        self.next = (i + 1) % len(self.buffers)
+        if self.used[i] and not self.events[i].query():
+            self.waits += 1
+            self.events[i].synchronize()
+        return self.buffers[i], i
 
-def example_batch(
-    spec: EnvSpec, batch_size: int, device: torch.device, random: bool = False
-) -> Batch:
-    """A batch of the training shape on ``device``, to prepare or time the update before
-    training: zeros, or (``random``) random frames/0-1 vectors, actions and rewards, which draw
-    from torch's global RNG."""
-    b = batch_size
-    dtype = getattr(torch, spec.obs_dtype)
-    if random:
-        high = 255 if spec.has_frames else 1
-        obs = torch.randint(0, high + 1, (b, *spec.obs_shape), device=device).to(dtype)
-        actions = torch.randint(0, spec.num_actions, (b,), device=device)
-        rewards = torch.randn(b, device=device)
-    else:
-        obs = torch.zeros((b, *spec.obs_shape), dtype=dtype, device=device)
-        actions = torch.zeros(b, dtype=torch.int64, device=device)
-        rewards = torch.zeros(b, device=device)
-    return Batch(obs, actions, rewards, obs.clone(), torch.zeros(b, device=device))
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.3 GiB``: a size the way a user reads it (errors, `edgerl doctor`)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """What a replay of ``capacity`` transitions costs and whether it fits."""
-
-    capacity: int
-    bytes_per_transition: int
-    total_bytes: int
-    available_bytes: int
-    where: str
-
-    @property
-    def usable_bytes(self) -> int:
-        return int(self.available_bytes * MEMORY_SHARE)
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.usable_bytes
-
-    @property
-    def max_capacity(self) -> int:
-        return self.usable_bytes // self.bytes_per_transition
-
-    def check(self) -> None:
-        """Raise ReplayMemoryError with what to change if the replay does not fit."""
-        if self.fits:
-            return
-        raise ReplayMemoryError(
-            f"replay.capacity={self.capacity:,} needs {fmt_bytes(self.total_bytes)} "
-            f"({self.bytes_per_transition:,} bytes per transition) but only "
-            f"{fmt_bytes(self.available_bytes)} of {self.where} memory is available, of which "
-            f"edgerl uses at most {MEMORY_SHARE:.0%}; set replay.capacity to at most "
-            f"{self.max_capacity:,}"
-        )
-
-
-def bytes_per_env(spec: EnvSpec) -> int:
-    """Host memory one environment of ``spec`` costs (see :data:`ATARI_ENV_BYTES`)."""
-    return ATARI_ENV_BYTES if spec.has_frames else VECTOR_ENV_BYTES
-
-
-@dataclass(frozen=True)
-class EnvMemoryPlan:
-    """What ``num_envs`` environments cost in host memory, beside the replay if it is there."""
-
-    num_envs: int
-    bytes_per_env: int
-    available_bytes: int  # host memory available
-    replay_bytes: int  # the replay's share of that host memory (0 when it lives on a GPU)
-
-    @property
-    def total_bytes(self) -> int:
-        return self.num_envs * self.bytes_per_env
-
-    @property
-    def usable_bytes(self) -> int:
-        return int(self.available_bytes * MEMORY_SHARE) - self.replay_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.usable_bytes
-
-    @property
-    def max_num_envs(self) -> int:
-        return max(0, self.usable_bytes // self.bytes_per_env)
-
-    def check(self) -> None:
-        """Raise EnvMemoryError with the largest env.num_envs that fits, if these do not."""
-        if self.fits:
-            return
-        replay = fmt_bytes(self.replay_bytes)
-        beside = f" beside the replay's {replay}" if self.replay_bytes else ""
-        fix = (
-            f"set env.num_envs to at most {self.max_num_envs:,}"
-            if self.max_num_envs
-            else "lower replay.capacity first"
-        )
-        raise EnvMemoryError(
-            f"env.num_envs={self.num_envs:,} needs about {fmt_bytes(self.total_bytes)} of host "
-            f"memory for the environments ({fmt_bytes(self.bytes_per_env)} each){beside}, but "
-            f"only {fmt_bytes(self.available_bytes)} is available, of which edgerl uses at most "
-            f"{MEMORY_SHARE:.0%}; {fix}"
-        )
-
-
-def plan_env_memory(
-    spec: EnvSpec, num_envs: int, available_host_bytes: int, replay_host_bytes: int = 0
-) -> EnvMemoryPlan:
-    """The host-memory plan for ``num_envs`` environments of ``spec``."""
-    return EnvMemoryPlan(num_envs, bytes_per_env(spec), available_host_bytes, replay_host_bytes)
-
-
-def check_env_memory(
-    spec: EnvSpec, num_envs: int, replay_plan: MemoryPlan, replay_device: torch.device
-) -> None:
-    """Refuse more environments than host memory holds (beside a host replay), before
-    building any: too many would swap the board or get the trainer killed."""
-    host = replay_device.type == "cpu"
-    available = replay_plan.available_bytes if host else available_memory(torch.device("cpu"))[0]
-    # A Jetson's GPU memory is the host's: a replay "on the GPU" takes from the same pool.
-    shared = host or integrated_gpu(replay_device)
-    replay_bytes = replay_plan.total_bytes if shared else 0
-    plan_env_memory(spec, num_envs, available, replay_bytes).check()
-
-
-def _action_dtype(num_actions: int) -> np.dtype[Any]:
-    return np.dtype(np.uint8) if num_actions <= 256 else np.dtype(np.int32)
-
-
-def bytes_per_transition(spec: EnvSpec) -> int:
-    """Bytes one stored transition costs: one item, its action, reward and flags."""
-    item = int(np.prod(spec.item_shape)) * np.dtype(spec.obs_dtype).itemsize
-    return item + _action_dtype(spec.num_actions).itemsize + 4 + 1
-
-
-def available_memory(device: torch.device) -> tuple[int, str]:
-    """Free memory on ``device`` in bytes and a word for it ("host" or "GPU").
-
-    Raises DeviceError (one sentence) when the GPU cannot be queried.
-    """
-    if device.type == "cuda":
-        # An explicit index: torch before 2.5 raises ValueError for a device without one.
-        try:
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            free, _ = torch.cuda.mem_get_info(index)
-        except Exception as e:  # a driver problem must be a sentence, not a traceback
-            raise DeviceError(
-                f"cannot read the free memory of the CUDA GPU ({type(e).__name__}: {e}); "
-                "check it with edgerl doctor, or use perf.device=cpu"
-            ) from None
-        return int(free), "GPU"
-    import psutil
-
-    return int(psutil.virtual_memory().available), "host"
-
-
-def plan_memory(spec: EnvSpec, capacity: int, available_bytes: int, where: str) -> MemoryPlan:
-    """The memory plan for ``capacity`` transitions of ``spec`` against ``available_bytes``."""
-    per = bytes_per_transition(spec)
-    return MemoryPlan(capacity, per, per * capacity, available_bytes, where)
+    def sent(self, i: int) -> None:
+        self.events[i].record()  # on the current stream, after the copy that reads buffer i
+        self.used[i] = True
 
 
 class ReplayBuffer:
     """Frame-deduplicated circular replay for ``num_envs`` interleaved environments.
 
     Call :meth:`add_first` with the observations after a reset, then :meth:`add` after every
-    vector step. Raises ReplayMemoryError at construction if it would not fit in memory.
+    vector step. ``n_step`` and ``gamma`` shape the returns :meth:`sample` computes. Raises
+    ReplayMemoryError at construction if it would not fit in memory.
     """
 
     def __init__(
@@ -245,6 +88,8 @@ class ReplayBuffer:
         seed: int = 0,
         available_bytes: int | None = None,
         out_device: torch.device | str | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         self.device = indexed(device)
         # Where batches go: the learner's device. Host storage feeding a GPU goes through pinned
@@ -264,12 +109,16 @@ class ReplayBuffer:
         self.num_envs = num_envs
         self.slots = capacity // num_envs
         self.capacity = self.slots * num_envs
+        self.n_step = n_step
+        self.gamma = gamma
+        self.guard = 0  # see set_guard
         # Filled now so the memory is committed at start, not hours into a run.
-        self.items = torch.empty(
+        self.items = torch.zeros(
             (num_envs, self.slots, *item_shape), dtype=item_dtype, device=self.device
         )
         self.items.fill_(0)
-        self.actions = np.zeros((num_envs, self.slots), dtype=_action_dtype(spec.num_actions))
+        # The actor's host arrays (see the module docstring).
+        self.actions = np.zeros((num_envs, self.slots), dtype=action_dtype(spec.num_actions))
         self.rewards = np.zeros((num_envs, self.slots), dtype=np.float32)
         self.flags = np.zeros((num_envs, self.slots), dtype=np.uint8)
         self.head = np.zeros(num_envs, dtype=np.int64)  # next slot to write, per env
@@ -278,67 +127,71 @@ class ReplayBuffer:
         # come round to a slot it is still copying (see replay_store.py).
         self.written = np.zeros(num_envs, dtype=np.int64)
         self.valid = 0  # complete transitions stored
-        self.rng = np.random.default_rng(seed)
-        self._envs = np.arange(num_envs)
-        self._staging: torch.Tensor | None = None
-        self._staged: Any = None  # the CUDA event of the staging buffer's last copy
-        if self.device.type == "cuda":
-            self._staging = torch.empty((num_envs, *item_shape), dtype=item_dtype, pin_memory=True)
-        self._offsets = np.arange(stack - 1, -1, -1)  # oldest frame first
+        self._all = np.arange(num_envs)
+        self._cuda = self.device.type == "cuda"
+        self.storage = self._make_storage()
+        self._staging: _Staging | None = None
+        if self._cuda:
+            self._item_bytes = int(np.prod(item_shape)) * self.items.element_size()
+            # Frames of up to two slots per environment, then up to 10 int32 per environment.
+            self._staging = _Staging(2 * num_envs * self._item_bytes + 8 + 40 * num_envs)
+        self._item_np_dtype = np.dtype(spec.obs_dtype)
+        # Sampling draws from a generator of its own on the CPU (a sync run is deterministic);
+        # on CUDA from the default generator, the one a CUDA graph can capture.
+        self.generator: torch.Generator | None = None
+        if not self._cuda:
+            self.generator = torch.Generator().manual_seed(seed)
+        self._sample_spec = SampleSpec(1, stack, n_step, gamma)
+
+    def _make_storage(self) -> Storage:
+        if not self._cuda:
+            return Storage(
+                self.items,
+                torch.from_numpy(self.actions),
+                torch.from_numpy(self.rewards),
+                torch.from_numpy(self.flags),
+                torch.from_numpy(self.head),
+                torch.from_numpy(self.count),
+            )
+        d = self.device
+        return Storage(
+            self.items,
+            torch.as_tensor(self.actions, device=d),
+            torch.as_tensor(self.rewards, device=d),
+            torch.as_tensor(self.flags, device=d),
+            torch.as_tensor(self.head, device=d),
+            torch.as_tensor(self.count, device=d),
+        )
 
     def __len__(self) -> int:
-        """The number of complete transitions that can be sampled (about)."""
+        """The number of complete transitions stored (about)."""
         return self.valid
 
     @property
     def nbytes(self) -> int:
         return self.plan.total_bytes
 
+    @property
+    def host_waits(self) -> int:
+        """Times a write waited for an earlier copy to land (CUDA; 0 elsewhere)."""
+        return self._staging.waits if self._staging is not None else 0
+
+    def set_guard(self, on: bool) -> None:
+        """Leave the slots next to the actor's writes alone when sampling (a learner that reads
+        while the actor writes, without locks); at most an eighth of a ring."""
+        self.guard = min(ASYNC_GUARD, self.slots // 8) if on else 0
+
     def _item(self, obs: np.ndarray) -> np.ndarray:
         return obs[:, -1] if self.stack > 1 else obs
 
-    def _on_device(self, items: np.ndarray) -> torch.Tensor:
-        """``items`` on the storage device. On CUDA through a pinned staging buffer: the copy is
-        asynchronous on the current stream (the actor's, in the async pipeline) instead of a
-        pageable copy; the buffer is reused only once its previous copy has landed."""
-        if self._staging is None:
-            return torch.as_tensor(items, device=self.device)
-        if self._staged is not None:
-            self._staged.synchronize()
-        staging = self._staging[: len(items)]
-        staging.numpy()[...] = items
-        on_device = staging.to(self.device, non_blocking=True)
-        self._staged = torch.cuda.Event()
-        self._staged.record()
-        return on_device
+    # ---------------------------------------------------------------------------------- writes
 
-    def _host_to_device(self, *arrays: np.ndarray) -> list[torch.Tensor]:
-        """Small host arrays (indices, masks, per-transition values) on the storage device.
-
-        On CUDA through pinned memory and asynchronous copies: PyTorch synchronises the stream for
-        a copy from pageable memory (and for CPU indices into a CUDA tensor), so every sample
-        would wait for all the updates queued before it and the learner could never run ahead of
-        the GPU. Pinned blocks come from PyTorch's caching host allocator, which reuses a block
-        only once the copy that read it has completed.
-        """
-        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-        if self.device.type != "cuda":
-            return tensors
-        return [t.pin_memory().to(self.device, non_blocking=True) for t in tensors]
-
-    def _write(self, envs: np.ndarray, items: np.ndarray, flags: np.uint8) -> None:
-        slot = self.head[envs]
-        self.written[envs] += 1  # before the write: a concurrent copy sees it coming
-        self.valid -= int(np.count_nonzero(self.flags[envs, slot] & VALID))
-        env_t, slot_t = self._host_to_device(envs, slot)
-        self.items[env_t, slot_t] = self._on_device(items)
-        self.flags[envs, slot] = flags
-        self.head[envs] = (slot + 1) % self.slots
-        self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
-
-    def add_first(self, obs: np.ndarray) -> None:
-        """Record the first observation of every environment (after a reset)."""
-        self._write(self._envs, self._item(obs), FIRST)
+    def add_first(self, obs: np.ndarray, envs: np.ndarray | None = None) -> None:
+        """Record the first observation of every environment (or of ``envs``) after a reset."""
+        envs = self._all if envs is None else np.asarray(envs)
+        h = self.head[envs]
+        self._advance(envs, h, FIRST)
+        self._store(envs, h, (self._item(obs),), None)
 
     def add(
         self,
@@ -348,81 +201,168 @@ class ReplayBuffer:
         truncated: np.ndarray,
         next_obs: np.ndarray,
         final_obs: np.ndarray | None,
+        envs: np.ndarray | None = None,
     ) -> None:
-        """Record one vector step: the action taken in every environment and what followed.
+        """Record one vector step: the action taken in every environment (or in ``envs``, the
+        env ids the rows belong to) and what followed.
 
         ``next_obs`` is what the environments returned: for an environment whose episode ended it is
         already the next episode's first observation, and ``final_obs`` holds the last one.
         """
-        envs = self._envs
-        cur = (self.head - 1) % self.slots
+        envs = self._all if envs is None else np.asarray(envs)
+        h = self.head[envs]
+        cur = h - 1
+        cur[cur < 0] += self.slots
+        cur_flags = (
+            self.flags[envs, cur] | VALID | (np.asarray(terminated) * TERMINAL).astype(np.uint8)
+        )
+        self.flags[envs, cur] = cur_flags
         self.actions[envs, cur] = actions
         self.rewards[envs, cur] = rewards
-        self.flags[envs, cur] |= VALID | np.where(terminated, TERMINAL, 0).astype(np.uint8)
-        self.valid += self.num_envs
-        done = np.asarray(terminated) | np.asarray(truncated)
+        self.valid += len(envs)
+        done = np.logical_or(terminated, truncated)
+        item = self._item(next_obs)
+        updates = (envs, cur, cur_flags, actions, rewards)
         if not done.any():
-            self._write(envs, self._item(next_obs), np.uint8(0))
+            self._advance(envs, h, 0)
+            self._store(envs, h, (item,), updates)
             return
         if final_obs is None:
             raise ValueError("final_obs is required when an episode ends")
-        last = np.where(done.reshape((-1,) + (1,) * (next_obs.ndim - 1)), final_obs, next_obs)
-        self._write(envs, self._item(last), np.uint8(0))
+        # An ended environment writes two slots: the final observation of its episode (which
+        # starts no transition), then the first of the next episode.
         ended = np.flatnonzero(done)
-        self._write(ended, self._item(next_obs[ended]), FIRST)
+        self._advance(envs, h, 0)
+        again = self.head[envs[ended]]
+        self._advance(envs[ended], again, FIRST)
+        new_envs = np.concatenate([envs, envs[ended]])
+        new_slots = np.concatenate([h, again])
+        last = (ended, self._item(final_obs)[ended])
+        self._store(new_envs, new_slots, (item, item[ended]), updates, last)
 
-    def _stack(self, env: np.ndarray, slot: np.ndarray) -> torch.Tensor:
-        """Observations ending at ``slot``, zero before an episode's first frame."""
-        if self.stack == 1:
-            env_t, slot_t = self._host_to_device(env, slot)
-            return self.items[env_t, slot_t]
-        idx = (slot[:, None] - self._offsets) % self.slots  # (B, stack), oldest first
-        first = (self.flags[env[:, None], idx] & FIRST) != 0
-        # A frame is padding if any newer frame in the stack starts an episode.
-        newer_firsts = np.cumsum(first[:, ::-1], axis=1)[:, ::-1] - first
-        pad_np = newer_firsts > 0
-        env_t, idx_t = self._host_to_device(env, idx)
-        frames = self.items[env_t[:, None], idx_t]
-        if not pad_np.any():  # most stacks lie inside one episode
-            return frames
-        (pad,) = self._host_to_device(pad_np)
-        return frames.masked_fill_(pad[:, :, None, None], 0)
+    def _advance(self, envs: np.ndarray, slots: np.ndarray, flags: int) -> None:
+        """Host bookkeeping of writing one slot per environment of ``envs`` (at ``slots``, their
+        heads) with ``flags``: the transitions overwritten, write counts, heads and counts."""
+        self.valid -= int(np.count_nonzero(self.flags[envs, slots] & VALID))
+        self.written[envs] += 1  # before the write: a concurrent copy sees it coming
+        self.flags[envs, slots] = flags
+        self.head[envs] = (slots + 1) % self.slots
+        self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
 
-    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` (env, slot) pairs of sampleable transitions, uniformly."""
-        ends = np.cumsum(self.count)
-        total = int(ends[-1])
-        envs, slots = [], []
-        have = 0
-        while have < n:
-            flat = self.rng.integers(total, size=2 * (n - have) + 8)
-            env = np.searchsorted(ends, flat, side="right")
-            slot = flat - (ends[env] - self.count[env])
-            ok = (self.flags[env, slot] & VALID) != 0
-            if self.stack > 1:
-                # Once wrapped, the oldest slots' earlier frames were overwritten by new ones.
-                full = self.count[env] == self.slots
-                ok &= ~(full & (((slot - self.head[env]) % self.slots) < self.stack - 1))
-            envs.append(env[ok])
-            slots.append(slot[ok])
-            have += int(ok.sum())
-        return np.concatenate(envs)[:n], np.concatenate(slots)[:n]
+    def _store(
+        self,
+        new_envs: np.ndarray,
+        new_slots: np.ndarray,
+        sources: tuple[np.ndarray, ...],
+        updates: tuple[np.ndarray, ...] | None,
+        last: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """The items of one write on the storage device: ``sources`` stacked in order fill
+        ``(new_envs, new_slots)``; ``last`` replaces some rows of the first source. On CUDA this
+        also carries the slot updates the host made (``updates``, and the new slots' flags)."""
+        if not self._cuda:
+            items = self.items.numpy()
+            at = 0
+            for src in sources:
+                rows = slice(at, at + len(src))
+                items[new_envs[rows], new_slots[rows]] = src
+                at += len(src)
+            if last is not None:
+                rows, frames = last
+                items[new_envs[rows], new_slots[rows]] = frames
+            return
+        self._store_cuda(new_envs, new_slots, sources, last, updates)
+
+    def _store_cuda(
+        self,
+        new_envs: np.ndarray,
+        new_slots: np.ndarray,
+        sources: tuple[np.ndarray, ...],
+        last: tuple[np.ndarray, np.ndarray] | None,
+        updates: tuple[np.ndarray, ...] | None,
+    ) -> None:
+        """One packed host-to-device copy (frames, then int32 slot updates), then scatters on
+        the current stream; the staging buffer is reused once the copy has landed."""
+        assert self._staging is not None
+        k = len(new_envs)
+        b = 0 if updates is None else len(updates[0])
+        buf, i = self._staging.take()
+        host = buf.numpy()
+        item_shape = self.items.shape[2:]
+        fb = k * self._item_bytes
+        frames = host[:fb].view(self._item_np_dtype).reshape(k, *item_shape)
+        at = 0
+        for src in sources:
+            frames[at : at + len(src)] = src
+            at += len(src)
+        if last is not None:
+            frames[last[0]] = last[1]
+        e = self.num_envs
+        meta_n = 4 * b + 2 * k + 2 * e
+        mo = -(-fb // 8) * 8  # the int32 part starts aligned
+        meta = host[mo : mo + 4 * meta_n].view(np.int32)
+        slots = self.slots
+        if updates is not None:
+            envs, cur, cur_flags, actions, rewards = updates
+            meta[0:b] = envs * slots + cur
+            meta[b : 2 * b] = actions
+            meta[2 * b : 3 * b] = np.asarray(rewards, np.float32).view(np.int32)
+            meta[3 * b : 4 * b] = cur_flags
+        o = 4 * b
+        meta[o : o + k] = new_envs * slots + new_slots
+        meta[o + k : o + 2 * k] = self.flags[new_envs, new_slots]
+        meta[o + 2 * k : o + 2 * k + e] = self.head
+        meta[o + 2 * k + e : o + 2 * k + 2 * e] = self.count
+        dev = buf[: mo + 4 * meta_n].to(self.device, non_blocking=True)
+        self._staging.sent(i)
+        st = self.storage
+        m = dev[mo:].view(torch.int32)
+        if b:
+            flat = m[0:b].long()
+            st.actions.view(-1)[flat] = m[b : 2 * b].to(st.actions.dtype)
+            st.rewards.view(-1)[flat] = m[2 * b : 3 * b].view(torch.float32)
+            st.flags.view(-1)[flat] = m[3 * b : 4 * b].to(torch.uint8)
+        flat = m[o : o + k].long()
+        self.items.view(-1, *item_shape)[flat] = (
+            dev[:fb].view(self.items.dtype).view(k, *item_shape)
+        )
+        st.flags.view(-1)[flat] = m[o + k : o + 2 * k].to(torch.uint8)
+        st.head.copy_(m[o + 2 * k : o + 2 * k + e])
+        st.count.copy_(m[o + 2 * k + e : o + 2 * k + 2 * e])
+
+    def refresh_device(self) -> None:
+        """Copy the host arrays to the device (after a restore wrote them); a no-op on the CPU,
+        where they are the same memory."""
+        if not self._cuda:
+            return
+        st = self.storage
+        for dst, src in zip(
+            st[1:], (self.actions, self.rewards, self.flags, self.head, self.count), strict=True
+        ):
+            dst.copy_(torch.from_numpy(src))
+
+    # ---------------------------------------------------------------------------------- sampling
 
     def sample(self, batch_size: int) -> Batch:
-        """A uniform minibatch of transitions; raises ValueError if none is stored yet."""
+        """A uniform minibatch of valid transitions with their n-step returns (see
+        :mod:`edgerl.replay_sample`), on the learner's device; raises ValueError if no complete
+        transition is stored yet."""
         if self.valid == 0:
             raise ValueError("the replay buffer holds no complete transition yet")
-        env, slot = self._draw(batch_size)
-        obs = self._stack(env, slot)
-        next_obs = self._stack(env, (slot + 1) % self.slots)
-        dev = self.device
-        actions, rewards, dones = self._host_to_device(
-            self.actions[env, slot].astype(np.int64),
-            self.rewards[env, slot],
-            ((self.flags[env, slot] & TERMINAL) != 0).astype(np.float32),
-        )
-        batch = Batch(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, dones=dones)
-        if self.out_device == dev:
+        return self.to_learner(self.sample_on_device(batch_size))
+
+    def sample_on_device(self, batch_size: int) -> Batch:
+        """Like :meth:`sample`, on the replay's own device and without checks: this is what a
+        CUDA graph captures (fixed shapes, no host synchronisation)."""
+        spec = self._sample_spec
+        if spec.batch_size != batch_size or spec.guard != self.guard:
+            spec = SampleSpec(batch_size, self.stack, self.n_step, self.gamma, self.guard)
+            self._sample_spec = spec
+        return sample(self.storage, spec, self.generator)
+
+    def to_learner(self, batch: Batch) -> Batch:
+        """``batch`` on the learner's device."""
+        if self.out_device == self.device:
             return batch
         if self._pin:  # host storage feeding a GPU: an asynchronous copy from pinned memory
             batch = Batch(*(t.pin_memory() for t in batch))
@@ -431,15 +371,28 @@ class ReplayBuffer:
         # non-blocking device-to-host copy can be read before it has landed.
         return Batch(*(t.to(self.out_device) for t in batch))
 
+    # ---------------------------------------------------------------------------------- state
+
     def clear(self) -> None:
         """Forget every transition (a restore that failed half-way must leave no trace)."""
         self.items.fill_(0)
         for a in (self.actions, self.rewards, self.flags, self.head, self.count, self.written):
             a.fill(0)
         self.valid = 0
+        self.refresh_device()
 
-    def rng_state(self) -> dict[str, Any]:
-        return self.rng.bit_generator.state
+    def rng_state(self) -> Any:
+        """The sampler's generator state (None on CUDA: the CUDA generator is saved by the
+        trainer with torch's other states)."""
+        return None if self.generator is None else self.generator.get_state()
 
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state
+    def set_rng_state(self, state: Any) -> None:
+        """Restore :meth:`rng_state`. A state of another kind (a checkpoint of an edgerl that
+        sampled with numpy, or of a CUDA run resumed on the CPU) reseeds from it instead."""
+        if self.generator is None:
+            return
+        if isinstance(state, torch.Tensor) and state.dtype == torch.uint8:
+            self.generator.set_state(state)
+            return
+        digest = hashlib.sha256(repr(state).encode()).digest()
+        self.generator.manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -58,7 +58,8 @@ import torch
 
 from edgerl.atomic import fsync_dir, write_atomic
 from edgerl.errors import EdgerlError
-from edgerl.replay import ReplayBuffer, fmt_bytes
+from edgerl.replay import ReplayBuffer
+from edgerl.replay_memory import fmt_bytes
 from edgerl.replay_save import Part, SaveAbandoned, SaveJob, SaveResult
 
 log = logging.getLogger(__name__)
@@ -371,6 +372,7 @@ class ReplayStore:
         r.count[:] = m["count"]
         r.written[:] = m["written"]
         r.valid = int(np.count_nonzero(r.flags & 2))  # VALID, counted over written slots only
+        r.refresh_device()
         self._chain = m["deltas"]
         self._saved_written = r.written.copy()
         return r.valid

@@ -1,10 +1,12 @@
 """The Trainer: environments, replay and learner, in one loop that reads top to bottom.
 
 Each iteration: one batched forward pass picks epsilon-greedy actions for all environments, the
-environments step, the transitions go to the replay, and the pipeline makes exactly the updates
-the learner's replay ratio asks for. Metrics, progress and checkpoints happen on wall-clock
-intervals. The loop stops when ``train.steps`` is reached or a stop is requested (Ctrl-C,
-SIGTERM): the step in flight finishes and a checkpoint is written.
+environments start their step (ALE's threads emulate while the loop publishes the frame the
+viewer shows), the transitions go to the replay, and the pipeline makes exactly the updates the
+learner's replay ratio asks for. The host work per step is a few vectorised numpy operations;
+episode bookkeeping runs only for the environments whose episode ended. Metrics, progress and
+checkpoints happen on wall-clock intervals. The loop stops when ``train.steps`` is reached or a
+stop is requested (Ctrl-C, SIGTERM): the step in flight finishes and a checkpoint is written.
 
 A run directory is resumed from its newest valid checkpoint: network, target network, optimizer,
 step and episode counts, the epsilon schedule position and every RNG, and (``replay.persist``)
@@ -30,9 +32,10 @@ from edgerl.checkpoint import CheckpointLostError, CheckpointStore
 from edgerl.config import Config, apply_presets, check_consistency, with_values
 from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
-from edgerl.dqn import DQN, epsilon_greedy
-from edgerl.envs import VecEnv, make_env, probe
-from edgerl.errors import RunDirError
+from edgerl.envs import Step, VecEnv, make_env, probe
+from edgerl.episodes import Episodes
+from edgerl.errors import ConfigError, RunDirError
+from edgerl.factory import build_learner, build_learning, build_replay, check_memory
 from edgerl.hooks import TICK_EVERY_S, Hook
 from edgerl.metrics import (
     CSV_COLUMNS,
@@ -42,15 +45,7 @@ from edgerl.metrics import (
     TrainResult,
     TrainStats,
 )
-from edgerl.nets import build_q_network
-from edgerl.pipeline import Learning, make_learning
-from edgerl.replay import (
-    ReplayBuffer,
-    available_memory,
-    check_env_memory,
-    example_batch,
-    plan_memory,
-)
+from edgerl.pipeline import Learning
 from edgerl.replay_save import SaveJob
 from edgerl.replay_store import ReplayStore
 from edgerl.rundir import RunDir, default_run_dir
@@ -60,12 +55,17 @@ from edgerl.train_state import TrainerState
 
 log = logging.getLogger(__name__)
 
-RECENT_EPISODES = 100
 CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
 
 
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
+
+
+def _row_of(ids: np.ndarray, env: int) -> int | None:
+    """The row of environment ``env`` in a batch of ``ids`` (None when it is not there)."""
+    rows = np.flatnonzero(ids == env)
+    return int(rows[0]) if len(rows) else None
 
 
 class Trainer(TrainerState):
@@ -93,8 +93,7 @@ class Trainer(TrainerState):
         self.quiet = quiet
         self.cfg = cfg
         self.step = 0
-        self.episodes = 0
-        self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.book = Episodes()
         self.last_checkpoint: Path | None = None
         self.checkpoint_error: str | None = None  # why the newest checkpoint attempt failed
         self.resumed_from: Path | None = None
@@ -146,15 +145,14 @@ class Trainer(TrainerState):
         spec = probe(cfg.env.id)
         cfg = apply_presets(cfg, spec.kind)
         check_consistency(cfg)
+        if cfg.env.batch_size and not spec.has_frames:
+            raise ConfigError(
+                f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
+                f"{cfg.env.id}; set it to 0"
+            )
         self.spec = spec
         self.device = resolve_device(cfg.perf.device)
-        replay_device = (
-            self.device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
-        )
-        available, where = available_memory(replay_device)
-        replay_plan = plan_memory(spec, cfg.replay.capacity, available, where)
-        replay_plan.check()
-        check_env_memory(spec, cfg.env.num_envs, replay_plan, replay_device)
+        available = check_memory(cfg, spec, self.device)
 
         run_path = (
             Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
@@ -181,22 +179,8 @@ class Trainer(TrainerState):
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
-        self.learner = DQN(
-            build_q_network(spec, cfg.agent.hidden),
-            cfg.agent,
-            self.device,
-            cfg.perf,
-            total_steps=cfg.train.steps,
-        )
-        self.replay = ReplayBuffer(
-            spec,
-            cfg.replay.capacity,
-            cfg.env.num_envs,
-            replay_device,
-            seed + 1,
-            available,
-            out_device=self.device,
-        )
+        self.learner = build_learner(cfg, spec, self.device)
+        self.replay = build_replay(cfg, spec, self.device, available)
         if cfg.replay.persist:
             store = ReplayStore(self._rundir.path / "replay", self.replay)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
@@ -245,8 +229,20 @@ class Trainer(TrainerState):
     def epsilon(self) -> float:
         return self.learner.epsilon(self.step)
 
+    @property
+    def episodes(self) -> int:
+        return self.book.count
+
+    @episodes.setter
+    def episodes(self, count: int) -> None:
+        self.book.count = count
+
+    @property
+    def recent_returns(self) -> deque[float]:
+        return self.book.recent
+
     def return_mean(self) -> float:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
+        return self.book.mean_return()
 
     def write_problems(self) -> list[str]:
         return self.side.problems()
@@ -297,15 +293,16 @@ class Trainer(TrainerState):
             return self._result(stopped=False)
 
         remaining = (total - self.step) // cfg.agent.train_freq
-        example = example_batch(self.spec, cfg.agent.batch_size, self.device)  # zeros: no RNG
-        self.learner.prepare(example, remaining)  # CUDA graph or compile, now
-        self.learning = make_learning(cfg.perf, self.learner, self.replay)
+        self.learning = build_learning(
+            cfg, self.spec, self.learner, self.replay, self.actor_rng, remaining
+        )
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
         if self.stop_requested:
             self.learning.interrupt()
         try:
-            return self._loop(total)
+            with self.learning.context():
+                return self._loop(total)
         finally:
             self.learning.finish(drain=False)  # stops the learner thread on every exit path
 
@@ -314,14 +311,16 @@ class Trainer(TrainerState):
         assert self.learning is not None and self.display is not None
         assert self._episodes_csv is not None
         cfg, env, learning = self.cfg, self._env, self.learning
-        clip = self.spec.has_frames  # Atari rewards are clipped for learning only
         obs = env.reset(seed=cfg.env.seed + self.step)
-        with learning.storing() as replay:
-            replay.add_first(obs)
-        episode_returns = np.zeros(env.num_envs, dtype=np.float64)
-        episode_lengths = np.zeros(env.num_envs, dtype=np.int64)
-        shown = min(cfg.display.env_index, env.num_envs - 1)
-        shown_episode = self.episodes + 1
+        ids = env.reset_ids  # the environments of obs's rows; None: all, in order
+        self.replay.add_first(obs, envs=ids)
+        num_envs = env.num_envs
+        shown = min(cfg.display.env_index, num_envs - 1)
+        self.book.start(num_envs, shown, self._episodes_csv)
+        self._seen = np.zeros(num_envs, dtype=bool)  # ALE's async mode: first obs recorded
+        if ids is not None:
+            self._seen[ids] = True
+        taken = np.zeros(num_envs, dtype=np.int64)  # the action each environment is taking
         now = time.monotonic()
         last_tick = last_row = last_ckpt = now
         row_step = self.step
@@ -329,46 +328,20 @@ class Trainer(TrainerState):
 
         while self.step < total and not self.stop_requested:
             epsilon = self.learner.epsilon(self.step)
-            q_values = learning.act(obs) if epsilon < 1.0 else None
-            actions = epsilon_greedy(
-                q_values, epsilon, self.spec.num_actions, len(obs), self.actor_rng
-            )
-            if self.display.due():
-                q_shown = None if q_values is None else q_values[shown]
-                self._show(
-                    obs[shown], actions[shown], q_shown, shown_episode, episode_returns[shown]
-                )
-            result = env.step(actions)
-            rewards = np.clip(result.rewards, -1.0, 1.0) if clip else result.rewards
-            with learning.storing() as replay:
-                replay.add(
-                    actions,
-                    rewards,
-                    result.terminated,
-                    result.truncated,
-                    result.obs,
-                    result.final_obs,
-                )
-            episode_returns += result.rewards
-            episode_lengths += 1
-            for i in np.flatnonzero(result.terminated | result.truncated):
-                self.recent_returns.append(float(episode_returns[i]))
-                self.episodes += 1
-                self._episodes_csv.write(
-                    self.step + env.num_envs,
-                    self.episodes,
-                    int(i),
-                    float(episode_returns[i]),
-                    int(episode_lengths[i]),
-                    self.wall_s(),
-                )
-                episode_returns[i] = 0.0
-                episode_lengths[i] = 0
-                if i == shown:
-                    shown_episode = self.episodes + 1
-            self.step += env.num_envs
+            show = self.display.due()
+            row = shown if ids is None else _row_of(ids, shown)
+            actions, q_shown = learning.act(obs, epsilon, row if show else None)
+            env.send(actions)
+            if show and row is not None:  # while ALE's threads emulate
+                self._show(obs[row], actions[row], q_shown)
+            result = env.recv()
+            if result.env_ids is None:  # every environment stepped, in order
+                self._record(actions, result, None)
+            else:
+                taken[ids] = actions
+                self._record_batch(taken, result)
             learning.after_step(self.step)
-            obs = result.obs
+            obs, ids = result.obs, result.env_ids
 
             if not started:
                 started = True
@@ -416,6 +389,40 @@ class Trainer(TrainerState):
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
 
+    def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
+        """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
+        counts the env steps."""
+        rewards = np.clip(result.rewards, -1.0, 1.0) if self.spec.has_frames else result.rewards
+        self.replay.add(
+            actions,
+            rewards,  # Atari rewards are clipped for learning only
+            result.terminated,
+            result.truncated,
+            result.obs,
+            result.final_obs,
+            envs=envs,
+        )
+        self.step += len(actions)
+        done = result.terminated | result.truncated
+        self.book.add(result.rewards, done, envs, self.step, self.wall_s())
+
+    def _record_batch(self, taken: np.ndarray, result: Step) -> None:
+        """Store what ALE's async mode returned: rows of environments that stepped (the action
+        each took is in ``taken``), and environments seen for the first time since the reset."""
+        ids = result.env_ids
+        assert ids is not None
+        first = ~self._seen[ids]
+        if first.any():
+            self.replay.add_first(result.obs[first], envs=ids[first])
+            self._seen[ids[first]] = True
+            stepped = ~first
+            final = result.final_obs[stepped] if result.final_obs is not None else None
+            result = Step(*(a[stepped] for a in result[:4]), final, ids[stepped])
+            ids = result.env_ids
+            assert ids is not None
+        if len(ids):
+            self._record(taken[ids], result, ids)
+
     def _result(self, stopped: bool) -> TrainResult:
         return TrainResult(
             step=self.step,
@@ -429,21 +436,16 @@ class Trainer(TrainerState):
             stopped=stopped,
         )
 
-    def _show(
-        self,
-        frames: np.ndarray,
-        action: int,
-        q_values: np.ndarray | None,
-        episode: int,
-        episode_return: float,
-    ) -> None:
-        """Publish one frame for `edgerl view` (a copy into shared memory, never a wait)."""
+    def _show(self, frames: np.ndarray, action: int, q_values: np.ndarray | None) -> None:
+        """Publish the shown environment's frame for `edgerl view` (a copy into shared memory,
+        never a wait)."""
         assert self.display is not None
         load = self.stats.load
+        book = self.book
         meta = FrameMeta(
             step=self.step,
-            episode=episode,
-            episode_return=float(episode_return),
+            episode=book.shown_episode,
+            episode_return=float(book.returns[book.shown]),
             epsilon=self.learner.epsilon(self.step),
             action=int(action),
             sps=self.stats.sps,

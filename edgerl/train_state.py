@@ -123,8 +123,8 @@ class TrainerState:
         with paused:  # a consistent learner state, encoded in memory; the disk write is outside
             state = self.state_dict()
             if self.replay_store is not None:
-                storing = self.learning.storing() if self.learning else contextlib.nullcontext()
-                with storing:  # on CUDA: ordered after the actor's replay writes
+                actor = self.learning.context() if self.learning else contextlib.nullcontext()
+                with actor:  # on CUDA: ordered after the actor's replay writes
                     job = self.replay_store.snapshot(self.step)
                 state["replay"] = {
                     "manifest": job.result.manifest,

@@ -7,7 +7,7 @@ import torch
 
 from edgerl.config import build_layers, resolve
 from edgerl.display.stream import FrameMeta
-from edgerl.replay import Batch
+from edgerl.replay_sample import Batch
 
 CUDA = torch.cuda.is_available()
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
@@ -40,7 +40,8 @@ def random_batch(b: int = 16) -> Batch:
         torch.randint(0, 6, (b,)),
         torch.randn(b),
         torch.roll(obs, 1, 0),
-        (torch.rand(b) < 0.2).float(),
+        0.99 * (torch.rand(b) >= 0.2).float(),
+        torch.ones(b),
     )
 
 

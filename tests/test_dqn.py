@@ -12,7 +12,7 @@ from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec
 from edgerl.export.common import collect_observations
 from edgerl.nets import MLP, NatureCNN
-from edgerl.replay import example_batch
+from edgerl.replay_sample import example_batch
 
 from .helpers import random_batch
 

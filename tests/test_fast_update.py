@@ -11,7 +11,7 @@ import torch
 from edgerl.config import AgentConfig, PerfConfig
 from edgerl.dqn import DQN
 from edgerl.nets import MLP, NatureCNN
-from edgerl.replay import Batch
+from edgerl.replay_sample import Batch
 
 from .helpers import CPU, CUDA, GPU, random_batch
 
@@ -91,7 +91,8 @@ def test_compile_changes_speed_only(caplog):
     before = copy.deepcopy(learner.q.state_dict())
     b = 32
     obs = torch.randn(b, 4)
-    batch = Batch(obs, torch.randint(0, 2, (b,)), torch.randn(b), obs + 0.1, torch.zeros(b))
+    discounts, weights = torch.full((b,), 0.99), torch.ones(b)
+    batch = Batch(obs, torch.randint(0, 2, (b,)), torch.randn(b), obs + 0.1, discounts, weights)
     reference = copy.deepcopy(learner)
     assert learner.fast.maybe_compile(10**6, batch)
     for k, v in learner.q.state_dict().items():
@@ -126,3 +127,43 @@ def test_compiling_the_update_prints_no_profiler_warning():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "6.0", r.stderr
     assert "Profiler" not in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministic_cuda):
+    """The graph that samples its own batches, 4 updates per launch, against 4 eager updates
+    that sample from the same replay with the same CUDA seed: the same losses and weights."""
+    import numpy as np
+
+    from edgerl.envs import EnvSpec
+    from edgerl.replay import ReplayBuffer
+    from edgerl.replay_sample import example_batch
+
+    spec = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, ("NOOP",) * 6)
+    replay = ReplayBuffer(spec, 4 * 512, 4, GPU, seed=0, n_step=3)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, size=(16, 4, 4, 84, 84), dtype=np.uint8)
+    replay.add_first(obs[0])
+    none = np.zeros(4, dtype=bool)
+    for i in range(1, 400):
+        ended = rng.random(4) < 0.02
+        replay.add(rng.integers(6, size=4), rng.normal(size=4), ended, none, obs[i % 16], obs[0])
+    torch.manual_seed(0)
+    agent = AgentConfig(batch_size=32)
+    eager = DQN(NatureCNN(4, 6), agent, GPU, PerfConfig(amp="off", cuda_graphs="off"))
+    graph = DQN(NatureCNN(4, 6), agent, GPU, PerfConfig(amp="off", cuda_graphs="on"))
+    graph.q.load_state_dict(eager.q.state_dict())
+    graph.target.load_state_dict(eager.target.state_dict())
+    graph.prepare(example_batch(spec, 32, GPU), 0, replay, per_launch=4)
+    assert graph.fast.sampling and graph.per_launch == 4
+    for launch in range(3):
+        torch.cuda.manual_seed(launch)
+        eager.learn(replay, 0, 4)  # four eager updates, each sampling
+        torch.cuda.manual_seed(launch)
+        graph.learn(replay, 0, 4)  # one launch
+    eager.losses.flush(), graph.losses.flush()
+    assert graph.updates == eager.updates == 12
+    assert graph.losses.take() == pytest.approx(eager.losses.take(), rel=1e-4)
+    for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -28,7 +28,7 @@ from edgerl.checkpoint import list_checkpoints, load
 from edgerl.config import EnvConfig
 from edgerl.envs import make_env, probe
 from edgerl.errors import EnvMemoryError
-from edgerl.replay import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
+from edgerl.replay_memory import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
 
 from .conftest import PONG_FAST, REPO, edgerl_cmd
 from .test_daemon import notify, service_config, start_daemon  # noqa: F401 - notify: a fixture

@@ -1,4 +1,6 @@
-"""The frame-deduplicated replay against a reference model of what the environment showed."""
+"""The frame-deduplicated replay (replay.py) and its sampler (replay_sample.py) against a reference
+model of what the environment showed: stacks, n-step returns computed by hand from the episodes
+as they happened, the uniform draw, and memory planning (replay_memory.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import torch
 
 from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError, ReplayMemoryError
-from edgerl.replay import ReplayBuffer, available_memory, bytes_per_transition, plan_memory
+from edgerl.replay import ReplayBuffer
+from edgerl.replay_memory import available_memory, bytes_per_transition, plan_memory
 
 STACK = 4
 # Tiny "frames": 2x2 pixels; pixel 0/1 carry a 16-bit id (0 = padding), pixel 2 the env.
@@ -34,7 +37,8 @@ class ReferenceEnvs:
         self.rng = rng
         self.next_id = 1
         self.stacks = [self._new_episode(e) for e in range(num_envs)]
-        self.transitions: dict[int, tuple] = {}  # newest obs frame id -> transition
+        # newest obs frame id -> (obs, action, reward, next obs, terminated, episode ended)
+        self.transitions: dict[int, tuple] = {}
 
     def _frame(self, env: int) -> np.ndarray:
         f = frame(self.next_id, env)
@@ -64,6 +68,7 @@ class ReferenceEnvs:
                 float(rewards[e]),
                 after,
                 bool(terminated[e]),
+                bool(ends[e]),
             )
             if ends[e]:
                 final[e] = after
@@ -79,25 +84,52 @@ def fill(buffer: ReplayBuffer, envs: ReferenceEnvs, steps: int, end_prob: float)
         buffer.add(actions, rewards, term, trunc, obs, final)
 
 
-def check_samples(buffer: ReplayBuffer, envs: ReferenceEnvs, rounds: int) -> set[int]:
-    """Sample ``rounds`` batches and check each transition against what the envs showed;
-    returns the newest frame ids seen."""
-    seen = set()
+def n_step_target(envs: ReferenceEnvs, fid: int, n: int, gamma: float):
+    """The n-step target of the transition from frame ``fid``, by hand from the episode as it
+    happened: (obs, action, return, bootstrap obs, discount), or None while the window is not
+    complete (its later transitions have not happened yet)."""
+    obs, action, *_ = envs.transitions[fid]
+    ret, k = 0.0, 0
+    while True:
+        _, _, reward, after, terminal, ended = envs.transitions[fid]
+        ret += gamma**k * reward
+        k += 1
+        if terminal:
+            return obs, action, ret, after, 0.0
+        if ended or k == n:
+            return obs, action, ret, after, gamma**k
+        fid = frame_id(after[-1])
+        if fid not in envs.transitions:
+            return None
+
+
+def check_samples(
+    buffer: ReplayBuffer, envs: ReferenceEnvs, rounds: int, n: int = 1, gamma: float = 0.99
+) -> list[int]:
+    """Sample ``rounds`` batches and check each transition and its n-step target against what
+    the envs showed; returns the newest frame ids seen, one per sampled row."""
+    seen = []
     for _ in range(rounds):
         batch = buffer.sample(32)
         assert all(t.device == buffer.out_device for t in batch)
         batch = type(batch)(*(t.cpu() for t in batch))
-        for i in range(32):
+        rows = [i for i in range(32) if batch.weights[i] == 1.0]
+        assert batch.weights.sum() == len(rows)  # the other rows have weight 0
+        for i in rows:
             obs = batch.obs[i].numpy()
             fid = frame_id(obs[-1])
             assert fid in envs.transitions, "sampled a transition that never happened"
-            want_obs, action, reward, want_next, terminal = envs.transitions[fid]
+            target = n_step_target(envs, fid, n, gamma)
+            assert target is not None, "sampled a transition whose n steps have not happened"
+            want_obs, action, ret, want_next, discount = target
             np.testing.assert_array_equal(obs, want_obs)  # zero padding before episode starts
             np.testing.assert_array_equal(batch.next_obs[i].numpy(), want_next)
             assert batch.actions[i].item() == action
-            assert batch.rewards[i].item() == pytest.approx(reward)
-            assert batch.dones[i].item() == float(terminal)
-            seen.add(fid)
+            assert batch.rewards[i].item() == pytest.approx(ret, rel=1e-5, abs=1e-5)
+            assert batch.discounts[i].item() == pytest.approx(discount, rel=1e-6)
+            seen.append(fid)
+    # Rows of weight 0 only where a small ring holds few valid starts among the draws.
+    assert len(seen) > 0.7 * 32 * rounds
     return seen
 
 
@@ -138,6 +170,7 @@ def test_gpu_replay_never_waits_for_queued_gpu_work():
     check_samples(buffer, envs, rounds=5)
 
 
+@pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize(
     ("num_envs", "capacity", "steps", "end_prob"),
     [
@@ -146,17 +179,102 @@ def test_gpu_replay_never_waits_for_queued_gpu_work():
         (4, 4 * 64, 300, 0.5),  # very short episodes: stacks mostly padding
     ],
 )
-def test_samples_match_what_the_environment_showed(num_envs, capacity, steps, end_prob):
+def test_samples_match_what_the_environment_showed(num_envs, capacity, steps, end_prob, n):
+    """Stacks, actions and n-step returns, across episode ends (terminated and truncated) and
+    the ring's wrap, as a person would compute them from the episodes."""
     rng = np.random.default_rng(0)
     envs = ReferenceEnvs(num_envs, rng)
-    buffer = ReplayBuffer(SPEC, capacity, num_envs, "cpu", seed=1)
+    buffer = ReplayBuffer(SPEC, capacity, num_envs, "cpu", seed=1, n_step=n, gamma=0.9)
     fill(buffer, envs, steps, end_prob)
-    seen = check_samples(buffer, envs, rounds=50)
+    seen = set(check_samples(buffer, envs, rounds=50, n=n, gamma=0.9))
     # Only transitions still in the buffer are sampled, and all of them can be.
     newest = envs.next_id
     per_env = capacity // num_envs
     assert min(seen) > newest - capacity - 3 * num_envs
     assert len(seen) > 0.5 * min(len(envs.transitions), per_env * num_envs)
+
+
+def test_n_step_targets_by_hand():
+    """One environment, gamma 0.5, n 3: a truncation after 2 steps, then a termination after 4;
+    each target written out."""
+    buffer = ReplayBuffer(SPEC, 64, 1, "cpu", seed=0, n_step=3, gamma=0.5)
+    f = [frame(i, 0) for i in range(1, 12)]
+    zero = np.zeros((2, 2), np.uint8)
+
+    def obs(*frames):
+        return np.stack([*(zero,) * (STACK - len(frames)), *frames])[None]
+
+    no, yes = np.array([False]), np.array([True])
+    buffer.add_first(obs(f[0]))
+    # episode 1: f0 -(r=1)-> f1 -(r=2)-> f2, truncated (final obs f2); episode 2 starts at f3
+    buffer.add([0], np.array([1.0], np.float32), no, no, obs(f[0], f[1]), None)
+    buffer.add([1], np.array([2.0], np.float32), no, yes, obs(f[3]), obs(f[0], f[1], f[2]))
+    # episode 2: f3 -(4)-> f4 -(8)-> f5 -(16)-> f6 -(32)-> f7, terminated
+    rewards = [4.0, 8.0, 16.0, 32.0]
+    for k, r in enumerate(rewards):
+        term = yes if k == 3 else no
+        nxt = obs(f[8]) if k == 3 else obs(*f[3 : 5 + k][-STACK:])
+        final = obs(*f[3:8][-STACK:]) if k == 3 else None
+        buffer.add([2 + k], np.array([r], np.float32), term, no, nxt, final)
+    want = {  # first frame id -> (return, discount, bootstrap frame id)
+        1: (1 + 0.5 * 2, 0.25, 3),  # cut by the truncation: bootstraps from the final obs f2
+        2: (2, 0.5, 3),
+        4: (4 + 0.5 * 8 + 0.25 * 16, 0.125, 7),
+        5: (8 + 0.5 * 16 + 0.25 * 32, 0.0, None),  # terminated within the window
+        6: (16 + 0.5 * 32, 0.0, None),
+        7: (32, 0.0, None),
+    }
+    got = {}
+    for _ in range(20):
+        b = buffer.sample(16)
+        for i in range(16):
+            fid = frame_id(b.obs[i, -1].numpy())
+            nxt = frame_id(b.next_obs[i, -1].numpy())
+            got[fid] = (b.rewards[i].item(), b.discounts[i].item(), nxt if b.discounts[i] else None)
+    assert got == want  # powers of two: exact in float32
+
+
+def test_the_draw_is_uniform_over_valid_transitions():
+    """The device sampler, run on the CPU: every valid start is drawn, as often as any other
+    (a chi-square statistic far inside its range for a seeded run)."""
+    envs = ReferenceEnvs(3, np.random.default_rng(11))
+    buffer = ReplayBuffer(SPEC, 3 * 200, 3, "cpu", seed=4, n_step=3)
+    fill(buffer, envs, 150, 0.05)  # not wrapped: every transition so far is in the ring
+    valid = {f for f in envs.transitions if n_step_target(envs, f, 3, 0.99) is not None}
+    seen = check_samples(buffer, envs, rounds=400, n=3)
+    counts = np.array([seen.count(f) for f in sorted(valid)])
+    assert set(seen) == valid
+    expected = len(seen) / len(valid)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    df = len(valid) - 1
+    assert abs(chi2 - df) < 5 * (2 * df) ** 0.5, (chi2, df)
+
+
+def test_a_nearly_empty_replay_pads_the_batch_with_weight_zero():
+    buffer = ReplayBuffer(SPEC, 64, 1, "cpu", seed=0, n_step=3)
+    envs = ReferenceEnvs(1, np.random.default_rng(0))
+    fill(buffer, envs, 4, 0.0)  # 5 slots written, of which 2 start 3 complete steps
+    batch = buffer.sample(64)  # 144 draws: about 58 valid
+    weights = batch.weights.numpy()
+    assert 0 < weights.sum() < 64 and set(weights.tolist()) == {0.0, 1.0}
+    drawn = {frame_id(batch.obs[i, -1].numpy()) for i in np.flatnonzero(weights)}
+    assert drawn == {1, 2}
+
+
+def test_the_async_guard_leaves_the_newest_and_oldest_slots_alone():
+    envs = ReferenceEnvs(2, np.random.default_rng(2))
+    buffer = ReplayBuffer(SPEC, 2 * 400, 2, "cpu", seed=0)
+    fill(buffer, envs, 1000, 0.02)  # wrapped
+    buffer.set_guard(True)
+    guard = buffer.guard
+    assert guard == 50  # an eighth of the 400 slots per environment
+    for _ in range(30):
+        b = buffer.sample(32)
+        newest = [envs.next_id - 1 - e for e in range(2)]
+        for i in range(32):
+            fid = frame_id(b.obs[i, -1].numpy())
+            age = min(abs(n - fid) for n in newest) // 2  # ids interleave over 2 envs
+            assert guard - 2 <= age <= 400 - guard - STACK + 2
 
 
 def test_stacks_never_cross_an_episode_start():
@@ -186,8 +304,8 @@ def test_vector_observations_round_trip():
             np.array([t % 2]), np.array([1.0], np.float32), done, np.array([False]), nxt, final
         )
     batch = buffer.sample(64)
-    for o, n, d in zip(batch.obs, batch.next_obs, batch.dones, strict=True):
-        if d:  # the last step of an episode leads to the final observation, not the reset one
+    for o, n, d in zip(batch.obs, batch.next_obs, batch.discounts, strict=True):
+        if d == 0:  # the last step of an episode leads to the final observation, not the reset one
             assert n[0].item() == 1000 + o[0].item() + 1
         else:
             assert n[0].item() == o[0].item() + 1

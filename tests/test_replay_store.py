@@ -21,7 +21,8 @@ import torch
 
 from edgerl.checkpoint import list_checkpoints, load
 from edgerl.config import build_layers, resolve
-from edgerl.replay import VALID, ReplayBuffer
+from edgerl.replay import ReplayBuffer
+from edgerl.replay_sample import VALID
 from edgerl.replay_store import ReplayFileError, ReplayStore
 from edgerl.train import Trainer
 

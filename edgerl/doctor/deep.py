@@ -148,7 +148,8 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
     """A replay on the device, filled from the real game, and batches sampled from it."""
     from edgerl.device import indexed
     from edgerl.envs import make_env
-    from edgerl.replay import ReplayBuffer, fmt_bytes
+    from edgerl.replay import ReplayBuffer
+    from edgerl.replay_memory import fmt_bytes
 
     started = time.monotonic()
     state.spec, state.cfg = spec, cfg = _deep_spec(ctx)

@@ -107,7 +107,7 @@ def check_gpu(ctx: Context) -> Check:
     import torch
 
     from edgerl.device import fast_fp16
-    from edgerl.replay import fmt_bytes
+    from edgerl.replay_memory import fmt_bytes
 
     device = ctx.device
     if device is None or device.type != "cuda":
@@ -206,7 +206,7 @@ def check_game(ctx: Context) -> Check:
 def check_replay_memory(ctx: Context) -> Check:
     """Whether the configured replay fits in the memory of the device it would live on."""
     from edgerl.device import resolve_device
-    from edgerl.replay import MEMORY_SHARE, available_memory, fmt_bytes, plan_memory
+    from edgerl.replay_memory import MEMORY_SHARE, available_memory, fmt_bytes, plan_memory
 
     spec, cfg, device = ctx.spec, ctx.cfg, ctx.device
     if spec is None or device is None:

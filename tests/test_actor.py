@@ -1,0 +1,85 @@
+"""The actor (actor.py): epsilon-greedy actions from one forward pass, no forward pass at epsilon 1,
+double-buffered weights that the learner refreshes and the actor switches to without waiting; on a
+GPU, the captured forward pass agrees with the eager one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.actor import Actor, ActorWeights
+from edgerl.nets import MLP, NatureCNN
+
+from .helpers import CUDA, GPU
+
+OBS = (4,)
+
+
+def make(net: torch.nn.Module, double: bool = False, seed: int = 0, n: int = 8) -> Actor:
+    rng = np.random.default_rng(seed)
+    return Actor(ActorWeights(net, double), 3, n, rng, OBS, "float32", use_graph=False)
+
+
+def test_epsilon_one_picks_random_actions_without_a_forward_pass():
+    net = MLP(4, 3, (8,))
+    net.register_forward_pre_hook(lambda *_: pytest.fail("a forward pass at epsilon 1"))
+    obs = np.zeros((8, 4), np.float32)
+    a1, q1 = make(net, seed=5).act(obs, 1.0, shown=0)
+    a2, _ = make(net, seed=5).act(obs, 1.0, shown=0)
+    assert q1 is None and a1.shape == (8,) and set(a1.tolist()) <= {0, 1, 2}
+    assert np.array_equal(a1, a2)  # the actor's generator: a seeded run repeats
+
+
+def test_epsilon_zero_is_greedy_and_shows_the_q_values():
+    torch.manual_seed(0)
+    net = MLP(4, 3, (8,))
+    obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    actions, q_shown = make(net).act(obs, 0.0, shown=2)
+    with torch.no_grad():
+        q = net(torch.from_numpy(obs)).numpy()
+    assert np.array_equal(actions, q.argmax(1))
+    np.testing.assert_allclose(q_shown, q[2])
+
+
+def test_the_learner_refreshes_the_copy_not_in_use_and_the_actor_switches_at_its_next_step():
+    torch.manual_seed(0)
+    learner_net = MLP(4, 3, (8,))
+    weights = ActorWeights(learner_net, double=True)
+    actor = make(learner_net, double=True)
+    actor.weights = weights
+    obs = np.ones((8, 4), np.float32)
+    _, before = actor.act(obs, 0.0, shown=0)
+    with torch.no_grad():
+        for p in learner_net.parameters():
+            p.add_(1.0)  # the learner's updates
+    _, unchanged = actor.act(obs, 0.0, shown=0)
+    np.testing.assert_array_equal(before, unchanged)  # nothing published: the old weights act
+    in_use = weights.active
+    assert weights.publish(updates=7)
+    assert weights.active == in_use  # written to the other copy; the switch is the actor's
+    assert not weights.publish(updates=8)  # one copy at a time until the actor has switched
+    _, after = actor.act(obs, 0.0, shown=0)
+    assert weights.active != in_use and weights.version == 7
+    with torch.no_grad():
+        want = learner_net(torch.from_numpy(obs[:1]))[0].numpy()
+    np.testing.assert_allclose(after, want, rtol=1e-5)  # batch 8 vs 1: summation order
+    assert weights.publish(updates=9)  # the old copy is free again
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_the_gpu_actor_agrees_with_the_network(use_graph):
+    torch.manual_seed(0)
+    net = NatureCNN(4, 6).to(GPU).eval()
+    rng = np.random.default_rng(0)
+    actor = Actor(ActorWeights(net, True), 6, 8, rng, (4, 84, 84), "uint8", use_graph=use_graph)
+    obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
+    actions, q_shown = actor.act(obs, 0.0, shown=3)
+    with torch.no_grad():
+        q = net(torch.from_numpy(obs).to(GPU)).float().cpu().numpy()
+    assert np.array_equal(actions, q.argmax(1))
+    np.testing.assert_allclose(q_shown, q[3], rtol=1e-4, atol=1e-4)
+    explored = np.concatenate([actor.act(obs, 1.0 - 1e-9)[0] for _ in range(20)])
+    assert len(set(explored.tolist())) > 1  # epsilon draws on the device
