@@ -291,11 +291,11 @@ def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[st
         perf=dataclasses.replace(cfg.perf, pipeline=mode),
         train=dataclasses.replace(cfg.train, steps=10**12),
     )
-    start = cfg.agent.learning_starts * 2
-
-    # The window opens once learning runs, and is read from the trainer's own counters (the
-    # learner makes its updates before the actor steps on, in sync mode).
-    out = _trainer_window(cfg, seconds, lambda t: t.step >= start, MIN_WINDOW_UPDATES)
+    # The window opens once learning runs (a few updates made: the first ones pay for warm-up),
+    # and is read from the trainer's own counters.
+    out = _trainer_window(
+        cfg, seconds, lambda t: t.learner.updates >= MIN_WINDOW_UPDATES, MIN_WINDOW_UPDATES
+    )
     if out.get("timed_out"):
         return {"mode": mode, "num_envs": num_envs, "timed_out": True}
     updates = out["updates"]

@@ -14,6 +14,7 @@ from edgerl.config import Config
 from edgerl.device import resolve_device
 from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec
+from edgerl.fast_update import may_compile, spare_dynamo_import
 from edgerl.nets import build_q_network
 from edgerl.pipeline import (
     Learning,
@@ -44,6 +45,8 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
 
 def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> DQN:
     """The learner ``cfg`` asks for, with a fresh network (draws from torch's global RNG)."""
+    if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
+        spare_dynamo_import()
     net = build_q_network(spec, cfg.agent.hidden)
     return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
 

@@ -57,6 +57,33 @@ COMPILE_TIMING_UPDATES = 20
 
 StepFn = Callable[..., torch.Tensor]  # (batch, zero_grad=True) -> detached loss
 
+# The methods torch's optimizers mark "not to be compiled" (torch._disable_dynamo).
+DYNAMO_MARKED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+
+
+def may_compile(setting: str, device: torch.device, updates: int) -> bool:
+    """Whether :meth:`FastUpdate.maybe_compile` may compile a run of ``updates`` updates."""
+    if device.type != "cpu" or setting == "off":
+        return False
+    return setting == "on" or updates >= COMPILE_MIN_UPDATES
+
+
+def spare_dynamo_import() -> None:
+    """Spare a process that compiles nothing the import of torch._dynamo (1-2 s of a 4 s
+    start-up, more than anything of edgerl's own).
+
+    torch's optimizers mark a few methods with ``torch._disable_dynamo``, which imports
+    torch._dynamo the first time such a method runs and caches what it made on the function as
+    ``__dynamo_disable``. With nothing compiled in the process the mark has nothing to act on, so
+    the cache is filled with the plain function. Should torch compile something later after all,
+    its compiler traces those methods instead of skipping them; should torch stop wrapping them
+    this way, this does nothing.
+    """
+    for name in DYNAMO_MARKED:
+        inner = getattr(getattr(torch.optim.Optimizer, name, None), "__wrapped__", None)
+        if callable(inner) and getattr(inner, "__dynamo_disable", None) is None:
+            inner.__dynamo_disable = inner  # type: ignore[attr-defined]
+
 
 class FastUpdate:
     """Runs one update step, eagerly, as a replayed CUDA graph, or compiled.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -112,11 +113,17 @@ class ReplayBuffer:
         self.n_step = n_step
         self.gamma = gamma
         self.guard = 0  # see set_guard
-        # Filled now so the memory is committed at start, not hours into a run.
-        self.items = torch.zeros(
-            (num_envs, self.slots, *item_shape), dtype=item_dtype, device=self.device
-        )
-        self.items.fill_(0)
+        # Filled at start so the memory is committed now, not hours into a run; on the CPU in a
+        # thread of its own (fill_ releases the GIL), so start-up goes on meanwhile. Every
+        # method that touches the frames first waits for it (committed()).
+        shape = (num_envs, self.slots, *item_shape)
+        self.items = torch.empty(shape, dtype=item_dtype, device=self.device)
+        self._filling: threading.Thread | None = None
+        if self.device.type == "cpu":
+            self._filling = threading.Thread(target=self.items.fill_, args=(0,), daemon=True)
+            self._filling.start()
+        else:
+            self.items.fill_(0)
         # The actor's host arrays (see the module docstring).
         self.actions = np.zeros((num_envs, self.slots), dtype=action_dtype(spec.num_actions))
         self.rewards = np.zeros((num_envs, self.slots), dtype=np.float32)
@@ -128,6 +135,13 @@ class ReplayBuffer:
         self.written = np.zeros(num_envs, dtype=np.int64)
         self.valid = 0  # complete transitions stored
         self._all = np.arange(num_envs)
+        self._base = self._all * self.slots  # flat index of each environment's slot 0
+        self._flags_flat = self.flags.reshape(-1)  # views of the same memory
+        self._actions_flat = self.actions.reshape(-1)
+        self._rewards_flat = self.rewards.reshape(-1)
+        self._items_flat = (
+            self.items.numpy().reshape(-1, *item_shape) if self.device.type == "cpu" else None
+        )
         self._cuda = self.device.type == "cuda"
         self.storage = self._make_storage()
         self._staging: _Staging | None = None
@@ -186,12 +200,17 @@ class ReplayBuffer:
 
     # ---------------------------------------------------------------------------------- writes
 
+    def committed(self) -> None:
+        """Wait until the frames' memory is committed (the fill started at construction)."""
+        if self._filling is not None:
+            self._filling.join()
+            self._filling = None
+
     def add_first(self, obs: np.ndarray, envs: np.ndarray | None = None) -> None:
         """Record the first observation of every environment (or of ``envs``) after a reset."""
+        self.committed()
         envs = self._all if envs is None else np.asarray(envs)
-        h = self.head[envs]
-        self._advance(envs, h, FIRST)
-        self._store(envs, h, (self._item(obs),), None)
+        self._store(self._advance(envs, FIRST), (self._item(obs),), None)
 
     def add(
         self,
@@ -210,73 +229,70 @@ class ReplayBuffer:
         already the next episode's first observation, and ``final_obs`` holds the last one.
         """
         envs = self._all if envs is None else np.asarray(envs)
-        h = self.head[envs]
-        cur = h - 1
-        cur[cur < 0] += self.slots
-        cur_flags = (
-            self.flags[envs, cur] | VALID | (np.asarray(terminated) * TERMINAL).astype(np.uint8)
-        )
-        self.flags[envs, cur] = cur_flags
-        self.actions[envs, cur] = actions
-        self.rewards[envs, cur] = rewards
+        # Slots are addressed flat (env * slots + slot): one index array per write.
+        cur = self._base[envs] + (self.head[envs] - 1) % self.slots  # each env's newest slot
+        flags = self._flags_flat
+        cur_flags = flags[cur] | VALID | (np.asarray(terminated) * TERMINAL).astype(np.uint8)
+        flags[cur] = cur_flags
+        self._actions_flat[cur] = actions
+        self._rewards_flat[cur] = rewards
         self.valid += len(envs)
-        done = np.logical_or(terminated, truncated)
+        updates = (cur, cur_flags, actions, rewards)
         item = self._item(next_obs)
-        updates = (envs, cur, cur_flags, actions, rewards)
+        new = self._advance(envs, 0)
+        done = np.logical_or(terminated, truncated)
         if not done.any():
-            self._advance(envs, h, 0)
-            self._store(envs, h, (item,), updates)
+            self._store(new, (item,), updates)
             return
         if final_obs is None:
             raise ValueError("final_obs is required when an episode ends")
         # An ended environment writes two slots: the final observation of its episode (which
         # starts no transition), then the first of the next episode.
         ended = np.flatnonzero(done)
-        self._advance(envs, h, 0)
-        again = self.head[envs[ended]]
-        self._advance(envs[ended], again, FIRST)
-        new_envs = np.concatenate([envs, envs[ended]])
-        new_slots = np.concatenate([h, again])
+        again = self._advance(envs[ended], FIRST)
         last = (ended, self._item(final_obs)[ended])
-        self._store(new_envs, new_slots, (item, item[ended]), updates, last)
+        self._store(np.concatenate([new, again]), (item, item[ended]), updates, last)
 
-    def _advance(self, envs: np.ndarray, slots: np.ndarray, flags: int) -> None:
-        """Host bookkeeping of writing one slot per environment of ``envs`` (at ``slots``, their
-        heads) with ``flags``: the transitions overwritten, write counts, heads and counts."""
-        self.valid -= int(np.count_nonzero(self.flags[envs, slots] & VALID))
+    def _advance(self, envs: np.ndarray, flags: int) -> np.ndarray:
+        """Host bookkeeping of writing one slot at the head of each environment of ``envs``
+        with ``flags`` (the transitions overwritten, write counts, heads and counts); returns
+        the flat slots written."""
+        head = self.head[envs]
+        flat = self._base[envs] + head
+        self.valid -= int(np.count_nonzero(self._flags_flat[flat] & VALID))
         self.written[envs] += 1  # before the write: a concurrent copy sees it coming
-        self.flags[envs, slots] = flags
-        self.head[envs] = (slots + 1) % self.slots
+        self._flags_flat[flat] = flags
+        head += 1
+        head[head == self.slots] = 0
+        self.head[envs] = head
         self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
+        return flat
 
     def _store(
         self,
-        new_envs: np.ndarray,
-        new_slots: np.ndarray,
+        flat: np.ndarray,
         sources: tuple[np.ndarray, ...],
         updates: tuple[np.ndarray, ...] | None,
         last: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """The items of one write on the storage device: ``sources`` stacked in order fill
-        ``(new_envs, new_slots)``; ``last`` replaces some rows of the first source. On CUDA this
-        also carries the slot updates the host made (``updates``, and the new slots' flags)."""
-        if not self._cuda:
-            items = self.items.numpy()
-            at = 0
-            for src in sources:
-                rows = slice(at, at + len(src))
-                items[new_envs[rows], new_slots[rows]] = src
-                at += len(src)
-            if last is not None:
-                rows, frames = last
-                items[new_envs[rows], new_slots[rows]] = frames
+        """The items of one write on the storage device: ``sources`` stacked in order fill the
+        flat slots ``flat``; ``last`` replaces some rows of the first source. On CUDA this also
+        carries the slot updates the host made (``updates``, and the new slots' flags)."""
+        if self._cuda:
+            self._store_cuda(flat, sources, last, updates)
             return
-        self._store_cuda(new_envs, new_slots, sources, last, updates)
+        items = self._items_flat
+        at = 0
+        for src in sources:
+            items[flat[at : at + len(src)]] = src
+            at += len(src)
+        if last is not None:
+            rows, frames = last
+            items[flat[rows]] = frames
 
     def _store_cuda(
         self,
-        new_envs: np.ndarray,
-        new_slots: np.ndarray,
+        flat: np.ndarray,
         sources: tuple[np.ndarray, ...],
         last: tuple[np.ndarray, np.ndarray] | None,
         updates: tuple[np.ndarray, ...] | None,
@@ -284,7 +300,7 @@ class ReplayBuffer:
         """One packed host-to-device copy (frames, then int32 slot updates), then scatters on
         the current stream; the staging buffer is reused once the copy has landed."""
         assert self._staging is not None
-        k = len(new_envs)
+        k = len(flat)
         b = 0 if updates is None else len(updates[0])
         buf, i = self._staging.take()
         host = buf.numpy()
@@ -301,16 +317,15 @@ class ReplayBuffer:
         meta_n = 4 * b + 2 * k + 2 * e
         mo = -(-fb // 8) * 8  # the int32 part starts aligned
         meta = host[mo : mo + 4 * meta_n].view(np.int32)
-        slots = self.slots
         if updates is not None:
-            envs, cur, cur_flags, actions, rewards = updates
-            meta[0:b] = envs * slots + cur
+            cur, cur_flags, actions, rewards = updates
+            meta[0:b] = cur
             meta[b : 2 * b] = actions
             meta[2 * b : 3 * b] = np.asarray(rewards, np.float32).view(np.int32)
             meta[3 * b : 4 * b] = cur_flags
         o = 4 * b
-        meta[o : o + k] = new_envs * slots + new_slots
-        meta[o + k : o + 2 * k] = self.flags[new_envs, new_slots]
+        meta[o : o + k] = flat
+        meta[o + k : o + 2 * k] = self._flags_flat[flat]
         meta[o + 2 * k : o + 2 * k + e] = self.head
         meta[o + 2 * k + e : o + 2 * k + 2 * e] = self.count
         dev = buf[: mo + 4 * meta_n].to(self.device, non_blocking=True)
@@ -318,15 +333,15 @@ class ReplayBuffer:
         st = self.storage
         m = dev[mo:].view(torch.int32)
         if b:
-            flat = m[0:b].long()
-            st.actions.view(-1)[flat] = m[b : 2 * b].to(st.actions.dtype)
-            st.rewards.view(-1)[flat] = m[2 * b : 3 * b].view(torch.float32)
-            st.flags.view(-1)[flat] = m[3 * b : 4 * b].to(torch.uint8)
-        flat = m[o : o + k].long()
-        self.items.view(-1, *item_shape)[flat] = (
+            at_cur = m[0:b].long()
+            st.actions.view(-1)[at_cur] = m[b : 2 * b].to(st.actions.dtype)
+            st.rewards.view(-1)[at_cur] = m[2 * b : 3 * b].view(torch.float32)
+            st.flags.view(-1)[at_cur] = m[3 * b : 4 * b].to(torch.uint8)
+        at_new = m[o : o + k].long()
+        self.items.view(-1, *item_shape)[at_new] = (
             dev[:fb].view(self.items.dtype).view(k, *item_shape)
         )
-        st.flags.view(-1)[flat] = m[o + k : o + 2 * k].to(torch.uint8)
+        st.flags.view(-1)[at_new] = m[o + k : o + 2 * k].to(torch.uint8)
         st.head.copy_(m[o + 2 * k : o + 2 * k + e])
         st.count.copy_(m[o + 2 * k + e : o + 2 * k + 2 * e])
 
@@ -375,6 +390,7 @@ class ReplayBuffer:
 
     def clear(self) -> None:
         """Forget every transition (a restore that failed half-way must leave no trace)."""
+        self.committed()
         self.items.fill_(0)
         for a in (self.actions, self.rewards, self.flags, self.head, self.count, self.written):
             a.fill(0)

@@ -346,6 +346,7 @@ class ReplayStore:
             raise ReplayFileError(f"cannot read replay file {path}: {e.strerror}") from None
 
     def _restore(self, name: str) -> int:
+        self.replay.committed()
         path = self.directory / name
         try:
             outer = json.loads(self._read(name))

@@ -28,6 +28,7 @@ import torch
 
 from edgerl.atomic import write_atomic
 from edgerl.autotune import Choice, autotune_config
+from edgerl.batches import Batches, row_of
 from edgerl.checkpoint import CheckpointLostError, CheckpointStore
 from edgerl.config import Config, apply_presets, check_consistency, with_values
 from edgerl.device import configure_backends, resolve_device
@@ -60,12 +61,6 @@ CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again th
 
 def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
-
-
-def _row_of(ids: np.ndarray, env: int) -> int | None:
-    """The row of environment ``env`` in a batch of ``ids`` (None when it is not there)."""
-    rows = np.flatnonzero(ids == env)
-    return int(rows[0]) if len(rows) else None
 
 
 class Trainer(TrainerState):
@@ -179,8 +174,8 @@ class Trainer(TrainerState):
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
+        self.replay = build_replay(cfg, spec, self.device, available)  # fills in the background
         self.learner = build_learner(cfg, spec, self.device)
-        self.replay = build_replay(cfg, spec, self.device, available)
         if cfg.replay.persist:
             store = ReplayStore(self._rundir.path / "replay", self.replay)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
@@ -317,31 +312,36 @@ class Trainer(TrainerState):
         num_envs = env.num_envs
         shown = min(cfg.display.env_index, num_envs - 1)
         self.book.start(num_envs, shown, self._episodes_csv)
-        self._seen = np.zeros(num_envs, dtype=bool)  # ALE's async mode: first obs recorded
-        if ids is not None:
-            self._seen[ids] = True
-        taken = np.zeros(num_envs, dtype=np.int64)  # the action each environment is taking
+        self._batches = Batches(num_envs, ids)  # ALE's async mode
+        self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
+        self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
         now = time.monotonic()
         last_tick = last_row = last_ckpt = now
         row_step = self.step
         started = False
 
-        while self.step < total and not self.stop_requested:
-            epsilon = self.learner.epsilon(self.step)
-            show = self.display.due()
-            row = shown if ids is None else _row_of(ids, shown)
-            actions, q_shown = learning.act(obs, epsilon, row if show else None)
-            env.send(actions)
-            if show and row is not None:  # while ALE's threads emulate
-                self._show(obs[row], actions[row], q_shown)
+        # A step is started (actions picked and sent) before the one before it is recorded:
+        # the replay write, the episodes, the updates and the rest of this loop run while ALE's
+        # threads emulate. In the sync pipeline the actions of a step come from the weights
+        # before the updates of the step that precedes it.
+        actions = None
+        if self.step < total and not self.stop_requested:
+            actions = self._start_step(obs, ids, self.step, shown)
+        while actions is not None:
             result = env.recv()
-            if result.env_ids is None:  # every environment stepped, in order
-                self._record(actions, result, None)
+            ids = result.env_ids
+            taken = actions if ids is None else self._taken[ids]  # what led to each row
+            after = self.step + self._batches.steps_in(result)
+            actions = None
+            if after < total and not self.stop_requested:
+                actions = self._start_step(result.obs, ids, after, shown)
+            if ids is None:  # every environment stepped, in order
+                self._record(taken, result, None)
             else:
-                taken[ids] = actions
                 self._record_batch(taken, result)
+            if self._to_show is not None:
+                self._show(*self._to_show)
             learning.after_step(self.step)
-            obs, ids = result.obs, result.env_ids
 
             if not started:
                 started = True
@@ -389,6 +389,24 @@ class Trainer(TrainerState):
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
 
+    def _start_step(
+        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int
+    ) -> np.ndarray:
+        """Pick the actions for ``obs`` (the rows of environments ``ids``; None: all) at env
+        step ``step`` and send them to the environments; publishes the shown environment's
+        frame when it is due (see :meth:`_show`). Returns the actions."""
+        assert self._env is not None and self.learning is not None and self.display is not None
+        show = self.display.due()
+        row = shown if ids is None else row_of(ids, shown)
+        epsilon = self.learner.epsilon(step)
+        actions, q_shown = self.learning.act(obs, epsilon, row if show else None)
+        self._env.send(actions)
+        if ids is not None:
+            self._taken[ids] = actions
+        if show and row is not None:  # published once the step before is recorded
+            self._to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
+        return actions
+
     def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
@@ -406,22 +424,14 @@ class Trainer(TrainerState):
         done = result.terminated | result.truncated
         self.book.add(result.rewards, done, envs, self.step, self.wall_s())
 
-    def _record_batch(self, taken: np.ndarray, result: Step) -> None:
-        """Store what ALE's async mode returned: rows of environments that stepped (the action
-        each took is in ``taken``), and environments seen for the first time since the reset."""
-        ids = result.env_ids
-        assert ids is not None
-        first = ~self._seen[ids]
-        if first.any():
-            self.replay.add_first(result.obs[first], envs=ids[first])
-            self._seen[ids[first]] = True
-            stepped = ~first
-            final = result.final_obs[stepped] if result.final_obs is not None else None
-            result = Step(*(a[stepped] for a in result[:4]), final, ids[stepped])
-            ids = result.env_ids
-            assert ids is not None
-        if len(ids):
-            self._record(taken[ids], result, ids)
+    def _record_batch(self, actions: np.ndarray, result: Step) -> None:
+        """Store what ALE's async mode returned (``actions``: what led to each row): first
+        observations start their environment's ring, the other rows are steps."""
+        first, stepped, stepped_actions = self._batches.split(result, actions)
+        if first is not None:
+            self.replay.add_first(*first)
+        if stepped is not None:
+            self._record(stepped_actions, stepped, stepped.env_ids)
 
     def _result(self, stopped: bool) -> TrainResult:
         return TrainResult(
@@ -436,17 +446,25 @@ class Trainer(TrainerState):
             stopped=stopped,
         )
 
-    def _show(self, frames: np.ndarray, action: int, q_values: np.ndarray | None) -> None:
-        """Publish the shown environment's frame for `edgerl view` (a copy into shared memory,
-        never a wait)."""
+    def _show(
+        self,
+        frames: np.ndarray,
+        action: int,
+        q_values: np.ndarray | None,
+        step: int,
+        epsilon: float,
+    ) -> None:
+        """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
+        shared memory, never a wait)."""
         assert self.display is not None
         load = self.stats.load
         book = self.book
+        self._to_show = None
         meta = FrameMeta(
-            step=self.step,
+            step=step,
             episode=book.shown_episode,
             episode_return=float(book.returns[book.shown]),
-            epsilon=self.learner.epsilon(self.step),
+            epsilon=epsilon,
             action=int(action),
             sps=self.stats.sps,
             cpu_max_core=_nan(load.get("cpu_max_core")),

@@ -16,6 +16,8 @@ def test_bench_json(cli):
         "bench",
         "--seconds",
         "1",
+        "--actor-envs",
+        "2",
         "--json",
         "--set",
         "agent.learning_starts=64",
@@ -34,7 +36,18 @@ def test_bench_json(cli):
         doc["train_freq"] * limit["updates_per_s"], rel=0.01, abs=0.1
     )
     assert limit["measured_s"] >= 3  # never a one-second limit
-    assert "perf.amp=" in limit["update_variant"]
+    assert (
+        "sampling and update" in limit["update_variant"] and "perf.amp=" in limit["update_variant"]
+    )
+    assert limit["updates_per_launch"] == (4 if CUDA else 1) and limit["host_us_per_update"] > 0
+    # The actor alone beside the raw vector env, with the same environments.
+    assert [a["num_envs"] for a in doc["actor"]] == [2]
+    for a in doc["actor"]:
+        assert a["raw_steps_per_s"] > 0 and a["steps_per_s"] > 0 and a["host_us_per_env_step"] > 0
+        assert a["share_of_raw"] == pytest.approx(
+            a["steps_per_s"] / a["raw_steps_per_s"], rel=0.01, abs=0.01
+        )
+    assert doc["pipeline_verdict"].startswith("perf.pipeline=auto picks")
     assert any("--seconds 1 is too short for steady figures" in w for w in doc["warnings"])
     assert [(lp["mode"], lp["num_envs"]) for lp in doc["loops"]] == [
         ("sync", 1),

@@ -194,3 +194,41 @@ def test_a_root_run_is_shared_with_the_display_group(tmp_path):
         assert st.st_gid == gid and st.st_mode & stat.S_ISGID and st.st_mode & stat.S_IRGRP
     after = tmp_path.stat()  # a parent that existed before is left alone
     assert (after.st_gid, after.st_mode) == (before.st_gid, before.st_mode)
+
+
+def test_ale_async_batches_train_and_store_every_environment(tmp_path):
+    """env.batch_size below env.num_envs: the loop acts on whichever environments finish first;
+    every environment's ring fills, each stored transition is a real one (its next observation
+    is its observation one frame on), and the steps count env steps, not rows."""
+    from edgerl.train import Trainer
+
+    from .helpers import pong_config
+
+    cfg = pong_config(tmp_path, "env.num_envs=4", "env.batch_size=2", steps=800)
+    with Trainer(cfg, quiet=True) as trainer:
+        result = trainer.run()
+        replay = trainer.replay
+        assert result.step >= 800 and trainer.learner.updates == (result.step - 400) // 4
+        assert replay.written.min() > 100  # every environment stepped, not just the first two
+        assert abs(int(replay.written.sum()) - result.step - 4) <= 2 * result.episodes + 4
+        batch = replay.sample(64)
+        assert torch.equal(batch.obs[:, 1:], batch.next_obs[:, :-1])
+
+
+def test_env_batch_size_is_refused_where_it_cannot_work(cli, tmp_path):
+    r = cli(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--set",
+        "env.num_envs=4",
+        "--set",
+        "env.batch_size=2",
+        "--run-dir",
+        tmp_path / "r",
+    )
+    assert r.code == 2 and "env.batch_size (ALE's async mode) is for Atari ids" in r.err
+    r = cli(
+        "train", "--set", "env.num_envs=4", "--set", "env.batch_size=4", "--run-dir", tmp_path / "p"
+    )
+    assert r.code == 2 and "env.batch_size (4) must be below env.num_envs (4)" in r.err

@@ -61,6 +61,13 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
     show_default=True,
     help="Comma-separated env.num_envs values to measure env steps/s at.",
 )
+@click.option(
+    "--actor-envs",
+    default="8,32",
+    show_default=True,
+    help="Comma-separated env.num_envs values to measure the actor alone at, beside the raw "
+    "vector env (Atari; empty to skip).",
+)
 @config_options()
 @click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
 @click.option(
@@ -74,6 +81,7 @@ def bench(
     env_id: str,
     seconds: float,
     envs: str,
+    actor_envs: str,
     config_file: Path | None,
     overrides: tuple[str, ...],
     autotune: bool,
@@ -83,16 +91,9 @@ def bench(
     """Measure env, act, update and the whole loop (sync and async) on this machine."""
     from edgerl.bench import BenchOptions, render, run_bench
 
-    try:
-        env_sizes = tuple(int(n) for n in envs.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected numbers separated by commas, got {envs!r}", param_hint="--envs"
-        ) from None
-    if not env_sizes or min(env_sizes) < 1:
-        raise click.BadParameter(
-            "every number of environments must be 1 or more", param_hint="--envs"
-        )
+    env_sizes = _sizes(envs, "--envs")
+    if not env_sizes:
+        raise click.BadParameter("give at least one number of environments", param_hint="--envs")
     result = run_bench(
         BenchOptions(
             env_id=env_id,
@@ -102,9 +103,25 @@ def bench(
             autotune=autotune,
             compile=compile_,
             env_sizes=env_sizes,
+            actor_envs=_sizes(actor_envs, "--actor-envs"),
         )
     )
     click.echo(json.dumps(result, indent=1) if as_json else render(result))
+
+
+def _sizes(text: str, option: str) -> tuple[int, ...]:
+    """Numbers of environments from ``"1,4,8"``; raises click.BadParameter with what is wrong."""
+    try:
+        sizes = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected numbers separated by commas, got {text!r}", param_hint=option
+        ) from None
+    if sizes and min(sizes) < 1:
+        raise click.BadParameter(
+            "every number of environments must be 1 or more", param_hint=option
+        )
+    return sizes
 
 
 @cli.group()
