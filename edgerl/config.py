@@ -81,6 +81,12 @@ class EnvConfig:
 
 @dataclass
 class AgentConfig:
+    algo: str = setting(
+        "dqn",
+        "the learner: dqn (Double DQN with a replay memory) or pqn (Q(lambda) without one: "
+        "for boards with little memory; its own keys are in [pqn])",
+        choices=("dqn", "pqn"),
+    )
     lr: float = setting(1e-4, "Adam learning rate", min=0.0)
     lr_end: float = setting(
         -1.0, "learning rate at the last step, linearly annealed (-1: constant)"
@@ -120,6 +126,21 @@ class ReplayConfig:
         True,
         "save the replay with each checkpoint (only what changed) and resume with it",
     )
+
+
+@dataclass
+class PQNConfig:
+    rollout_steps: int = setting(
+        32, "vector steps of every environment per rollout, learned from at once", min=1, max=10_000
+    )
+    lam: float = setting(
+        0.65,
+        "Q(lambda)'s lambda: how much of the longer returns goes into each target",
+        min=0.0,
+        max=1.0,
+    )
+    epochs: int = setting(2, "passes over each rollout", min=1, max=100)
+    minibatches: int = setting(32, "minibatches per pass", min=1, max=100_000)
 
 
 @dataclass
@@ -250,6 +271,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    pqn: PQNConfig = field(default_factory=PQNConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)
     hw: HwConfig = field(default_factory=HwConfig)

@@ -1,4 +1,8 @@
-"""Q-networks: the Nature CNN for Atari frame stacks, an MLP for vector observations."""
+"""Q-networks: the Nature CNN for Atari frame stacks, an MLP for vector observations.
+
+Either can put a LayerNorm after every hidden layer (``layer_norm``), as PQN does: normalised
+features keep Q-learning without a target network stable (Gallici et al. 2024).
+"""
 
 from __future__ import annotations
 
@@ -30,19 +34,22 @@ class NatureCNN(nn.Module):
     buffer, the actor and an exported ONNX/TensorRT graph all feed raw bytes.
     """
 
-    def __init__(self, in_channels: int, num_actions: int) -> None:
+    def __init__(self, in_channels: int, num_actions: int, layer_norm: bool = False) -> None:
         super().__init__()
+
+        def block(layer: nn.Module, shape: tuple[int, ...]) -> list[nn.Module]:
+            # Without LayerNorm the layers keep the indices (and checkpoint keys) they always had.
+            return [layer, nn.LayerNorm(shape), nn.ReLU()] if layer_norm else [layer, nn.ReLU()]
+
+        self.layer_norm = layer_norm
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, kernel_size=4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, kernel_size=3, stride=1),
-            nn.ReLU(),
+            *block(nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), (32, 20, 20)),
+            *block(nn.Conv2d(32, 64, kernel_size=4, stride=2), (64, 9, 9)),
+            *block(nn.Conv2d(64, 64, kernel_size=3, stride=1), (64, 7, 7)),
             nn.Flatten(),
         )
         self.head = nn.Sequential(
-            nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, num_actions)
+            *block(nn.Linear(64 * 7 * 7, 512), (512,)), nn.Linear(512, num_actions)
         )
         self.channels_last = False
         self.input_dtype = torch.float32  # float16 for an FP16-typed export
@@ -61,19 +68,23 @@ class NatureCNN(nn.Module):
         x = obs.to(self.input_dtype) / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        hidden = self.head[1](self.head[0](self.features(x)))  # Linear(3136, 512), ReLU
-        return output_layer(self.head[2], hidden)
+        hidden = self.head[:-1](self.features(x))  # Linear(3136, 512), (LayerNorm,) ReLU
+        return output_layer(self.head[-1], hidden)
 
 
 class MLP(nn.Module):
     """A plain ReLU MLP for small vector observations (CartPole and friends)."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...]) -> None:
+    def __init__(
+        self, obs_dim: int, num_actions: int, hidden: tuple[int, ...], layer_norm: bool = False
+    ) -> None:
         super().__init__()
+        self.layer_norm = layer_norm
         layers: list[nn.Module] = []
         width = obs_dim
         for h in hidden:
-            layers += [nn.Linear(width, h), nn.ReLU()]
+            norm = [nn.LayerNorm(h)] if layer_norm else []  # without: the keys of old checkpoints
+            layers += [nn.Linear(width, h), *norm, nn.ReLU()]
             width = h
         layers.append(nn.Linear(width, num_actions))
         self.net = nn.Sequential(*layers)
@@ -84,8 +95,8 @@ class MLP(nn.Module):
         return output_layer(self.net[-1], hidden)
 
 
-def build_q_network(spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
+def build_q_network(spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool = False) -> nn.Module:
     """The Q-network for an environment: Nature CNN for frames, MLP for vectors."""
     if spec.has_frames:
-        return NatureCNN(spec.obs_shape[0], spec.num_actions)
-    return MLP(spec.obs_shape[0], spec.num_actions, hidden)
+        return NatureCNN(spec.obs_shape[0], spec.num_actions, layer_norm)
+    return MLP(spec.obs_shape[0], spec.num_actions, hidden, layer_norm)

@@ -1,0 +1,85 @@
+"""PQN (pqn.py, rollout.py): Q(lambda) returns written out by hand, the rollout's writes, and a
+learning step that moves the weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.config import AgentConfig, PQNConfig
+from edgerl.envs import EnvSpec
+from edgerl.nets import MLP
+from edgerl.pqn import PQN
+from edgerl.rollout import RolloutBuffer, lambda_returns
+
+VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+CPU = torch.device("cpu")
+
+
+def test_lambda_returns_by_hand():
+    """One environment, 4 steps, gamma 0.5, lambda 0.5: a truncation at t=1 and a termination
+    at t=3; the values of each next observation are given."""
+    r = torch.tensor([[1.0], [2.0], [4.0], [8.0]])
+    term = torch.tensor([[False], [False], [False], [True]])
+    trunc = torch.tensor([[False], [True], [False], [False]])
+    v = torch.tensor([[10.0], [20.0], [30.0], [40.0]])  # max Q of each transition's next obs
+    g = lambda_returns(r, term, trunc, v, gamma=0.5, lam=0.5)[:, 0].tolist()
+    g3 = 8.0  # terminated: the reward alone
+    g2 = 4 + 0.5 * (0.5 * g3 + 0.5 * 30)  # lambda mix of the next return and the next value
+    g1 = 2 + 0.5 * 20  # truncated: bootstraps from its (final) next observation's value only
+    g0 = 1 + 0.5 * (0.5 * g1 + 0.5 * 10)
+    assert g == [g0, g1, g2, g3]
+    # The rollout's last transition bootstraps from its next value alone.
+    last = lambda_returns(r[:3], term[:3], torch.zeros_like(trunc[:3]), v[:3], 0.5, 0.5)
+    assert last[2, 0].item() == 4 + 0.5 * 30
+
+
+def fill(buffer: RolloutBuffer, steps: int, truncate_at: int = -1) -> None:
+    obs = np.zeros((buffer.num_envs, 4), np.float32)
+    buffer.add_first(obs)
+    for t in range(steps):
+        nxt = np.full((buffer.num_envs, 4), t + 1, np.float32)
+        trunc = np.array([t == truncate_at] * buffer.num_envs)
+        final = np.full((buffer.num_envs, 4), 100 + t, np.float32) if trunc.any() else None
+        done = np.zeros(buffer.num_envs, bool)
+        buffer.add(np.ones(buffer.num_envs), np.ones(buffer.num_envs), done, trunc, nxt, final)
+
+
+def test_the_rollout_keeps_whole_steps_and_starts_the_next_from_the_newest():
+    buffer = RolloutBuffer(VEC, 3, 4, CPU)
+    fill(buffer, 4, truncate_at=2)
+    assert buffer.full and len(buffer) == 12
+    assert buffer.obs[:, 0, 0].tolist() == [0, 1, 2, 3, 4]
+    ((t, rows, final),) = buffer.finals
+    assert t == 2 and rows.tolist() == [0, 1, 2] and final[0, 0].item() == 102
+    with pytest.raises(ValueError, match="full"):
+        buffer.add(*([np.zeros(3)] * 4), np.zeros((3, 4), np.float32), None)
+    buffer.clear()
+    assert not buffer.full and buffer.obs[0, 0, 0].item() == 4 and not buffer.finals
+    with pytest.raises(ValueError, match="every environment"):
+        buffer.add_first(np.zeros((2, 4), np.float32), envs=np.array([0, 1]))
+
+
+def test_a_rollout_is_one_learning_step_that_moves_the_weights():
+    torch.manual_seed(0)
+    net = MLP(4, 2, (16,), layer_norm=True)
+    pqn_cfg = PQNConfig(rollout_steps=4, epochs=2, minibatches=3)
+    learner = PQN(net, AgentConfig(lr=1e-3), pqn_cfg, num_envs=3, device=CPU)
+    buffer = RolloutBuffer(VEC, 3, 4, CPU)
+    assert learner.owed(11) == 0
+    fill(buffer, 4, truncate_at=1)
+    assert learner.owed(12) == 1  # 4 steps of 3 environments
+    before = [p.detach().clone() for p in net.parameters()]
+    learner.learn(buffer, 12)
+    assert learner.updates == 2 * 3 and learner.rollouts == 1 and learner.owed(12) == 0
+    assert not buffer.full
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    learner.losses.flush()
+    assert learner.losses.take() > 0
+    state = learner.state_dict()
+    again = PQN(MLP(4, 2, (16,), layer_norm=True), AgentConfig(), pqn_cfg, 3, CPU)
+    again.load_state_dict(state)
+    assert again.updates == 6 and again.rollouts == 1
+    again.resume_at(100)
+    assert again.owed(111) == 0 and again.owed(112) == 1  # the first rollout starts at 100
