@@ -332,6 +332,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# On top of PRESETS when agent.algo = "pqn". Frames: the reference's Atari settings (CleanRL's
+# pqn_atari_envpool.py, purejaxql): 128 environments, rollouts of 32 steps, 2 epochs of 32
+# minibatches, lr 2.5e-4 annealed to 0, lambda 0.65, exploration over the first tenth of the
+# default 10M steps. Vector: CartPole-sized, measured in edgerl's suite.
+PQN_PRESETS: dict[str, dict[str, Any]] = {
+    "frames": {
+        "env.num_envs": 128,
+        "agent.lr": 2.5e-4,
+        "agent.lr_end": 0.0,
+        "agent.eps_end": 0.01,
+        "agent.eps_decay_steps": 1_000_000,
+        "perf.pipeline": "sync",
+    },
+    "vector": {
+        "env.num_envs": 32,
+        "agent.lr": 1e-3,
+        "agent.lr_end": 0.0,
+        "agent.eps_end": 0.05,
+        "agent.eps_decay_steps": 50_000,
+        "pqn.rollout_steps": 16,
+        "pqn.lam": 0.9,
+        "pqn.epochs": 4,
+        "pqn.minibatches": 4,
+        "train.steps": 500_000,
+        "perf.pipeline": "sync",
+    },
+}
+
+
 def keys() -> list[str]:
     """Every config key as ``section.name``."""
     return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
@@ -443,9 +472,12 @@ def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
 
 
 def apply_presets(cfg: Config, obs_kind: str) -> Config:
-    """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector")."""
-    preset = {k: v for k, v in PRESETS[obs_kind].items() if k not in cfg.explicit}
-    return with_values(cfg, preset)
+    """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector") and
+    the learner ``agent.algo`` names."""
+    preset = dict(PRESETS[obs_kind])
+    if cfg.agent.algo == "pqn":
+        preset.update(PQN_PRESETS[obs_kind])
+    return with_values(cfg, {k: v for k, v in preset.items() if k not in cfg.explicit})
 
 
 def check_consistency(cfg: Config) -> None:

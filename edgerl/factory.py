@@ -1,20 +1,28 @@
-"""Building a training run's parts from its config: the replay (its memory checked first), the
-learner, and the pipeline with its actor, ready to act and learn.
+"""Building a training run's parts from its config: the learner ``agent.algo`` names, its memory
+(a replay for DQN, a rollout for PQN; the memory checked first), and the pipeline with its actor.
 
-The trainer and ``edgerl bench`` build them here, so what the bench measures is what trains.
+The trainer, ``edgerl bench``, autotune and ``edgerl doctor`` build learners here, so what they
+measure is what trains. A new learner is a module with a class following
+:class:`~edgerl.learner.Learner` and one entry in :data:`LEARNERS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
+from torch import nn
 
 from edgerl.actor import Actor, ActorWeights
 from edgerl.config import Config
 from edgerl.device import resolve_device
 from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec
+from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.fast_update import may_compile, spare_dynamo_import
+from edgerl.learner import Learner
 from edgerl.nets import build_q_network
 from edgerl.pipeline import (
     Learning,
@@ -22,9 +30,18 @@ from edgerl.pipeline import (
     resolve_updates_per_launch,
     wants_double_weights,
 )
+from edgerl.pqn import PQN
 from edgerl.replay import ReplayBuffer
-from edgerl.replay_memory import available_memory, check_env_memory, plan_memory
+from edgerl.replay_memory import (
+    MEMORY_SHARE,
+    MemoryPlan,
+    available_memory,
+    check_env_memory,
+    fmt_bytes,
+    plan_memory,
+)
 from edgerl.replay_sample import example_batch
+from edgerl.rollout import RolloutBuffer, rollout_bytes
 
 
 def replay_device(cfg: Config, device: torch.device) -> torch.device:
@@ -32,29 +49,84 @@ def replay_device(cfg: Config, device: torch.device) -> torch.device:
     return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
 
 
+def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
+    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
+    return build_q_network(spec, cfg.agent.hidden, layer_norm=cfg.agent.algo == "pqn")
+
+
+def _dqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    return DQN(q_network(cfg, spec), cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
+
+
+def _pqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    net = q_network(cfg, spec)
+    n = cfg.env.num_envs
+    return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+
+
+# agent.algo -> the function that builds that learner
+LEARNERS: dict[str, Callable[[Config, EnvSpec, torch.device], Learner]] = {
+    "dqn": _dqn,
+    "pqn": _pqn,
+}
+
+
+def check_setup(cfg: Config, spec: EnvSpec) -> None:
+    """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
+    if cfg.agent.algo == "pqn":
+        if cfg.perf.pipeline == "async":
+            raise ConfigError(
+                "perf.pipeline=async needs agent.algo=dqn: PQN learns from each rollout before "
+                "collecting the next (set perf.pipeline to auto or sync)"
+            )
+        if cfg.env.batch_size:
+            raise ConfigError(
+                "env.batch_size needs agent.algo=dqn: a PQN rollout steps every environment "
+                "together (set env.batch_size to 0)"
+            )
+    if cfg.env.batch_size and not spec.has_frames:
+        raise ConfigError(
+            f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
+            f"{cfg.env.id}; set it to 0"
+        )
+
+
 def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
-    """Refuse a replay or environments that do not fit (ReplayMemoryError, EnvMemoryError, one
-    sentence each, before anything is allocated); returns the memory available to the replay."""
-    where_to = replay_device(cfg, device)
+    """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
+    one sentence each, before anything is allocated); returns the memory available."""
+    where_to = replay_device(cfg, device) if cfg.agent.algo == "dqn" else device
     available, where = available_memory(where_to)
-    plan = plan_memory(spec, cfg.replay.capacity, available, where)
-    plan.check()
+    if cfg.agent.algo == "dqn":
+        plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        plan.check()
+    else:
+        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        if not plan.fits:
+            raise ReplayMemoryError(
+                f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+                f"environments needs {fmt_bytes(size)} but only {fmt_bytes(available)} of "
+                f"{where} memory is available, of which edgerl uses at most {MEMORY_SHARE:.0%}; "
+                "lower env.num_envs or pqn.rollout_steps"
+            )
     check_env_memory(spec, cfg.env.num_envs, plan, where_to)
     return available
 
 
-def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> DQN:
-    """The learner ``cfg`` asks for, with a fresh network (draws from torch's global RNG)."""
+def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
     if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
         spare_dynamo_import()
-    net = build_q_network(spec, cfg.agent.hidden)
-    return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
+    return LEARNERS[cfg.agent.algo](cfg, spec, device)
 
 
-def build_replay(
+def build_memory(
     cfg: Config, spec: EnvSpec, device: torch.device, available: int | None = None
-) -> ReplayBuffer:
-    """The replay of ``cfg`` on its device, feeding the learner on ``device``."""
+) -> Any:
+    """What the learner learns from: DQN's replay (on its device, feeding the learner on
+    ``device``) or PQN's rollout."""
+    if cfg.agent.algo == "pqn":
+        return RolloutBuffer(spec, cfg.env.num_envs, cfg.pqn.rollout_steps, device)
     return ReplayBuffer(
         spec,
         cfg.replay.capacity,
@@ -71,28 +143,29 @@ def build_replay(
 def build_learning(
     cfg: Config,
     spec: EnvSpec,
-    learner: DQN,
-    replay: ReplayBuffer,
+    learner: Learner,
+    memory: Any,
     actor_rng: np.random.Generator,
     remaining_updates: int,
 ) -> Learning:
-    """Make the learner fast (a CUDA graph that samples ``perf.updates_per_launch`` batches per
-    launch, or torch.compile) and wrap it, the replay and an actor in the pipeline
+    """Make the learner fast (DQN: a CUDA graph that samples ``perf.updates_per_launch``
+    batches per launch, or torch.compile) and wrap it, its memory and an actor in the pipeline
     ``perf.pipeline`` asks for."""
     device = learner.device
-    graph_samples = learner.fast.cuda_graphs and replay.device == device
-    per_launch = resolve_updates_per_launch(
-        cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
-    )
-    example = example_batch(spec, cfg.agent.batch_size, device)  # zeros: no RNG
-    learner.prepare(example, remaining_updates, replay, per_launch)
+    if isinstance(learner, DQN):
+        graph_samples = learner.fast.cuda_graphs and memory.device == device
+        per_launch = resolve_updates_per_launch(
+            cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
+        )
+        example = example_batch(spec, cfg.agent.batch_size, device)  # zeros: no RNG
+        learner.prepare(example, remaining_updates, memory, per_launch)
     actor = Actor(
-        ActorWeights(learner.q, wants_double_weights(cfg.perf, device)),
+        ActorWeights(learner.q, wants_double_weights(cfg.perf, device, learner.kind)),
         spec.num_actions,
         cfg.env.batch_size or cfg.env.num_envs,  # the rows of one step
         actor_rng,
         spec.obs_shape,
         spec.obs_dtype,
-        use_graph=learner.fast.cuda_graphs,
+        use_graph=learner.cuda_graphs,
     )
-    return make_learning(cfg.perf, learner, replay, actor)
+    return make_learning(cfg.perf, learner, memory, actor)

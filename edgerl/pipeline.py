@@ -1,11 +1,11 @@
 """How learning runs beside acting: inline (sync) or on a learner thread (async).
 
-A pipeline is given the learner, the replay and the :class:`~edgerl.actor.Actor`; the training
-loop asks it for actions (:meth:`act`), writes transitions to the replay itself, and calls
-:meth:`after_step` with the env step count. Both pipelines keep the replay ratio exact: the
-learner makes exactly the updates :meth:`DQN.updates_due` asks for, whatever ``env.num_envs`` is,
-in groups of ``perf.updates_per_launch`` (one CUDA graph launch each) with the remainder made at
-the end of the run.
+A pipeline is given the learner, its memory (a replay, a rollout) and the
+:class:`~edgerl.actor.Actor`; the training loop asks it for actions (:meth:`act`), writes
+transitions to the memory itself, and calls :meth:`after_step` with the env step count. Both
+pipelines make exactly the learning :meth:`Learner.owed` asks for (DQN: the replay ratio's
+updates, whatever ``env.num_envs`` is), in groups of ``learner.per_launch`` (DQN:
+``perf.updates_per_launch`` updates, one CUDA graph launch each), the remainder at the end.
 
 ``SyncLearning`` (``perf.pipeline = "sync"``) makes the updates due after every vector step, on
 the actor's thread: the plain loop, deterministic for a given seed on the CPU.
@@ -45,8 +45,7 @@ import torch
 
 from edgerl.actor import Actor
 from edgerl.config import PerfConfig
-from edgerl.dqn import DQN
-from edgerl.replay import ReplayBuffer
+from edgerl.learner import Learner
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +74,9 @@ class _Pipeline:
 
     mode = ""
 
-    def __init__(self, learner: DQN, replay: ReplayBuffer, actor: Actor) -> None:
+    def __init__(self, learner: Learner, memory: Any, actor: Actor) -> None:
         self.learner = learner
-        self.replay = replay
+        self.memory = memory
         self.actor = actor
         self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
         self.host_s = 0.0  # CPU seconds of the thread making those calls
@@ -95,12 +94,12 @@ class _Pipeline:
 
     def _learn(self, step: int, n: int) -> None:
         started, cpu = time.perf_counter(), time.thread_time()
-        self.learner.learn(self.replay, step, n)
+        self.learner.learn(self.memory, step, n)
         self.busy_s += time.perf_counter() - started
         self.host_s += time.thread_time() - cpu
 
     def _owed(self, step: int) -> int:
-        return self.learner.updates_due(step) - self.learner.updates
+        return self.learner.owed(step)
 
 
 class SyncLearning(_Pipeline):
@@ -143,9 +142,9 @@ class AsyncLearning(_Pipeline):
 
     mode = "async"
 
-    def __init__(self, learner: DQN, replay: ReplayBuffer, actor: Actor, perf: PerfConfig) -> None:
-        super().__init__(learner, replay, actor)
-        replay.set_guard(True)
+    def __init__(self, learner: Learner, memory: Any, actor: Actor, perf: PerfConfig) -> None:
+        super().__init__(learner, memory, actor)
+        memory.set_guard(True)
         self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
         self.max_ahead = perf.max_ahead
@@ -268,27 +267,30 @@ class AsyncLearning(_Pipeline):
 Learning = SyncLearning | AsyncLearning
 
 
-def resolve_pipeline(setting: str, device: torch.device) -> str:
-    """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU.
+def resolve_pipeline(setting: str, device: torch.device, algo: str = "dqn") -> str:
+    """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU; PQN is always
+    sync (it learns from each rollout before the next one is collected).
 
     On the CPU the learner's parallel regions already use every core; an actor thread beside it
     preempts them and every region waits for the preempted thread. Measured on 2 cores (Pong,
     batch 32): 43 ms per update with the actor beside it against 33 ms alone, so the plain loop
     was faster. With a GPU learner, acting and emulation use the CPU while the GPU learns.
     """
+    if algo == "pqn":
+        return "sync"
     if setting != "auto":
         return setting
     return "async" if device.type == "cuda" else "sync"
 
 
-def make_learning(perf: PerfConfig, learner: DQN, replay: ReplayBuffer, actor: Actor) -> Learning:
+def make_learning(perf: PerfConfig, learner: Learner, memory: Any, actor: Actor) -> Learning:
     """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
     double-buffered weights for async, see :func:`wants_double_weights`)."""
-    if resolve_pipeline(perf.pipeline, learner.device) == "async":
-        return AsyncLearning(learner, replay, actor, perf)
-    return SyncLearning(learner, replay, actor)
+    if resolve_pipeline(perf.pipeline, learner.device, learner.kind) == "async":
+        return AsyncLearning(learner, memory, actor, perf)
+    return SyncLearning(learner, memory, actor)
 
 
-def wants_double_weights(perf: PerfConfig, device: torch.device) -> bool:
+def wants_double_weights(perf: PerfConfig, device: torch.device, algo: str) -> bool:
     """Whether the actor needs weights of its own (the async pipeline)."""
-    return resolve_pipeline(perf.pipeline, device) == "async"
+    return resolve_pipeline(perf.pipeline, device, algo) == "async"

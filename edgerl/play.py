@@ -74,13 +74,14 @@ class TorchPolicy:
         self.source = source
         self.env_config = state["config"]["env"]
         self.hidden = cfg.agent.hidden
+        self.layer_norm = cfg.agent.algo == "pqn"  # PQN's network normalises its layers
         self.step = int(state.get("step", 0))
         self._q_state = q_state
         self.device = resolve_device(device)
         # Built without random initial weights (they are replaced at once): an evaluation
         # beside training must not draw from torch's global RNG, which the trainer's state holds.
         with torch.device("meta"):
-            net = build_q_network(self.spec, cfg.agent.hidden)
+            net = build_q_network(self.spec, cfg.agent.hidden, self.layer_norm)
         net.load_state_dict(q_state, assign=True)
         if isinstance(net, NatureCNN):
             net.use_channels_last()

@@ -28,7 +28,7 @@ from torch import nn
 
 from edgerl.config import AgentConfig, PerfConfig, PQNConfig
 from edgerl.device import resolve_amp
-from edgerl.dqn import LossMeter, linear_schedule
+from edgerl.losses import LossMeter, linear_schedule
 from edgerl.nets import NatureCNN
 from edgerl.rollout import RolloutBuffer, lambda_returns
 

@@ -81,6 +81,18 @@ class RolloutBuffer:
         return f"a rollout of {self.steps} steps x {self.num_envs} environments ({size})"
 
     @property
+    def capacity(self) -> int:
+        """Transitions a rollout holds."""
+        return self.steps * self.num_envs
+
+    def rng_state(self) -> None:
+        """A rollout draws nothing (the learner's minibatch order is in its own state)."""
+        return None
+
+    def set_rng_state(self, state: object) -> None:
+        """Nothing to restore (see :meth:`rng_state`)."""
+
+    @property
     def full(self) -> bool:
         return self.t == self.steps
 

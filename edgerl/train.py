@@ -1,12 +1,13 @@
-"""The Trainer: environments, replay and learner, in one loop that reads top to bottom.
+"""The Trainer: environments, the learner and its memory, in one loop that reads top to bottom.
 
-Each iteration: one batched forward pass picks epsilon-greedy actions for all environments, the
-environments start their step (ALE's threads emulate while the loop publishes the frame the
-viewer shows), the transitions go to the replay, and the pipeline makes exactly the updates the
-learner's replay ratio asks for. The host work per step is a few vectorised numpy operations;
-episode bookkeeping runs only for the environments whose episode ended. Metrics, progress and
-checkpoints happen on wall-clock intervals. The loop stops when ``train.steps`` is reached or a
-stop is requested (Ctrl-C, SIGTERM): the step in flight finishes and a checkpoint is written.
+Each iteration: one batched forward pass picks epsilon-greedy actions for all environments and
+they start their step; while ALE's threads emulate it, the step before it goes to the learner's
+memory (DQN's replay, PQN's rollout), the pipeline makes exactly the learning the learner asks for
+(DQN: its replay ratio's updates) and the viewer's frame is published. The host work per step is
+a few vectorised numpy operations; episode bookkeeping runs only for the environments whose
+episode ended. Metrics, progress and checkpoints happen on wall-clock intervals. The loop stops
+when ``train.steps`` is reached or a stop is requested (Ctrl-C, SIGTERM): the step in flight
+finishes and a checkpoint is written.
 
 A run directory is resumed from its newest valid checkpoint: network, target network, optimizer,
 step and episode counts, the epsilon schedule position and every RNG, and (``replay.persist``)
@@ -35,8 +36,8 @@ from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.envs import Step, VecEnv, make_env, probe
 from edgerl.episodes import Episodes
-from edgerl.errors import ConfigError, RunDirError
-from edgerl.factory import build_learner, build_learning, build_replay, check_memory
+from edgerl.errors import RunDirError
+from edgerl.factory import build_learner, build_learning, build_memory, check_memory, check_setup
 from edgerl.hooks import TICK_EVERY_S, Hook
 from edgerl.metrics import (
     CSV_COLUMNS,
@@ -47,6 +48,7 @@ from edgerl.metrics import (
     TrainStats,
 )
 from edgerl.pipeline import Learning
+from edgerl.replay import ReplayBuffer
 from edgerl.replay_save import SaveJob
 from edgerl.replay_store import ReplayStore
 from edgerl.rundir import RunDir, default_run_dir
@@ -64,7 +66,7 @@ def _nan(v: float | None) -> float:
 
 
 class Trainer(TrainerState):
-    """Owns the environments, replay, learner and run directory of one training run.
+    """Owns the environments, the learner, its memory and the run directory of one training run.
 
     Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
     raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
@@ -140,11 +142,7 @@ class Trainer(TrainerState):
         spec = probe(cfg.env.id)
         cfg = apply_presets(cfg, spec.kind)
         check_consistency(cfg)
-        if cfg.env.batch_size and not spec.has_frames:
-            raise ConfigError(
-                f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
-                f"{cfg.env.id}; set it to 0"
-            )
+        check_setup(cfg, spec)
         self.spec = spec
         self.device = resolve_device(cfg.perf.device)
         available = check_memory(cfg, spec, self.device)
@@ -174,10 +172,10 @@ class Trainer(TrainerState):
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
-        self.replay = build_replay(cfg, spec, self.device, available)  # fills in the background
+        self.memory = build_memory(cfg, spec, self.device, available)  # fills in the background
         self.learner = build_learner(cfg, spec, self.device)
-        if cfg.replay.persist:
-            store = ReplayStore(self._rundir.path / "replay", self.replay)
+        if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
+            store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
                 self.replay_store = store
         if found is not None:
@@ -289,7 +287,7 @@ class Trainer(TrainerState):
 
         remaining = (total - self.step) // cfg.agent.train_freq
         self.learning = build_learning(
-            cfg, self.spec, self.learner, self.replay, self.actor_rng, remaining
+            cfg, self.spec, self.learner, self.memory, self.actor_rng, remaining
         )
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
@@ -308,7 +306,7 @@ class Trainer(TrainerState):
         cfg, env, learning = self.cfg, self._env, self.learning
         obs = env.reset(seed=cfg.env.seed + self.step)
         ids = env.reset_ids  # the environments of obs's rows; None: all, in order
-        self.replay.add_first(obs, envs=ids)
+        self.memory.add_first(obs, envs=ids)
         num_envs = env.num_envs
         shown = min(cfg.display.env_index, num_envs - 1)
         self.book.start(num_envs, shown, self._episodes_csv)
@@ -411,7 +409,7 @@ class Trainer(TrainerState):
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
         rewards = np.clip(result.rewards, -1.0, 1.0) if self.spec.has_frames else result.rewards
-        self.replay.add(
+        self.memory.add(
             actions,
             rewards,  # Atari rewards are clipped for learning only
             result.terminated,
@@ -429,7 +427,7 @@ class Trainer(TrainerState):
         observations start their environment's ring, the other rows are steps."""
         first, stepped, stepped_actions = self._batches.split(result, actions)
         if first is not None:
-            self.replay.add_first(*first)
+            self.memory.add_first(*first)
         if stepped is not None:
             self._record(stepped_actions, stepped, stepped.env_ids)
 

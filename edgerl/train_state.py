@@ -28,13 +28,12 @@ import torch
 from edgerl import __version__
 from edgerl.checkpoint import CheckpointLostError, CheckpointStore, CheckpointWriteError, encode
 from edgerl.config import Config
-from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec
 from edgerl.errors import RunDirError
 from edgerl.hooks import TICK_EVERY_S, Hook
+from edgerl.learner import Learner
 from edgerl.metrics import TrainStats
 from edgerl.pipeline import Learning
-from edgerl.replay import ReplayBuffer
 from edgerl.replay_save import SaveJob
 from edgerl.replay_store import ReplayFileError, ReplayStore
 
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 
 FINAL_RETRY_EVERY_S = 5.0  # the last checkpoint of a session is retried this often
 # Config keys a resumed run must share with its checkpoint (they shape the network).
-SHAPING_KEYS = ("env.id", "agent.hidden")
+SHAPING_KEYS = ("env.id", "agent.hidden", "agent.algo")
 
 
 class TrainerState:
@@ -55,8 +54,8 @@ class TrainerState:
     spec: EnvSpec
     device: torch.device
     run_dir: Path
-    learner: DQN
-    replay: ReplayBuffer
+    learner: Learner
+    memory: Any  # the learner's: a ReplayBuffer or a RolloutBuffer
     actor_rng: np.random.Generator
     learning: Learning | None
     hooks: list[Hook]
@@ -87,7 +86,7 @@ class TrainerState:
             "learner": self.learner.state_dict(),
             "rng": {
                 "actor": self.actor_rng.bit_generator.state,
-                "replay": self.replay.rng_state(),
+                "replay": self.memory.rng_state(),
                 "torch": torch.get_rng_state(),
                 "cuda": cuda_rng,
             },
@@ -226,6 +225,8 @@ class TrainerState:
                 new = list(new)
             if key == "agent.hidden" and old_env.get("kind") != "vector":
                 continue
+            if key == "agent.algo" and old is None and old_cfg:  # before agent.algo: DQN
+                old = "dqn"
             if old is not None and old != new:
                 raise RunDirError(
                     f"run directory {self.run_dir} holds a run with {key}={old!r} "
@@ -241,7 +242,7 @@ class TrainerState:
         self.recent_returns.extend(float(r) for r in state["recent_returns"])
         rng = state["rng"]
         self.actor_rng.bit_generator.state = rng["actor"]
-        self.replay.set_rng_state(rng["replay"])
+        self.memory.set_rng_state(rng["replay"])
         torch.set_rng_state(rng["torch"])
         if self.device.type == "cuda" and rng.get("cuda") is not None:
             with contextlib.suppress(RuntimeError):
@@ -258,7 +259,7 @@ class TrainerState:
                 f"{restored:,}",
             )
             return
-        refill = min(self.cfg.agent.learning_starts, self.replay.capacity)
+        refill = min(self.cfg.agent.learning_starts, self.memory.capacity)
         self.learner.resume_at(self.step, refill)
         log.info(
             "resuming from step %s (%s episodes); learning continues after %s steps refill the "

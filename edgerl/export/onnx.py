@@ -59,7 +59,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     """
     onnx = _import_onnx()
     spec = policy.spec
-    net = build_q_network(spec, tuple(policy.hidden))
+    net = build_q_network(spec, tuple(policy.hidden), policy.layer_norm)
     net.load_state_dict(policy.state_dict_cpu())
     if fp16:
         net = net.half()
