@@ -136,10 +136,9 @@ def calibrate(
     sizes: tuple[int, ...] = SIZES,
 ) -> tuple[Choice, list[ActorMeasurement], float]:
     """Measure and choose; returns (choice, actor measurements, learner updates/s)."""
-    from edgerl.dqn import DQN
-    from edgerl.nets import build_q_network
+    from edgerl.factory import build_learner
 
-    learner = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, device, cfg.perf)
+    learner = build_learner(cfg, spec, device)
     actor_net = copy.deepcopy(learner.q).eval()
     cpus = os.cpu_count() or 1
     measurements = []

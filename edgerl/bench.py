@@ -46,9 +46,9 @@ from edgerl.bench_loops import (
 from edgerl.bench_replay import render_replay_save, replay_save_cost
 from edgerl.config import Config, apply_presets, build_layers, check_consistency, resolve
 from edgerl.device import configure_backends, resolve_device
-from edgerl.dqn import DQN
 from edgerl.envs import probe
-from edgerl.nets import build_q_network
+from edgerl.factory import q_network
+from edgerl.nets import NatureCNN
 from edgerl.pipeline import resolve_pipeline
 from edgerl.replay_memory import bytes_per_transition
 
@@ -124,7 +124,9 @@ def _stages(
         for n in opts.env_sizes
     }
     log.info("bench: batched action selection")
-    net = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, device, cfg.perf).q.eval()
+    net = q_network(cfg, spec).to(device).eval()
+    if isinstance(net, NatureCNN):
+        net.use_channels_last()
     out["act_per_s"] = {}
     for b in opts.act_batches:
         fps = forwards_per_s(net, spec.obs_shape, spec.obs_dtype, b, device, stage_s)
@@ -150,7 +152,7 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
     log.info("bench: the learner alone (the learner-bound limit), %.0f s", limit_s)
     learner = learner_limit(cfg, probe(opts.env_id), device, limit_s)
     ups = learner["updates_per_s"]
-    limit = cfg.agent.train_freq * ups
+    limit = learner["steps_per_s"]
     return {
         "update_variant": used,
         "update": learner["describe"],
@@ -182,7 +184,10 @@ def _loops(
 ) -> list[dict[str, Any]]:
     """The whole loop in each pipeline, with its share of the limit."""
     out = []
-    for mode, n in (("sync", 1), ("sync", 4), ("async", 4)):
+    plan = [("sync", 1), ("sync", 4), ("async", 4)]
+    if cfg.agent.algo == "pqn":  # sync only, with its many environments
+        plan = [("sync", cfg.env.num_envs)]
+    for mode, n in plan:
         log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
         loop = whole_loop(cfg, mode, n, opts.seconds)
         if loop.get("timed_out"):

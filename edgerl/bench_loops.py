@@ -11,6 +11,7 @@ that is launching work, on a CPU the update itself).
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import tempfile
 import threading
@@ -26,9 +27,9 @@ import torch
 from edgerl.config import Config, EnvConfig
 from edgerl.dqn import DQN
 from edgerl.envs import EnvSpec, make_env
+from edgerl.factory import build_learner, build_memory
 from edgerl.nets import NatureCNN, build_q_network
 from edgerl.pipeline import resolve_updates_per_launch
-from edgerl.replay import ReplayBuffer
 from edgerl.replay_sample import example_batch
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
@@ -105,7 +106,8 @@ def update_variants(
 
 
 def make_learner(cfg: Config, spec: EnvSpec, device: torch.device, variant: dict[str, Any]) -> DQN:
-    """A learner with the update variant's precision, graph and layout settings."""
+    """A DQN learner with the update variant's precision, graph and layout settings (the
+    stage table compares DQN's update, whichever learner is configured)."""
     perf = dataclasses.replace(
         cfg.perf, amp=variant["amp"], cuda_graphs=variant["cuda_graphs"], compile="off"
     )
@@ -129,66 +131,85 @@ def measure_update_variant(
     return measure_updates(learner, spec, cfg.agent.batch_size, seconds)
 
 
-def filled_replay(cfg: Config, spec: EnvSpec, device: torch.device, steps: int) -> ReplayBuffer:
-    """A replay as training has it, written by the real write path with random observations
-    (what the learner's speed depends on is the sampling and update, not the pixels)."""
-    num_envs = cfg.env.num_envs
-    replay = ReplayBuffer(
-        spec,
-        cfg.replay.capacity,
-        num_envs,
-        device,
-        seed=1,
-        n_step=cfg.agent.n_step,
-        gamma=cfg.agent.gamma,
-    )
-    rng = np.random.default_rng(0)
-    high = 256 if spec.has_frames else 1
-    obs = rng.integers(0, high, size=(64, num_envs, *spec.obs_shape)).astype(spec.obs_dtype)
-    replay.add_first(obs[0])
-    none = np.zeros(num_envs, dtype=bool)
-    for i in range(1, steps + 1):
-        ended = rng.random(num_envs) < 0.002
-        actions = rng.integers(spec.num_actions, size=num_envs)
-        rewards = rng.normal(size=num_envs).astype(np.float32)
-        final = obs[(i + 7) % 64] if ended.any() else None
-        replay.add(actions, rewards, ended, none, obs[i % 64], final)
-    return replay
+class RandomSteps:
+    """Writes steps of random observations into a learner's memory by its real write path (the
+    learner's speed depends on the sampling and updates, not on the pixels)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, memory: Any) -> None:
+        self.rng = np.random.default_rng(0)
+        self.spec, self.num_envs, self.memory = spec, num_envs, memory
+        high = 256 if spec.has_frames else 1
+        size = (64, num_envs, *spec.obs_shape)
+        self.obs = self.rng.integers(0, high, size=size).astype(spec.obs_dtype)
+        self.i = 0
+        memory.add_first(self.obs[0])
+
+    def write(self, steps: int) -> None:
+        none = np.zeros(self.num_envs, dtype=bool)
+        for _ in range(steps):
+            self.i += 1
+            ended = self.rng.random(self.num_envs) < 0.002
+            actions = self.rng.integers(self.spec.num_actions, size=self.num_envs)
+            rewards = self.rng.normal(size=self.num_envs).astype(np.float32)
+            final = self.obs[(self.i + 7) % 64] if ended.any() else None
+            self.memory.add(actions, rewards, ended, none, self.obs[self.i % 64], final)
 
 
 def learner_limit(
     cfg: Config, spec: EnvSpec, device: torch.device, seconds: float
 ) -> dict[str, Any]:
-    """The learner alone as the loops run it: sampling from a filled replay on its device and
-    the update (``perf.*`` as configured, updates per launch included); updates/s and the host
-    CPU time per update."""
-    variant = {"amp": cfg.perf.amp, "cuda_graphs": cfg.perf.cuda_graphs, "channels_last": True}
-    learner = make_learner(cfg, spec, device, variant)
-    fill = min(cfg.replay.capacity // cfg.env.num_envs, 2_000)
-    replay = filled_replay(cfg, spec, device, fill)
-    graph_samples = learner.fast.cuda_graphs
-    k = resolve_updates_per_launch(
-        cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
-    )
-    example = example_batch(spec, cfg.agent.batch_size, device)
-    learner.prepare(example, 10**6, replay, k)
+    """The learner alone as the loops run it, from a memory written by the real write path:
+    DQN samples a filled replay on its device and updates (``perf.*`` as configured, updates
+    per launch included), PQN learns from full rollouts (their writing is not timed). Returns
+    updates/s, the env steps/s that much learning stands for (the learner-bound limit) and the
+    host CPU time per update."""
+    learner = build_learner(cfg, spec, device)
+    memory = build_memory(cfg, spec, device)
+    writer = RandomSteps(spec, cfg.env.num_envs, memory)
+    if isinstance(learner, DQN):
+        writer.write(min(cfg.replay.capacity // cfg.env.num_envs, 2_000))
+        k = resolve_updates_per_launch(
+            cfg.perf.updates_per_launch,
+            learner.fast.cuda_graphs,
+            learner.target_period,
+            cfg.perf.max_ahead,
+        )
+        learner.prepare(example_batch(spec, cfg.agent.batch_size, device), 10**6, memory, k)
+        steps_per_unit = cfg.agent.train_freq
+    else:  # PQN: one unit is a rollout
+        k, steps_per_unit = 1, memory.capacity
     cuda = device.type == "cuda"
-    for _ in range(3):
-        learner.learn(replay, 0, k)
-    if cuda:
-        torch.cuda.synchronize()
-    n, started, cpu = 0, time.perf_counter(), time.thread_time()
-    while time.perf_counter() - started < seconds or n < 3 * k:
-        learner.learn(replay, 0, k)
-        n += k
-    host_s = time.thread_time() - cpu
-    if cuda:
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - started
+
+    def timed(units: int) -> tuple[float, float, int]:
+        """(seconds, host CPU seconds, updates) of ``units`` units of learning."""
+        seconds = host = 0.0
+        before = learner.updates
+        for _ in range(0, units, k):
+            if not isinstance(learner, DQN):
+                writer.write(memory.steps)  # a full rollout, not timed
+            if cuda:
+                torch.cuda.synchronize()
+            started, cpu = time.perf_counter(), time.thread_time()
+            learner.learn(memory, 0, k)
+            host += time.thread_time() - cpu
+            if cuda and not isinstance(learner, DQN):
+                torch.cuda.synchronize()
+            seconds += time.perf_counter() - started
+        if cuda:  # DQN's launches queue up as in training; the last one is waited for
+            started = time.perf_counter()
+            torch.cuda.synchronize()
+            seconds += time.perf_counter() - started
+        return seconds, host, learner.updates - before
+
+    timed(2 * k)  # warm-up: allocations, autotuning
+    launch_s = timed(k)[0]  # how long one launch (k units) takes, to size the measurement
+    units = k * max(3, math.ceil(seconds / max(launch_s, 1e-6)))
+    elapsed, host_s, updates = timed(units)
     return {
-        "updates_per_s": n / elapsed,
-        "updates_per_launch": k,
-        "host_us_per_update": 1e6 * host_s / n,
+        "updates_per_s": updates / elapsed,
+        "steps_per_s": units * steps_per_unit / elapsed,
+        "updates_per_launch": learner.per_launch,
+        "host_us_per_update": 1e6 * host_s / max(1, updates),
         "describe": learner.describe(),
     }
 
@@ -264,7 +285,8 @@ def actor_loop(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
     cfg = dataclasses.replace(
         cfg,
         env=env_cfg,
-        agent=dataclasses.replace(cfg.agent, learning_starts=10**12, eps_start=1.0),
+        # The actor alone: a DQN that never starts learning (any learner acts the same way).
+        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12, eps_start=1.0),
         train=dataclasses.replace(cfg.train, steps=10**12),
         display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
         hw=dataclasses.replace(cfg.hw, monitor=True),

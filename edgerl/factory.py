@@ -79,6 +79,11 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
                 "perf.pipeline=async needs agent.algo=dqn: PQN learns from each rollout before "
                 "collecting the next (set perf.pipeline to auto or sync)"
             )
+        if cfg.perf.autotune:
+            raise ConfigError(
+                "perf.autotune balances the actor against DQN's updates; with agent.algo=pqn "
+                "set env.num_envs yourself (the preset's 128 for Atari, 32 for vector tasks)"
+            )
         if cfg.env.batch_size:
             raise ConfigError(
                 "env.batch_size needs agent.algo=dqn: a PQN rollout steps every environment "
