@@ -22,3 +22,21 @@ def test_cartpole_reaches_450_in_60000_steps(tmp_path):
     summary = json.loads(play.stdout)
     assert summary["episodes"] == 10
     assert summary["return_mean"] >= 450, summary
+
+
+@pytest.mark.slow
+def test_pqn_solves_cartpole_and_resumes(tmp_path):
+    """PQN with its CartPole preset (32 environments, Q(lambda), no replay, no target network):
+    stopped at 100,000 steps and resumed to 200,000, then played greedily."""
+    common = ["--env", "CartPole-v1", "--set", "agent.algo=pqn", "--set", "eval.every_steps=0"]
+    first = run_edgerl("train", *common, "--steps", "100000", cwd=tmp_path, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = run_edgerl("train", *common, "--steps", "200000", cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from step 100,0" in resumed.stderr
+    play = run_edgerl(
+        "play", "--run-dir", "runs/CartPole-v1", "--episodes", "10", "--json", cwd=tmp_path
+    )
+    assert play.returncode == 0, play.stderr[-2000:]
+    summary = json.loads(play.stdout)
+    assert summary["return_mean"] >= 450, summary
