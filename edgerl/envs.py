@@ -314,9 +314,10 @@ class AleVecEnv(VecEnv):
         )
 
     def reset(self, seed: int) -> np.ndarray:
-        obs, _ = self._env.reset(seed=int(seed))
+        seed = int(seed) % (1 << 31)  # ALE takes an int32: env.seed plus the step can exceed it
+        obs, _ = self._env.reset(seed=seed)
         if self._screens is not None:
-            screens, _ = self._screens.reset(seed=int(seed))
+            screens, _ = self._screens.reset(seed=seed)
             self._screen, self._final_screen = screens[:, 0], None
         return obs
 
