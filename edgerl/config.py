@@ -178,7 +178,7 @@ class HwConfig:
     tegrastats: str = setting("tegrastats", "tegrastats command (looked up on PATH)")
     nvpmodel_cmd: str = setting("nvpmodel", "nvpmodel command (looked up on PATH)")
     state_dir: str = setting(
-        "", "clock state (empty: $STATE_DIRECTORY, /var/lib/edgerl as root, ~/.local/state/edgerl)"
+        "", "clock state (empty: /run/edgerl-clocks as root, else ~/.local/state/edgerl)"
     )
 
 
