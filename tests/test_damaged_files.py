@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 
 from edgerl.cli import main
 
+from .conftest import run_edgerl
 from .damage import HUGE_CELL, RANDOM_4K, WRONG_DOCUMENTS, damaged_csv, damaged_json
+from .test_viewer import lookalike_trainer, ring_with_live_pid  # noqa: F401 - a fixture
 
 CARTPOLE = ["--env", "CartPole-v1", "--set", "eval.every_steps=500", "--set", "eval.episodes=2"]
 
@@ -181,3 +184,91 @@ def write_run(tmp_path: Path) -> Path:
     for name, good in PLOT_FILES.items():
         (run / name).write_bytes(good)
     return run
+
+
+# -- the frame stream's pointer and header ---------------------------------------------------
+
+
+GOOD_POINTER = {
+    "path": "/dev/shm/edgerl-0123456789abcdef.frames",
+    "session": 12345,
+    "pid": 1,
+    "height": 84,
+    "width": 84,
+    "slots": 4,
+    "action_meanings": ["NOOP", "FIRE"],
+    "created": 1767225660.0,
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=damaged_json(GOOD_POINTER))
+def test_any_display_json_is_read_or_named_as_damaged(tmp_path_factory, data):
+    from edgerl.display.reader import FrameReader, StreamError, read_pointer
+
+    run = tmp_path_factory.mktemp("run")
+    (run / "display.json").write_bytes(data)
+    try:
+        read_pointer(run)
+        FrameReader(run).close()
+    except StreamError as e:
+        assert "\n" not in str(e) and "/" in str(e), str(e)
+    except FileNotFoundError:
+        pass  # it names a stream that is not there: the viewer waits for one
+
+
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        *WRONG_DOCUMENTS,
+        json.dumps({**GOOD_POINTER, "pid": "1"}).encode(),
+        json.dumps({**GOOD_POINTER, "pid": 10**30}).encode(),
+        json.dumps({**GOOD_POINTER, "height": None}).encode(),
+    ],
+)
+def test_the_console_viewer_on_a_damaged_display_json_says_so_and_ends(tmp_path, pointer):
+    (tmp_path / "display.json").write_bytes(pointer)
+    code, _, err = run_cli("view", "--run-dir", tmp_path, "--console", "--timeout", "0.2")
+    one_sentence(code, err)
+    assert "display.json is damaged" in err, err
+
+
+@pytest.mark.parametrize("pointer", [b"[]", RANDOM_4K])
+def test_a_snapshot_of_a_damaged_display_json_ends_at_once(tmp_path, pointer):
+    (tmp_path / "display.json").write_bytes(pointer)
+    code, _, err = run_cli(
+        "view", "--run-dir", tmp_path, "--snapshot", tmp_path / "x.png", "--timeout", "600"
+    )
+    one_sentence(code, err)  # within a second, not after 600 s
+    assert "display.json is damaged" in err and not (tmp_path / "x.png").exists()
+
+
+def test_a_display_json_naming_no_file_is_damage(tmp_path):
+    proc = lookalike_trainer()  # a live trainer, so only the stream can be wrong
+    try:
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)  # opening it to read would wait for a writer forever
+        for path in ("/dev/null", str(fifo), str(tmp_path)):
+            pointer = {**GOOD_POINTER, "pid": proc.pid, "path": path}
+            (tmp_path / "display.json").write_text(json.dumps(pointer))
+            code, _, err = run_cli("view", "--run-dir", tmp_path, "--console", "--timeout", "0.2")
+            one_sentence(code, err)
+            assert path in err, err
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def test_a_snapshot_of_a_stream_with_a_random_header_says_it_is_damaged(
+    ring_with_live_pid,  # noqa: F811 - the fixture
+    tmp_path,
+):
+    with open(ring_with_live_pid.path, "r+b") as f:
+        f.write(RANDOM_4K[:48])
+    r = run_edgerl(  # the default --timeout is 30 s; 600 s would show a hang as a failure
+        "view", "--run-dir", tmp_path, "--snapshot", tmp_path / "x.png", "--timeout", "600",
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "it is not a frame stream" in r.stderr or "corrupt header" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr and not (tmp_path / "x.png").exists()

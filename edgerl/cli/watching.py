@@ -87,7 +87,8 @@ def _refusal(path: Path) -> str:
     type=click.FloatRange(min=0.1),
     default=30.0,
     show_default=True,
-    help="With --snapshot/--frames: seconds to wait for frames.",
+    help="Seconds to wait for frames: --snapshot and --frames give up then; the window and "
+    "--console give up when no trainer runs there or its stream is damaged.",
 )
 @click.pass_context
 def view(
