@@ -272,3 +272,47 @@ def test_a_snapshot_of_a_stream_with_a_random_header_says_it_is_damaged(
     assert r.returncode == 2, r.stderr
     assert "it is not a frame stream" in r.stderr or "corrupt header" in r.stderr, r.stderr
     assert "internal error" not in r.stderr and not (tmp_path / "x.png").exists()
+
+
+# -- a policy's description and a run's saved config ------------------------------------------
+
+
+GOOD_SIDECAR = {
+    "env_id": "CartPole-v1",
+    "kind": "vector",
+    "obs_shape": [4],
+    "obs_dtype": "float32",
+    "action_meanings": ["0", "1"],
+    "env_config": {"id": "CartPole-v1"},
+    "source_checkpoint": "ckpt-000001-step0000000300.ckpt",
+    "source_sha256": "0" * 64,
+    "step": 300,
+    "format": "edgerl-policy",
+}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=damaged_json(GOOD_SIDECAR))
+def test_any_policy_description_is_read_or_refused_in_a_sentence(tmp_path_factory, data):
+    from edgerl.export.common import SIDECAR_FORMAT, Sidecar
+    from edgerl.export.common import ExportError as Refused
+
+    assert GOOD_SIDECAR["format"] == SIDECAR_FORMAT
+    policy = tmp_path_factory.mktemp("policy") / "policy.engine"
+    (policy.parent / "policy.engine.json").write_bytes(data)
+    try:
+        sidecar = Sidecar.read(policy)
+    except Refused as e:
+        assert "\n" not in str(e)
+    else:
+        sidecar.env_spec()  # what play and export build from it
+
+
+@pytest.mark.parametrize("saved", [b"env = 3\n", b"[env]\nid = 5\n", RANDOM_4K, b"env = []\n"])
+def test_a_damaged_config_toml_of_a_run_is_no_game(tmp_path, saved):
+    from edgerl.cli.options import run_game
+
+    (tmp_path / "config.toml").write_bytes(saved)
+    assert run_game(tmp_path) is None
+    code, _, err = run_cli("config", "--set", f"train.run_dir={tmp_path}")
+    assert code == 0 and "internal error" not in err, err
