@@ -227,7 +227,7 @@ class EvalConfig:
         min=-1,
         max=MAX_STEPS,
     )
-    episodes: int = setting(5, "episodes per evaluation", min=1, max=10_000)
+    episodes: int = setting(5, "episodes per evaluation", min=1, max=1_000_000)
     epsilon: float = setting(
         0.001,
         "random-action probability while evaluating: not 0, so that a policy that never "

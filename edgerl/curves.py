@@ -2,9 +2,9 @@
 
 ``edgerl plot`` reads ``episodes.csv`` (one return per episode; else ``metrics.csv``'s
 ``return_mean``), ``eval.csv`` (the mean return of each evaluation), ``metrics.csv`` (steps/s) and
-``load.csv`` (load). A run of months writes hundreds of MB of rows: each curve keeps at most
-:data:`MAX_POINTS` points, each the mean of ``stride`` consecutive rows (the stride doubles when
-the curve outgrows that), so time is one pass over the files and memory stays flat. What the
+``load.csv`` (load). A run of months writes hundreds of MB of rows: each curve keeps fewer than
+twice :data:`MAX_POINTS` points, each the mean of ``stride`` consecutive rows (the stride doubles
+when the curve outgrows that), so time is one pass over the files and memory stays flat. What the
 summary line needs (the episode count, the best return, the mean of the last 100) is counted
 over every row.
 

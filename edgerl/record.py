@@ -120,8 +120,7 @@ class Recorder:
     def add(self, frame: np.ndarray, caption: str | None = None) -> None:
         """Append one frame: HxWx3 uint8 RGB or HxW uint8 grey, all of one size; with
         ``caption``, a band beneath it holds that text. Raises ValueError for a frame of another
-        size or kind, RecordError when the encoder fails or the file cannot be written (then the
-        recording is abandoned, nothing left under either name)."""
+        size or kind, RecordError when the encoder fails or the file cannot be written."""
         if self._done:
             raise ValueError(f"recording {self.path} is already closed")
         rgb = _as_rgb(frame)

@@ -213,7 +213,7 @@ def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
             "eval.every_steps=-2",
             "eval.every_steps must be between -1 and 1,000,000,000,000, got -2",
         ),
-        ("eval.episodes=0", "eval.episodes must be between 1 and 10,000, got 0"),
+        ("eval.episodes=0", "eval.episodes must be between 1 and 1,000,000, got 0"),
         ("eval.epsilon=1.5", "eval.epsilon must be between 0.0 and 1.0, got 1.5"),
     ],
 )
