@@ -190,6 +190,17 @@ def test_restore_needs_only_the_marker_whatever_the_config_holds(
     assert not (fake_jetson.state / "clocks.maxed").exists()
 
 
+def left_maxed(fake_jetson) -> Path:
+    """The files killed_after_maxing() leaves, written directly (the stand-ins' --store writes
+    "maxed=False" while the clocks are dynamic): quicker for many cases."""
+    marker = default_state_dir() / "clocks.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    (marker.parent / "jetson_clocks.store").write_text("maxed=False\n")
+    (fake_jetson.state / "clocks.maxed").touch()
+    marker.write_text(json.dumps(GOOD_MARKER))
+    return marker
+
+
 GOOD_MARKER = {
     "jetson_clocks": "/usr/bin/jetson_clocks",
     "store": "/run/edgerl-clocks/jetson_clocks.store",
@@ -213,7 +224,7 @@ GOOD_MARKER = {
     ],
 )
 def test_a_damaged_marker_restores_the_clocks_stored_beside_it(fake_jetson, cli, damage):
-    marker = killed_after_maxing()
+    marker = left_maxed(fake_jetson)
     marker.write_bytes(damage)
     r = cli("hw", "clocks", "restore")
     assert r.code == 0 and "clocks restored" in r.out, r.err
@@ -237,10 +248,7 @@ def test_a_damaged_marker_without_stored_clocks_says_what_to_run(fake_jetson, cl
 def test_any_marker_ends_restored_or_in_a_sentence(fake_jetson, damage):
     from edgerl.hw.commands import clocks_restore
 
-    marker = default_state_dir() / "clocks.json"  # as killed_after_maxing() leaves them
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    (marker.parent / "jetson_clocks.store").write_text("maxed=False\n")
-    (fake_jetson.state / "clocks.maxed").touch()
+    marker = left_maxed(fake_jetson)
     marker.write_bytes(damage)
     try:
         assert clocks_restore([marker.parent]) == "clocks restored"
