@@ -389,6 +389,15 @@ def test_a_viewer_waits_on_while_a_trainer_holds_the_run(cli, tmp_path):
         (tmp_path / ".lock").write_text(f"{proc.pid}\n")
         attach = Attachment(tmp_path)
         assert attach.idle() is None  # the viewer waits on
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait(timeout=60)  # the trainer before it, killed: its pointer stays behind
+        pointer = {"path": "/dev/shm/x", "session": 1, "pid": gone.pid, "height": 84}
+        pointer |= {"width": 84, "slots": 4, "action_meanings": ACTIONS}
+        (tmp_path / "display.json").write_text(json.dumps(pointer))
+        assert attach.poll() is None and "is not running any more" in str(attach.problem)
+        assert attach.idle() is None  # the new one holds the run: it is setting up
+        (tmp_path / "display.json").unlink()
+        attach.poll()
         proc.kill()
         proc.wait(timeout=60)
         assert f"no trainer is running in {tmp_path}" in str(attach.idle())

@@ -98,15 +98,24 @@ class Attachment:
     def idle(self) -> str | None:
         """Why no frame will come (a lasting problem, or no trainer using the run directory),
         or None while a trainer runs there (it may be starting, or have the display off)."""
+        holder = trainer_of(self.run_dir)
         if self.problem is not None:
+            if holder is not None and self._pointer_pid() not in (None, holder):
+                return None  # a new trainer is setting up; the pointer is its predecessor's
             return self.problem
-        if trainer_of(self.run_dir) is not None:
+        if holder is not None:
             return None
         try:
             doc = read_status(self.run_dir)
         except EdgerlError:
             return f"no trainer is running in {self.run_dir}"
         return f"no trainer is running in {self.run_dir}: the run {liveness(doc).reason}"
+
+    def _pointer_pid(self) -> int | None:
+        try:
+            return int(read_pointer(self.run_dir)["pid"])
+        except (OSError, EdgerlError, StreamError):
+            return None
 
     def poll(self) -> FrameReader | None:
         now = time.monotonic()
