@@ -209,7 +209,8 @@ def read_curves(
 ) -> int:
     """Add the rows of the CSV file at ``path`` to ``curves`` (column name -> series); returns
     the rows read. A row's x is its ``step`` and its ``wall_s`` (or ``wall(step)`` for files
-    without one); cells that are empty or no finite number are left out.
+    without one, such as load.csv: a file with neither has no rows); cells that are empty or no
+    finite number are left out.
 
     A missing file has no rows; damage is skipped and logged once. Raises RunDirError when the
     file cannot be read.
@@ -217,8 +218,7 @@ def read_curves(
     reader = CsvReader(path)
     rows, last = 0, -math.inf
     isfinite = math.isfinite
-    if wall is None:
-        wall = _no_wall
+    wall_of = wall if wall is not None else _no_wall
     try:
         columns: list[tuple[int, Sink]] | None = None
         for cells in reader.rows():
@@ -226,12 +226,14 @@ def read_curves(
                 header = reader.header or []
                 if "step" not in header:
                     break
+                if "wall_s" not in header and wall is None:
+                    break  # no x on a time axis: a damaged header, or no file of ours
                 i_step = header.index("step")
                 i_wall = header.index("wall_s") if "wall_s" in header else None
                 columns = [(header.index(k), s) for k, s in curves.items() if k in header]
             try:
                 step = float(cells[i_step])
-                w = float(cells[i_wall]) if i_wall is not None else wall(step)
+                w = float(cells[i_wall]) if i_wall is not None else wall_of(step)
             except ValueError:
                 continue
             if not (isfinite(step) and (isfinite(w) or i_wall is None)):

@@ -7,7 +7,7 @@ import itertools
 import math
 import statistics
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edgerl.csvread import MAX_LINE, CsvReader
@@ -42,6 +42,7 @@ def test_a_line_of_many_megabytes_is_read_past_not_held(tmp_path):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=damaged_csv(GOOD))
+@example(data=b"step,\x01wall_s,return_mean\n100,1.0,5\n")  # a header without wall_s
 def test_curves_of_any_damaged_file_are_finite_and_never_raise(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("csv") / "metrics.csv"
     path.write_bytes(data)
