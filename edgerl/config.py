@@ -36,6 +36,15 @@ from edgerl.errors import ConfigError
 
 SYSTEM_CONFIG = Path("/etc/edgerl/edgerl.toml")
 
+# Upper bounds: every number a config accepts is one training can use (ALE takes int32 seeds and
+# thread counts; a step count of 10^12 is decades of training at 1,000 steps/s).
+MAX_STEPS = 10**12
+MAX_SEED = 2**31 - 1
+MAX_ENVS = 1_000_000  # far beyond memory: the memory checks say what fits
+MAX_THREADS = 1024
+MAX_SECONDS = 10**7  # about 115 days
+MAX_HIDDEN = 65_536  # widest hidden layer
+
 
 def setting(
     default: Any,
@@ -59,23 +68,28 @@ class EnvConfig:
     id: str = setting(
         "ALE/Pong-v5", "Gymnasium id: ALE/<Game>-v5 (Atari) or any discrete-action id"
     )
-    num_envs: int = setting(4, "environments stepped in parallel (ALE's C++ thread pool)", min=1)
-    seed: int = setting(0, "seed for environments, networks, exploration and replay", min=0)
+    num_envs: int = setting(
+        4, "environments stepped in parallel (ALE's C++ thread pool)", min=1, max=MAX_ENVS
+    )
+    seed: int = setting(
+        0, "seed for environments, networks, exploration and replay", min=0, max=MAX_SEED
+    )
     threads: int = setting(
-        0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0
+        0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0, max=MAX_THREADS
     )
     batch_size: int = setting(
         0,
         "Atari: act on the first batch_size environments to finish a step while the others "
         "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep",
         min=0,
+        max=MAX_ENVS,
     )
     repeat_action_probability: float = setting(
         0.25, "sticky actions, as in ALE v5 (0 for the original DQN setting)", min=0.0, max=1.0
     )
-    noop_max: int = setting(30, "random no-ops at episode start (Atari)", min=0)
+    noop_max: int = setting(30, "random no-ops at episode start (Atari)", min=0, max=1000)
     max_episode_frames: int = setting(
-        108_000, "emulator frames before an Atari episode is cut", min=1
+        108_000, "emulator frames before an Atari episode is cut", min=1, max=1_000_000_000
     )
 
 
@@ -87,9 +101,9 @@ class AgentConfig:
         "for boards with little memory; its own keys are in [pqn])",
         choices=("dqn", "pqn"),
     )
-    lr: float = setting(1e-4, "Adam learning rate", min=0.0)
+    lr: float = setting(1e-4, "Adam learning rate", min=0.0, max=1.0)
     lr_end: float = setting(
-        -1.0, "learning rate at the last step, linearly annealed (-1: constant)"
+        -1.0, "learning rate at the last step, linearly annealed (-1: constant)", min=-1.0, max=1.0
     )
     gamma: float = setting(0.99, "discount factor", min=0.0, max=1.0)
     n_step: int = setting(
@@ -99,15 +113,23 @@ class AgentConfig:
         min=1,
         max=20,
     )
-    batch_size: int = setting(32, "transitions per gradient update", min=1)
-    train_freq: int = setting(4, "env steps per gradient update, counted over all envs", min=1)
-    target_update: int = setting(1000, "env steps between target-network syncs", min=1)
-    learning_starts: int = setting(20_000, "env steps of experience before learning starts", min=0)
+    batch_size: int = setting(32, "transitions per gradient update", min=1, max=65_536)
+    train_freq: int = setting(
+        4, "env steps per gradient update, counted over all envs", min=1, max=MAX_STEPS
+    )
+    target_update: int = setting(
+        1000, "env steps between target-network syncs", min=1, max=MAX_STEPS
+    )
+    learning_starts: int = setting(
+        20_000, "env steps of experience before learning starts", min=0, max=MAX_STEPS
+    )
     eps_start: float = setting(1.0, "exploration epsilon at step 0", min=0.0, max=1.0)
     eps_end: float = setting(0.01, "exploration epsilon after the decay", min=0.0, max=1.0)
-    eps_decay_steps: int = setting(250_000, "env steps of linear epsilon decay", min=1)
+    eps_decay_steps: int = setting(
+        250_000, "env steps of linear epsilon decay", min=1, max=MAX_STEPS
+    )
     double: bool = setting(True, "Double DQN targets (online net picks, target net values)")
-    grad_clip: float = setting(10.0, "max gradient norm (0: no clipping)", min=0.0)
+    grad_clip: float = setting(10.0, "max gradient norm (0: no clipping)", min=0.0, max=1e6)
     adam_eps: float = setting(
         1e-8, "Adam's epsilon (Rainbow and Dopamine use 1.5e-4 with lr 6.25e-5)", min=1e-12, max=1.0
     )
@@ -116,7 +138,9 @@ class AgentConfig:
 
 @dataclass
 class ReplayConfig:
-    capacity: int = setting(200_000, "transitions kept (about 7 KB each for Atari frames)", min=1)
+    capacity: int = setting(
+        200_000, "transitions kept (about 7 KB each for Atari frames)", min=1, max=MAX_STEPS
+    )
     device: str = setting(
         "auto",
         "where replay lives: auto (the learner's device), cpu, cuda",
@@ -146,17 +170,25 @@ class PQNConfig:
 @dataclass
 class TrainConfig:
     steps: int = setting(
-        10_000_000, "total env steps of the run (a total: resuming continues to it)", min=1
+        10_000_000,
+        "total env steps of the run (a total: resuming continues to it)",
+        min=1,
+        max=MAX_STEPS,
     )
     run_dir: str = setting("", "run directory (empty: runs/<env name>)")
-    checkpoint_every_s: float = setting(300.0, "seconds between checkpoints", min=1.0)
-    keep_checkpoints: int = setting(3, "newest checkpoints kept", min=1)
+    checkpoint_every_s: float = setting(
+        300.0, "seconds between checkpoints", min=1.0, max=MAX_SECONDS
+    )
+    keep_checkpoints: int = setting(3, "newest checkpoints kept", min=1, max=1000)
     final_checkpoint_retry_s: float = setting(
         60.0,
         "seconds the last checkpoint is retried (disk full) before the run exits non-zero",
         min=0.0,
+        max=MAX_SECONDS,
     )
-    log_every_s: float = setting(5.0, "seconds between metrics.csv rows", min=0.1, live=True)
+    log_every_s: float = setting(
+        5.0, "seconds between metrics.csv rows", min=0.1, max=MAX_SECONDS, live=True
+    )
     tensorboard: bool = setting(False, "also write TensorBoard events (needs edgerl[tensorboard])")
 
 
@@ -164,9 +196,9 @@ class TrainConfig:
 class DisplayConfig:
     enabled: bool = setting(True, "publish frames for `edgerl view`", live=True)
     every: int = setting(
-        3, "publish every Nth env step (DeepMind's display_freq)", min=1, live=True
+        3, "publish every Nth env step (DeepMind's display_freq)", min=1, max=MAX_STEPS, live=True
     )
-    env_index: int = setting(0, "which environment is shown", min=0)
+    env_index: int = setting(0, "which environment is shown", min=0, max=MAX_ENVS)
     group: str = setting("edgerl", "group that may read the frame stream when training as root")
 
 
@@ -177,12 +209,14 @@ class HwConfig:
     )
     nvpmodel: str = setting("", "power mode (id or name in /etc/nvpmodel.conf) while training")
     monitor: bool = setting(True, "sample CPU/GPU load while training (load.csv, tegrastats.log)")
-    monitor_interval_ms: int = setting(1000, "load sampling interval", min=50, live=True)
+    monitor_interval_ms: int = setting(
+        1000, "load sampling interval", min=50, max=3_600_000, live=True
+    )
     jetson_clocks: str = setting("jetson_clocks", "jetson_clocks command (looked up on PATH)")
     tegrastats: str = setting("tegrastats", "tegrastats command (looked up on PATH)")
     nvpmodel_cmd: str = setting("nvpmodel", "nvpmodel command (looked up on PATH)")
     state_dir: str = setting(
-        "", "clock state (empty: $STATE_DIRECTORY, /var/lib/edgerl as root, ~/.local/state/edgerl)"
+        "", "clock state (empty: /run/edgerl-clocks as root, else ~/.local/state/edgerl)"
     )
 
 
@@ -191,7 +225,7 @@ class PerfConfig:
     device: str = setting(
         "auto", "compute device: auto (CUDA if usable), cpu, cuda", choices=("auto", "cpu", "cuda")
     )
-    threads: int = setting(0, "PyTorch CPU threads (0: PyTorch's default)", min=0)
+    threads: int = setting(0, "PyTorch CPU threads (0: PyTorch's default)", min=0, max=MAX_THREADS)
     pipeline: str = setting(
         "auto",
         "async: learner thread beside the actor; sync: one loop; auto: async when the "
@@ -199,10 +233,13 @@ class PerfConfig:
         choices=("auto", "async", "sync"),
     )
     max_policy_lag: int = setting(
-        4, "updates behind the learner's at which the actor's weights are refreshed", min=1
+        4,
+        "updates behind the learner's at which the actor's weights are refreshed",
+        min=1,
+        max=1000,
     )
     max_ahead: int = setting(
-        8, "updates the actor may run ahead of the learner (x train_freq)", min=1
+        8, "updates the actor may run ahead of the learner (x train_freq)", min=1, max=1000
     )
     updates_per_launch: int = setting(
         0,
@@ -236,8 +273,9 @@ class EvalConfig:
         "env steps between greedy evaluations (eval.csv); 0: off; -1: auto, every twentieth "
         "of train.steps (rounded down to thousands) for runs of 50,000 steps or more, else off",
         min=-1,
+        max=MAX_STEPS,
     )
-    episodes: int = setting(5, "episodes per evaluation", min=1)
+    episodes: int = setting(5, "episodes per evaluation", min=1, max=1_000_000)
     epsilon: float = setting(
         0.001,
         "random-action probability while evaluating: not 0, so that a policy that never "
@@ -250,12 +288,14 @@ class EvalConfig:
         "agent steps before an evaluation episode is cut (counted in eval.csv's cut column; "
         "27,000 is the 108,000 frames Atari cuts at)",
         min=1,
+        max=1_000_000_000,
     )
     record: int = setting(
         0,
         "record the first episode of every Nth evaluation as a colour GIF in "
         "<run_dir>/recordings/eval-step-<step>.gif (0: never; needs the record extra)",
         min=0,
+        max=1_000_000,
     )
 
 
@@ -422,7 +462,7 @@ def build_layers(
     if config_file is not None:
         path = Path(config_file)
         layers.append(Layer(str(path), flatten(parse_toml_file(path), str(path), SECTIONS)))
-    sets = dict(parse_override(o) for o in overrides)
+    sets = dict(parse_override(o, keys(), KNOWN_ALIASES) for o in overrides)
     if sets:
         layers.append(Layer("--set", sets))
     flags = {k: v for k, v in (shortcuts or {}).items() if v is not None}
@@ -492,9 +532,12 @@ def check_consistency(cfg: Config) -> None:
             f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
         )
     if r.capacity < cfg.env.num_envs * 16:
+        # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
         raise ConfigError(
-            f"replay.capacity ({r.capacity}) must hold at least 16 steps per environment "
-            f"(env.num_envs={cfg.env.num_envs}): raise it to {cfg.env.num_envs * 16} or more"
+            f"replay.capacity ({r.capacity:,}) must hold at least 16 steps per environment "
+            f"(env.num_envs={cfg.env.num_envs:,}): lower env.num_envs to "
+            f"{max(r.capacity // 16, 1):,} or less, or raise replay.capacity to "
+            f"{cfg.env.num_envs * 16:,} or more"
         )
     if cfg.env.batch_size >= cfg.env.num_envs > 0 and cfg.env.batch_size:
         raise ConfigError(
@@ -508,37 +551,8 @@ def check_consistency(cfg: Config) -> None:
         )
     if a.lr_end != -1.0 and a.lr_end < 0:
         raise ConfigError(f"agent.lr_end must be -1 (constant) or at least 0, got {a.lr_end}")
-    if any(h < 1 for h in a.hidden) or not a.hidden:
-        raise ConfigError(f"agent.hidden must list positive layer widths, got {list(a.hidden)}")
-
-
-def reference_markdown() -> str:
-    """The README's config reference (regenerate: `edgerl config --reference --markdown`)."""
-    import json
-
-    rows = ["| key | default | what it is |", "| --- | --- | --- |"]
-    for key, default, doc in describe():
-        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
-        live = " (live: SIGHUP)" if field_info(key)[0].metadata.get("live") else ""
-        rows.append(f"| `{key}` | `{shown}` | {doc}{live} |")
-    return "\n".join(rows) + "\n"
-
-
-def reference_text() -> str:
-    """Every key as ``key = default  # doc`` (``edgerl config --reference``)."""
-    import json
-
-    return "".join(
-        f"{key} = {json.dumps(list(default) if isinstance(default, tuple) else default)}  # {doc}\n"
-        for key, default, doc in describe()
-    )
-
-
-def describe() -> list[tuple[str, Any, str]]:
-    """(key, default, doc) for every key: the config reference in the README comes from this."""
-    cfg = Config()
-    rows = []
-    for key in keys():
-        fld, _ = field_info(key)
-        rows.append((key, cfg.get(key), fld.metadata["doc"]))
-    return rows
+    if not a.hidden or len(a.hidden) > 16 or any(not 1 <= h <= MAX_HIDDEN for h in a.hidden):
+        shown = list(a.hidden) if len(a.hidden) <= 16 else f"{len(a.hidden)} layers"
+        raise ConfigError(
+            f"agent.hidden must list 1 to 16 layer widths between 1 and {MAX_HIDDEN:,}, got {shown}"
+        )

@@ -9,8 +9,9 @@ spelling).
 from __future__ import annotations
 
 import difflib
+import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
 
     def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{source}: {key} must be {expected}, got {value!r}")
+        return ConfigError(f"{source}: {key} must be {expected}, got {_shown(value)}")
 
     if typ is bool:
         if isinstance(value, bool):
@@ -50,14 +51,20 @@ def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
     if typ is int:
         if isinstance(value, bool):
             raise bad("an integer")
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             return int(value)
         if isinstance(value, int):
             return value
         raise bad("an integer")
     if typ is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer of hundreds of digits
+                raise bad("a finite number") from None
+            if not math.isfinite(number):
+                raise bad("a finite number")
+            return number
         raise bad("a number")
     if typ is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -73,17 +80,29 @@ def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
 
 
 def check_range(key: str, value: Any, meta: Mapping[str, Any], source: str) -> None:
-    """Raise ConfigError when ``value`` is not among the field's choices or within its range."""
+    """Raise ConfigError when ``value`` is not among the field's choices or within its range
+    (numbers are checked to be finite by :func:`coerce`)."""
     choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
     if choices is not None and value not in choices:
         allowed = ", ".join(str(c) for c in choices)
         raise ConfigError(f"{source}: {key} must be one of {allowed}, got {value!r}")
     if lo is not None and value < lo:
-        limit = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+        limit = f"between {_bound(lo)} and {_bound(hi)}" if hi is not None else f"at least {lo}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {_shown(value)}")
     if hi is not None and value > hi:
-        limit = f"between {lo} and {hi}" if lo is not None else f"at most {hi}"
-        raise ConfigError(f"{source}: {key} must be {limit}, got {value!r}")
+        limit = f"between {_bound(lo)} and {_bound(hi)}" if lo is not None else f"at most {hi}"
+        raise ConfigError(f"{source}: {key} must be {limit}, got {_shown(value)}")
+
+
+def _bound(limit: Any) -> str:
+    """A range's end as a person reads it: ``1,000,000,000,000``, ``0.0``."""
+    return f"{limit:,}" if isinstance(limit, int) and abs(limit) >= 10_000 else str(limit)
+
+
+def _shown(value: Any) -> str:
+    """A value as given, cut short when it is hundreds of digits long."""
+    text = repr(value)
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
 
 
 def parse_toml_file(path: Path) -> dict[str, Any]:
@@ -100,18 +119,36 @@ def parse_toml_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``section.key=value``; the value is read as TOML, else kept as a plain string."""
+def parse_override(
+    text: str, known: Sequence[str] = (), aliases: Mapping[str, str] | None = None
+) -> tuple[str, Any]:
+    """Split ``section.key=value``; the value is read as TOML, else kept as a plain string.
+
+    Raises ConfigError for text of another shape, suggesting the key meant where there is one:
+    another code base's name for it (``aliases``) or a key of ``known`` with that name.
+    """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or "." not in key:
-        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. agent.lr=3e-4")
+        meant = _meant(key, known, aliases or {})
+        hint = f": did you mean {meant}={raw.strip()}?" if sep and meant else ", e.g. agent.lr=3e-4"
+        raise ConfigError(f"--set {text!r} must look like section.key=value{hint}")
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
     return key, value
+
+
+def _meant(name: str, known: Sequence[str], aliases: Mapping[str, str]) -> str | None:
+    """The key a bare ``name`` most likely stands for: an alias, a key of that name, or one
+    spelled closely."""
+    if name in aliases:
+        return aliases[name]
+    by_name = {k.rpartition(".")[2]: k for k in known}
+    close = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.8)
+    return by_name[close[0]] if close else None
 
 
 def flatten(table: Mapping[str, Any], source: str, sections: Mapping[str, Any]) -> dict[str, Any]:

@@ -323,10 +323,11 @@ class AleVecEnv(VecEnv):
         )
 
     def reset(self, seed: int) -> np.ndarray:
-        obs, info = self._env.reset(seed=int(seed))
+        seed = int(seed) % (1 << 31)  # ALE takes an int32: env.seed plus the step can exceed it
+        obs, info = self._env.reset(seed=seed)
         self.reset_ids = np.asarray(info["env_id"], dtype=np.int64) if self._batched else None
         if self._screens is not None:
-            screens, _ = self._screens.reset(seed=int(seed))
+            screens, _ = self._screens.reset(seed=seed)
             self._screen, self._final_screen = screens[:, 0], None
         return obs
 

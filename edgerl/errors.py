@@ -57,3 +57,7 @@ class MissingDependencyError(EdgerlError):
         )
         self.package = package
         self.extra = extra
+
+
+class OutputError(EdgerlError):
+    """A file a command was asked to write (a plot, a recording) cannot be written."""

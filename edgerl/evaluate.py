@@ -24,8 +24,6 @@ evaluation playing 2,866 steps/s, or 454 beside a niced one playing 864).
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import logging
 import threading
 import time
@@ -37,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.config import Config, EvalConfig
+from edgerl.csvread import CsvReader, number
 from edgerl.errors import EdgerlError
 from edgerl.hooks import Hook, Run
 from edgerl.metrics import TrainStats
@@ -168,15 +167,31 @@ def evaluate(
 
 
 def _previous(path: Path) -> tuple[int, tuple[int, float] | None]:
-    """Rows of an existing eval.csv and its newest (step, return_mean), for a resumed run."""
+    """Rows of an existing eval.csv and its newest (step, return_mean), for a resumed run.
+
+    A damaged file never stops training: what cannot be read is skipped and named once in the
+    log (see :mod:`edgerl.csvread`).
+    """
+    reader = CsvReader(path)
     count, last = 0, None
-    with contextlib.suppress(OSError), path.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                last = (int(row["step"]), float(row["return_mean"]))
-            except (KeyError, TypeError, ValueError):
-                continue  # a repeated header or a row cut short by a kill
+    try:
+        for cells in reader.rows():
+            assert reader.header is not None
+            if not {"step", "return_mean"} <= set(reader.header):
+                break  # no header we know: nothing to count
+            row = dict(zip(reader.header, cells, strict=True))
+            step, ret = number(row["step"]), number(row["return_mean"])
+            if step is None or ret is None or not step.is_integer():
+                continue
+            last = (int(step), ret)
             count += 1
+    except FileNotFoundError:
+        return 0, None
+    except OSError as e:
+        log.warning("cannot read %s (%s); evaluations count from 0", path, e.strerror or e)
+        return 0, None
+    if (damage := reader.damage()) is not None:
+        log.warning("%s has %s: skipped; training goes on", path, damage)
     return count, last
 
 

@@ -139,15 +139,15 @@ class MetricsWriter:
     def _rotate_if_columns_changed(self) -> None:
         if not self.path.is_file():
             return
-        with self.path.open(encoding="utf-8") as f:
-            header = f.readline().strip()
+        with self.path.open("rb") as f:  # bytes: the rest of the file may be damaged
+            header = f.readline(4096).strip().decode("utf-8", errors="replace")
         if not header or header == ",".join(self.columns):
             return
         n = 1
         while (aside := self.path.with_name(f"metrics.{n}.csv")).exists():
             n += 1
         self.path.rename(aside)
-        log.info("metrics.csv had other columns; kept it as %s", aside.name)
+        log.info("metrics.csv had other columns (or a damaged header); kept it as %s", aside.name)
 
     def write(self, stats: TrainStats) -> None:
         row = stats.row()

@@ -209,7 +209,8 @@ def play(
 
     ``max_steps`` ends playing after that many steps in all (the episode in flight is not
     counted); ``max_episode_steps`` cuts an episode after that many steps (it is counted, in
-    ``cut`` too); ``stop`` is asked before every step and ends playing when it returns True.
+    ``cut`` too); ``stop`` is asked before every step and ends playing when it returns True
+    (a recording then ends without a file: what it holds is cut short).
 
     Raises EnvError if ``env_id`` does not match what the policy was trained on, or when
     ``record_view`` is "agent" for a policy on vector observations; RecordError /
@@ -255,8 +256,10 @@ def play(
             filming.film(obs[0], 1, ret)
         frame_s = 1.0 / fps if fps > 0 else 0.0
         next_frame = time.perf_counter()
+        stopped = False
         while len(returns) < episodes:
             if stop is not None and stop():
+                stopped = True
                 break
             t0 = time.perf_counter_ns()
             if renderer is not None:
@@ -302,7 +305,11 @@ def play(
                 ret, length = 0.0, 0
             if max_steps and steps >= max_steps:
                 break
-        recording = recorder.close() if filming is not None else None
+        recording = None
+        if filming is not None and stopped:
+            recorder.abort()  # an episode cut short by a stop is no recording of it
+        elif filming is not None:
+            recording = recorder.close()
         return PlayResult(
             policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
         )

@@ -1,157 +1,45 @@
-"""Learning curves of runs: training and evaluation return, steps/s and CPU/GPU load against steps
-or wall time.
-
-The figures come from a run directory's CSV files: ``episodes.csv`` (one return per episode; else
-``metrics.csv``'s ``return_mean``), ``eval.csv`` (the mean return of each evaluation, when the run
-has one), ``metrics.csv`` (steps/s) and ``load.csv`` (load). A PNG needs matplotlib (the ``plot``
-extra); the text rendering for a terminal needs nothing more.
-
-A resumed run keeps appending to the same files and ``wall_s`` counts training time across its
-sessions. Rows cut short by a kill and a header written again are skipped, and where a session
-resumed from a checkpoint older than the newest rows, its rows replace the ones they overlap.
+"""Learning curves of runs drawn: training and evaluation return, steps/s and CPU/GPU load against
+steps or wall time, as a PNG (matplotlib, the ``plot`` extra) or as text for a terminal (nothing
+more needed). What is drawn comes from :mod:`edgerl.curves`.
 """
 
 from __future__ import annotations
 
-import bisect
-import csv
+import contextlib
+import errno
 import math
-from dataclasses import dataclass, field
+import os
 from pathlib import Path
+from typing import Any
 
-from edgerl.errors import MissingDependencyError, RunDirError
+from edgerl.atomic import temp_path
+from edgerl.curves import WINDOW, RunCurves, Series
+from edgerl.errors import MissingDependencyError, OutputError
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
 EVAL_MARKS = "EFGHJKLM"  # its evaluations
-WINDOW = 100  # episodes in the PNG's moving mean, as metrics.csv's return_mean
+SUFFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def read_rows(path: Path) -> list[dict[str, float]]:
-    """The numeric cells of the rows of a CSV file written by a run, in step order of the
-    newest session.
-
-    Empty and non-numeric cells are left out of a row; a missing file gives no rows. Raises
-    nothing for rows it cannot read: they are skipped.
-    """
-    rows: list[dict[str, float]] = []
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            for raw in csv.DictReader(f):
-                if raw.get("step") == "step":  # the header again
-                    continue
-                if None in raw.values():
-                    continue  # a row cut short by a kill
-                row = _numbers(raw)
-                if "step" not in row:
-                    continue
-                while rows and rows[-1]["step"] > row["step"]:
-                    rows.pop()  # a session that resumed from an older checkpoint
-                rows.append(row)
-    except FileNotFoundError:
-        return []
-    return rows
+def tick(value: float, span: float) -> str:
+    """An axis label as a person reads it: ``60k``, ``1.25M``, ``500``, ``35.2``, never ``6e+04``
+    or ``0.002267``. Digits below a hundredth of ``span`` (the axis length) are rounded away."""
+    if not math.isfinite(value):
+        return str(value)
+    step = 10.0 ** math.floor(math.log10(span / 100)) if span > 0 else 1.0
+    value = round(value / step) * step
+    for scale, suffix in SUFFIXES:
+        if abs(value) >= scale:
+            digits = min(2, max(0, -math.floor(math.log10(step / scale))))
+            return _trim(f"{value / scale:.{digits}f}") + suffix
+    return _trim(f"{value:.{max(0, -math.floor(math.log10(step)))}f}")
 
 
-def _numbers(raw: dict[str | None, str | list[str] | None]) -> dict[str, float]:
-    """The cells of a CSV row that are numbers (load.csv's dates are not)."""
-    row = {}
-    for key, value in raw.items():
-        if key and isinstance(value, str) and value:
-            try:
-                row[key] = float(value)
-            except ValueError:
-                continue
-    return row
-
-
-@dataclass
-class Series:
-    """One curve: x by steps and by wall time (seconds), and y."""
-
-    steps: list[float] = field(default_factory=list)
-    wall_s: list[float] = field(default_factory=list)
-    y: list[float] = field(default_factory=list)
-
-    def x(self, by: str) -> list[float]:
-        return self.steps if by == "steps" else self.wall_s
-
-
-@dataclass
-class RunCurves:
-    """What a run's files say, ready to draw."""
-
-    name: str
-    returns: Series
-    returns_per_episode: bool  # from episodes.csv (else metrics.csv's mean of the last 100)
-    sps: Series
-    cpu: Series  # mean over the cores, percent
-    gpu: Series  # percent
-    evals: Series = field(default_factory=Series)  # eval.csv's mean return per evaluation
-
-
-def _series(rows: list[dict[str, float]], key: str) -> Series:
-    s = Series()
-    for row in rows:
-        value = row.get(key, math.nan)
-        if not math.isnan(value) and "wall_s" in row:
-            s.steps.append(row["step"])
-            s.wall_s.append(row["wall_s"])
-            s.y.append(value)
-    return s
-
-
-def _wall_at(steps: list[float], metrics: list[dict[str, float]]) -> list[float]:
-    """Wall times for ``steps``, interpolated from metrics.csv (load.csv keeps dates, not
-    training time)."""
-    known = [(r["step"], r["wall_s"]) for r in metrics if "wall_s" in r]
-    if not known:
-        return [math.nan] * len(steps)
-    known_steps = [k[0] for k in known]
-    out = []
-    for step in steps:
-        i = bisect.bisect_left(known_steps, step)
-        lo, hi = known[max(i - 1, 0)], known[min(i, len(known) - 1)]
-        if hi[0] <= lo[0]:
-            out.append(hi[1] if step >= hi[0] else lo[1])
-        else:
-            share = min(max((step - lo[0]) / (hi[0] - lo[0]), 0.0), 1.0)
-            out.append(lo[1] + (hi[1] - lo[1]) * share)
-    return out
-
-
-def load_run(run_dir: Path) -> RunCurves:
-    """The curves of the run in ``run_dir``; raises RunDirError when it is not a run directory
-    or has no row yet."""
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir} is not a run directory; give one with --run-dir")
-    metrics = read_rows(run_dir / "metrics.csv")
-    episodes = read_rows(run_dir / "episodes.csv")
-    per_episode = bool(episodes)
-    returns = _series(episodes, "return") if per_episode else _series(metrics, "return_mean")
-    if not returns.y and not metrics:
-        raise RunDirError(
-            f"{run_dir} has no finished episode and no metrics row yet: plot it once it has "
-            "trained a little"
-        )
-    load = read_rows(run_dir / "load.csv")
-    load_steps = [r["step"] for r in load]
-    load_walls = _wall_at(load_steps, metrics)
-    cpu, gpu = Series(), Series()
-    for row, wall in zip(load, load_walls, strict=True):
-        for series, key in ((cpu, "cpu_mean"), (gpu, "gr3d")):
-            if key in row:
-                series.steps.append(row["step"])
-                series.wall_s.append(wall)
-                series.y.append(row[key])
-    return RunCurves(
-        name=run_dir.name,
-        returns=returns,
-        returns_per_episode=per_episode,
-        sps=_series(metrics, "sps"),
-        cpu=cpu,
-        gpu=gpu,
-        evals=_series(read_rows(run_dir / "eval.csv"), "return_mean"),
-    )
+def _trim(text: str) -> str:
+    """``60.0`` -> ``60``, ``-0`` -> ``0``."""
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:
@@ -172,17 +60,6 @@ def _x_label(runs: list[RunCurves], by: str) -> tuple[float, str]:
     )
     scale, unit = _time_unit(longest)
     return scale, f"training time ({unit})"
-
-
-def moving_mean(values: list[float], window: int) -> list[float]:
-    """The mean of each value and up to ``window - 1`` before it."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
@@ -207,7 +84,8 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
         xs = [x / scale for x in run.returns.x(by)]
         if run.returns_per_episode:
             ret_ax.plot(xs, run.returns.y, color=color, alpha=0.25, linewidth=0.7)
-            ret_ax.plot(xs, moving_mean(run.returns.y, WINDOW), color=color, label=run.name)
+            smooth = run.returns.smooth or []
+            ret_ax.plot(xs, smooth, color=color, label=run.name)
         else:
             ret_ax.plot(xs, run.returns.y, color=color, label=run.name)
         if run.evals.y:
@@ -233,11 +111,40 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
         axes[2].set_ylabel("load % (CPU -, GPU --)")
         axes[2].set_ylim(0, 105)
     axes[-1].set_xlabel(x_label)
+    from matplotlib.ticker import FuncFormatter
+
+    for ax in axes:  # 60k, not 6 with "1e4" in a corner
+        low, high = ax.get_xlim()
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _, span=high - low: tick(v, span)))
+        low, high = ax.get_ylim()
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _, span=high - low: tick(v, span)))
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        _save(fig, out)
+    finally:
+        plt.close(fig)
+
+
+def _save(fig: Any, out: Path) -> None:
+    """Write the figure under a temporary name and rename it: never half a file under ``out``.
+    Raises OutputError with the reason."""
+    fmt = out.suffix.lower().lstrip(".") or "png"
+    tmp = temp_path(out)
+    try:
+        fig.savefig(tmp, format=fmt)
+        os.replace(tmp, out)
+    except ValueError as e:  # matplotlib: an unknown format
+        raise OutputError(f"cannot write {out}: {e}; use .png, .svg or .pdf") from None
+    except OSError as e:
+        full = " (the disk is full)" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise OutputError(
+            f"cannot write {out}: {e.strerror or e}{full}; give another file with -o"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height: int = 24) -> str:
@@ -271,7 +178,8 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
         y0, y1 = y0 - 1, y1 + 1
     if x1 == x0:
         x1 = x0 + 1
-    label_w = max(len(f"{y0:.4g}"), len(f"{y1:.4g}")) + 1
+    top, bottom = tick(y1, y1 - y0), tick(y0, y1 - y0)
+    label_w = max(len(top), len(bottom)) + 1
     cols = max(width - label_w - 1, 10)
     rows = max(height - 5, 4)  # title, axis, x labels, legend
     grid = [[" "] * cols for _ in range(rows)]
@@ -286,10 +194,10 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
             grid[r][c] = mark
     lines = [title]
     for r, cells in enumerate(grid):
-        label = f"{y1:.4g}" if r == 0 else f"{y0:.4g}" if r == rows - 1 else ""
+        label = top if r == 0 else bottom if r == rows - 1 else ""
         lines.append(f"{label:>{label_w}}|" + "".join(cells).rstrip())
     lines.append(" " * label_w + "+" + "-" * cols)
-    left, right = f"{x0:,.4g}", f"{x1:,.4g}"
+    left, right = tick(x0, x1 - x0), tick(x1, x1 - x0)
     lines.append(" " * (label_w + 1) + left + right.rjust(cols - len(left)))
     lines.append(legend)
     return "\n".join(lines) + "\n"
@@ -298,20 +206,21 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
 def summary(run: RunCurves) -> str:
     """One line per run: how far it got, its returns, its pace and load."""
     parts = [run.name]
-    if run.returns.steps:
-        parts.append(f"step {run.returns.steps[-1]:,.0f}")
-    if run.returns_per_episode:
-        recent = run.returns.y[-WINDOW:]
-        parts.append(f"{len(run.returns.y):,} episodes")
-        parts.append(f"return {sum(recent) / len(recent):.1f} (last {len(recent)})")
-        parts.append(f"best {max(run.returns.y):.1f}")
-    elif run.returns.y:
-        parts.append(f"return {run.returns.y[-1]:.1f} (last 100)")
-    if run.evals.y:
-        parts.append(f"eval {run.evals.y[-1]:.1f} at step {run.evals.steps[-1]:,.0f}")
-    if run.sps.y:
-        parts.append(f"{run.sps.y[-1]:,.0f} steps/s")
+    returns = run.returns
+    if returns.recent:
+        parts.append(f"step {returns.recent[-1][0]:,.0f}")
+    if run.returns_per_episode and returns.recent:
+        parts.append(f"{returns.count:,} episodes")
+        parts.append(f"return {returns.recent_mean():.1f} (last {len(returns.recent)})")
+        parts.append(f"best {returns.best:.1f}")
+    elif returns.recent:
+        parts.append(f"return {returns.recent[-1][1]:.1f} (last {WINDOW})")
+    if run.evals.recent:
+        step, ret = run.evals.recent[-1]
+        parts.append(f"eval {ret:.1f} at step {step:,.0f}")
+    if run.sps.recent:
+        parts.append(f"{run.sps.recent[-1][1]:,.0f} steps/s")
     for series, what in ((run.cpu, "CPU"), (run.gpu, "GPU")):
-        if series.y:
-            parts.append(f"{what} {sum(series.y) / len(series.y):.0f}%")
+        if series.count:
+            parts.append(f"{what} {series.mean():.0f}%")
     return " | ".join(parts)

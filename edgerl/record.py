@@ -16,6 +16,7 @@ MP4 needs the ``ffmpeg`` program on PATH or the binary of the ``imageio-ffmpeg``
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -119,24 +120,29 @@ class Recorder:
     def add(self, frame: np.ndarray, caption: str | None = None) -> None:
         """Append one frame: HxWx3 uint8 RGB or HxW uint8 grey, all of one size; with
         ``caption``, a band beneath it holds that text. Raises ValueError for a frame of another
-        size or kind, RecordError when the encoder fails."""
+        size or kind, RecordError when the encoder fails or the file cannot be written."""
         if self._done:
             raise ValueError(f"recording {self.path} is already closed")
         rgb = _as_rgb(frame)
         if caption is not None:
             rgb = caption_frame(rgb, caption)
         shape = (rgb.shape[0], rgb.shape[1])
-        if self._shape is None:
-            self._shape = shape
-            self._start(shape)
-        elif shape != self._shape:
+        if self._shape is not None and shape != self._shape:
             raise ValueError(f"frame of {shape}, but this recording's frames are {self._shape}")
-        self._write(rgb)
+        try:
+            if self._shape is None:
+                self._shape = shape
+                self._start(shape)
+            self._write(rgb)
+        except OSError as e:  # a full disk: nothing is left under either name
+            self.abort()
+            raise RecordError(_cannot_write(self.path, e)) from None
         self.frames += 1
 
     def close(self) -> Recording | None:
         """Finish the file and give it its name; returns what was written, or None when no frame
-        was added (then nothing is written). Raises RecordError when the encoder fails."""
+        was added (then nothing is written). Raises RecordError when the encoder fails or the
+        file cannot be written (a full disk), with nothing left under either name."""
         if self._done:
             raise ValueError(f"recording {self.path} is already closed")
         self._done = True
@@ -145,12 +151,14 @@ class Recorder:
         try:
             frames, seconds = self._finish()
             os.replace(self._tmp, self.path)
-        except BaseException:
+            fsync_dir(self.path.parent)
+        except BaseException as e:
             with contextlib.suppress(Exception):
                 self._stop()
             self._remove_temp()
+            if isinstance(e, OSError):
+                raise RecordError(_cannot_write(self.path, e)) from None
             raise
-        fsync_dir(self.path.parent)
         return Recording(self.path.resolve(), frames, seconds, self.path.stat().st_size)
 
     def abort(self) -> None:
@@ -193,6 +201,11 @@ class Recorder:
 
     def _stop(self) -> None:
         """Release what is open, leaving the file as it is."""
+
+
+def _cannot_write(path: Path, e: OSError) -> str:
+    full = " (the disk is full)" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"cannot write the recording {path}: {e.strerror or e}{full}"
 
 
 def _as_rgb(frame: np.ndarray) -> np.ndarray:

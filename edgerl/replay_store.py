@@ -44,10 +44,8 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
-import struct
 import time
 import zlib
 from pathlib import Path
@@ -60,28 +58,28 @@ from edgerl.atomic import fsync_dir, write_atomic
 from edgerl.errors import EdgerlError
 from edgerl.replay import ReplayBuffer
 from edgerl.replay_memory import fmt_bytes
+from edgerl.replay_restore import (
+    DELTA,
+    MAGIC,
+    MANIFEST,
+    TRAILER,
+    VERSION,
+    ReplayFileError,
+    restore,
+)
 from edgerl.replay_save import Part, SaveAbandoned, SaveJob, SaveResult
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
-MAGIC = b"EDGERLRP"
-TRAILER = struct.Struct("<Q8s")  # index length, magic
 PIECE_SLOTS = 1024  # slots copied and compressed at a time: about 7 MB of Atari frames
 # Changed slots the actor would overwrite within this many writes are copied in the snapshot
 # itself (at most 1.8 MB of Atari frames per env), so the background copy has a head start.
 HEAD_START_SLOTS = 256
 ZLIB_LEVEL = 1  # level 6 halves the bytes again at 2.5x the CPU (README "Replay on disk")
-MANIFEST = re.compile(r"^manifest-step(?P<step>\d+)-[0-9a-f]+\.json$")
-DELTA = re.compile(r"^delta-step\d+-[0-9a-f]+\.rpl$")
 
 
 class ReplayPersistError(EdgerlError):
     """The replay cannot be persisted as configured (the disk cannot hold it)."""
-
-
-class ReplayFileError(Exception):
-    """A replay file is missing, damaged or does not fit this replay; the message names it."""
 
 
 def _ranges(start: int, n: int, slots: int) -> list[tuple[int, int]]:
@@ -327,93 +325,22 @@ class ReplayStore:
         """Fill the (empty) replay from ``manifest``; returns the transitions restored.
 
         Raises ReplayFileError naming the file that is missing, damaged or does not fit this
-        replay; the replay is then left empty.
+        replay (every file is checked first, see :mod:`edgerl.replay_restore`); the replay is
+        then left empty.
         """
+        r = self.replay
+        r.committed()
         try:
-            return self._restore(manifest)
+            chain = restore(self.directory, manifest, r)
         except ReplayFileError:
-            self.replay.clear()
+            r.clear()
             self._chain, self._saved_written = [], None
             raise
-
-    def _read(self, name: str) -> bytes:
-        path = self.directory / name
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            raise ReplayFileError(f"replay file {path} is missing") from None
-        except OSError as e:
-            raise ReplayFileError(f"cannot read replay file {path}: {e.strerror}") from None
-
-    def _restore(self, name: str) -> int:
-        self.replay.committed()
-        path = self.directory / name
-        try:
-            outer = json.loads(self._read(name))
-            body = outer["manifest"]
-            ok = hashlib.sha256(body.encode()).hexdigest() == outer["sha256"]
-            m = json.loads(body) if ok else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            m = None
-        if m is None:
-            raise ReplayFileError(f"replay file {path} is damaged (its checksum does not match)")
-        r = self.replay
-        shape = list(r.items.shape[2:])
-        dtype = str(r.items.dtype).removeprefix("torch.")
-        saved = (m["num_envs"], m["slots"], m["item_shape"], m["item_dtype"])
-        if saved != (r.num_envs, r.slots, shape, dtype) or m["version"] != VERSION:
-            raise ReplayFileError(
-                f"replay file {path} holds {m['num_envs']} environments x {m['slots']:,} slots "
-                f"of {m['item_shape']} {m['item_dtype']}, not {r.num_envs} x {r.slots:,} of "
-                f"{shape} {dtype} (env.num_envs or replay.capacity changed)"
-            )
-        for d in m["deltas"]:
-            self._apply(d)
-        r.head[:] = m["head"]
-        r.count[:] = m["count"]
-        r.written[:] = m["written"]
         r.valid = int(np.count_nonzero(r.flags & 2))  # VALID, counted over written slots only
         r.refresh_device()
-        self._chain = m["deltas"]
+        self._chain = chain
         self._saved_written = r.written.copy()
         return r.valid
-
-    def _apply(self, d: dict[str, Any]) -> None:
-        path = self.directory / d["file"]
-        data = self._read(d["file"])
-        if len(data) != d["bytes"] or hashlib.sha256(data).hexdigest() != d["sha256"]:
-            raise ReplayFileError(
-                f"replay file {path} is damaged ({len(data):,} bytes, "
-                f"expected {d['bytes']:,} with a matching SHA-256)"
-            )
-        try:
-            self._apply_data(data)
-        except (ValueError, KeyError, TypeError, struct.error, zlib.error) as e:
-            raise ReplayFileError(f"replay file {path} cannot be read ({e})") from None
-
-    def _apply_data(self, data: bytes) -> None:
-        length, magic = TRAILER.unpack_from(data, len(data) - TRAILER.size)
-        if magic != MAGIC:
-            raise ValueError("not an edgerl replay delta")
-        index = json.loads(data[len(data) - TRAILER.size - length : len(data) - TRAILER.size])
-        r = self.replay
-
-        def unpack(entry: list[int]) -> bytes:
-            raw = data[entry[0] : entry[0] + entry[1]]
-            return zlib.decompress(raw) if entry[2] else raw
-
-        item_shape = tuple(r.items.shape[2:])
-        item_dtype = torch.empty(0, dtype=r.items.dtype).numpy().dtype
-        for part in index:
-            env, start, n = part["env"], part["start"], part["n"]
-            sl = slice(start, start + n)
-            for array, entry in zip((r.actions, r.rewards, r.flags), part["meta"], strict=True):
-                array[env, sl] = np.frombuffer(unpack(entry), dtype=array.dtype)
-            at = start
-            for *entry, m in part["items"]:
-                frames = np.frombuffer(unpack(entry), dtype=item_dtype).reshape(m, *item_shape)
-                r.items[env, at : at + m] = torch.from_numpy(frames.copy()).to(r.items.device)
-                at += m
 
     # ------------------------------------------------------------------------------ cleanup
 

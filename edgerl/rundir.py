@@ -22,6 +22,7 @@ from pathlib import Path
 
 from edgerl.atomic import remove_stale_temps
 from edgerl.errors import RunDirError
+from edgerl.processes import pid_alive
 
 # What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
 PRIVATE_BITS = 0o007
@@ -75,6 +76,19 @@ def share_with_group(paths: list[Path], group: str) -> bool:
         except OSError:
             continue
     return True
+
+
+def trainer_of(path: Path) -> int | None:
+    """The pid of the live trainer using run directory ``path`` (the pid its lock file names,
+    if that process is still an edgerl), or None. Takes no lock: a viewer's look must never
+    make a starting trainer find the directory in use."""
+    try:
+        text = (path / ".lock").read_bytes()[:32].decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.isdigit() or not 0 < int(text) < 1 << 22:
+        return None
+    return int(text) if pid_alive(int(text)) else None
 
 
 class RunDir:

@@ -56,7 +56,8 @@ def training_session(
     """Yield a ready session with clocks maxed (``hw.max_clocks``), the monitor running and
     evaluations (``eval.every_steps``) following the run.
 
-    Every run keeps ``<run_dir>/status.json`` current (``stopped`` or ``failed`` at the end).
+    Every run keeps ``<run_dir>/status.json`` current (``finished``, ``stopped`` or ``failed``
+    at the end).
     Raises what :class:`Trainer` raises for user errors, before touching the clocks, and
     StoppedDuringSetup when ``stop`` is requested before the trainer is ready.
     """
@@ -94,5 +95,6 @@ def _final_status(trainer: Trainer, status: StatusWriter) -> Iterator[None]:
         with contextlib.suppress(Exception):
             status.finish(trainer, "failed", f"{type(e).__name__}: {e}")
         raise
+    done = trainer.step >= trainer.cfg.train.steps  # a finished run is no stopped one
     with contextlib.suppress(Exception):
-        status.finish(trainer, "stopped")
+        status.finish(trainer, "finished" if done else "stopped")

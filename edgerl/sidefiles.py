@@ -138,10 +138,14 @@ class AppendFile:
 
     def _write(self) -> None:
         if self._fd is None:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
             try:
-                if self.header and os.fstat(fd).st_size == 0:
+                size = os.fstat(fd).st_size
+                if self.header and size == 0:
                     self._pending[:0] = self.header
+                elif size and os.pread(fd, 1, size - 1) != b"\n":
+                    # A row cut short by a kill, or damage: our first row starts a line of its own.
+                    self._pending[:0] = b"\n"
             except OSError:
                 os.close(fd)
                 raise

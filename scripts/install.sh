@@ -108,6 +108,23 @@ PY
     fi
 }
 
+# The trainer runs as this unprivileged system user (systemd/README.md); its group's members
+# may watch runs. The unit names the video and render groups the GPU needs; jtop's group exists
+# only with jetson-stats, so it is joined here when it is there (a group the unit names that
+# does not exist would stop the service from starting).
+ensure_service_user() {
+    if ! getent group edgerl >/dev/null; then
+        run groupadd --system edgerl
+    fi
+    if ! getent passwd edgerl >/dev/null; then
+        run useradd --system --gid edgerl --home-dir /var/lib/edgerl --no-create-home \
+            --shell /usr/sbin/nologin --comment "edgerl training service" edgerl
+    fi
+    if getent group jtop >/dev/null; then
+        run usermod -aG jtop edgerl
+    fi
+}
+
 run mkdir -p "$OPT"
 if [ "$NO_VENV" = 0 ]; then
     install_venv
@@ -137,9 +154,7 @@ fi
 run install -d -m 0751 "$STATE_DIR"
 
 if [ "$SYSTEM" = 1 ]; then
-    if ! getent group edgerl >/dev/null; then
-        run groupadd --system edgerl
-    fi
+    ensure_service_user
     run chgrp edgerl "$STATE_DIR"
     if command -v systemctl >/dev/null; then
         run systemctl daemon-reload

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgerl.config import (
     PRESETS,
@@ -12,7 +15,9 @@ from edgerl.config import (
     apply_presets,
     build_layers,
     check_consistency,
+    field_info,
     from_dict,
+    keys,
     resolve,
 )
 from edgerl.config_parse import parse_override
@@ -73,12 +78,21 @@ def test_set_values_are_toml_or_plain_strings():
         ("agent.lrr=1", "--set: unknown config key 'agent.lrr' (did you mean 'agent.lr'?)"),
         ("agnt.lr=1", "unknown config key 'agnt.lr' (did you mean 'agent.lr'?)"),
         ("agent.gamma=1.5", "agent.gamma must be between 0.0 and 1.0, got 1.5"),
-        ("agent.batch_size=0", "agent.batch_size must be at least 1, got 0"),
+        ("agent.batch_size=0", "agent.batch_size must be between 1 and 65,536, got 0"),
         ("agent.batch_size=3.5", "agent.batch_size must be an integer, got 3.5"),
         ("agent.double=maybe", "agent.double must be true or false, got 'maybe'"),
         ("perf.device=tpu", "perf.device must be one of auto, cpu, cuda, got 'tpu'"),
         ("agent.hidden=64", "agent.hidden must be a list of integers"),
-        ("nodot=1", "must look like section.key=value"),
+        ("nodot=1", "must look like section.key=value, e.g. agent.lr=3e-4"),
+        (
+            "total_timesteps=1000",
+            "must look like section.key=value: did you mean train.steps=1000?",
+        ),
+        ("num_envs=8", "did you mean env.num_envs=8?"),
+        ("learning_starts=5", "did you mean agent.learning_starts=5?"),
+        ("agent.lr=nan", "agent.lr must be a finite number, got nan"),
+        ("env.seed=99999999999999999999", "env.seed must be between 0 and 2,147,483,647"),
+        ("agent.lr=1" + "0" * 400, "agent.lr must be a finite number, got 100000000000..."),
     ],
 )
 def test_bad_settings_name_the_key_and_the_allowed_values(override, message):
@@ -124,7 +138,13 @@ def test_presets_fill_only_keys_nobody_set():
     [
         (("agent.eps_start=0.1", "agent.eps_end=0.5"), "agent.eps_end (0.5) must not exceed"),
         (("agent.batch_size=512", "replay.capacity=256"), "must not exceed replay.capacity"),
-        (("env.num_envs=8", "replay.capacity=64"), "raise it to 128 or more"),
+        (("env.num_envs=8", "replay.capacity=64"), "raise replay.capacity to 128 or more"),
+        (
+            ("env.num_envs=100000",),
+            "lower env.num_envs to 12,500 or less, or raise replay.capacity to 1,600,000",
+        ),
+        (("agent.hidden=[0]",), "agent.hidden must list 1 to 16 layer widths"),
+        (("agent.hidden=[100000000]",), "between 1 and 65,536, got [100000000]"),
         (("display.env_index=4",), "display.env_index (4) must be below env.num_envs (4)"),
     ],
 )
@@ -223,3 +243,64 @@ def test_a_missing_extra_is_named_before_a_run_directory_exists(cli, tmp_path):
     assert r.code == 2 and "pip install 'edgerl[tensorboard]'" in r.err
     assert "pip install -e '.[tensorboard]'" in r.err
     assert not run.exists()
+
+
+NUMERIC = [k for k in keys() if field_info(k)[1] in (int, float)]
+
+
+def test_every_numeric_key_has_a_finite_range():
+    for key in NUMERIC:
+        meta = field_info(key)[0].metadata
+        assert meta["min"] is not None and meta["max"] is not None, key
+        assert math.isfinite(meta["min"]) and math.isfinite(meta["max"]), key
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.sampled_from(NUMERIC),
+    value=st.sampled_from(["nan", "inf", "-inf", "1e999", "-1e999", "-1"])
+    | st.integers(min_value=10**13, max_value=10**400).map(str)
+    | st.integers(min_value=10**13, max_value=10**400).map(lambda v: f"-{v}"),
+)
+def test_non_finite_huge_and_negative_numbers_are_refused_with_a_sentence(key, value):
+    try:
+        cfg = load(f"{key}={value}")
+    except ConfigError as e:
+        assert key in str(e) and "\n" not in str(e) and len(str(e)) < 200, str(e)
+    else:  # only -1 can be a value some key takes (eval.every_steps, agent.lr_end)
+        assert value == "-1" and cfg.get(key) == -1, key
+
+
+def test_the_largest_values_a_config_takes_are_ones_training_takes(cli, tmp_path):
+    from edgerl.config import MAX_SEED, EnvConfig
+    from edgerl.envs import make_env
+
+    def top(key: str) -> int:
+        return field_info(key)[0].metadata["max"]
+
+    env = make_env(
+        EnvConfig(
+            id="ALE/Pong-v5",
+            num_envs=1,
+            threads=top("env.threads"),
+            noop_max=top("env.noop_max"),
+            max_episode_frames=top("env.max_episode_frames"),
+        )
+    )
+    try:
+        env.reset(seed=MAX_SEED + 123_456)  # env.seed plus the step of a resumed session
+    finally:
+        env.close()
+    run = tmp_path / "cp"
+    r = cli(
+        *["train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run],
+        *[
+            "--set",
+            f"env.seed={MAX_SEED}",
+            "--set",
+            f"hw.monitor_interval_ms={top('hw.monitor_interval_ms')}",
+        ],
+        *["--set", f"train.checkpoint_every_s={top('train.checkpoint_every_s')}"],
+        *["--set", f"agent.grad_clip={top('agent.grad_clip')}", "--set", "agent.gamma=1.0"],
+    )
+    assert r.code == 0 and "Traceback" not in r.err, r.err[-2000:]

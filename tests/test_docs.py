@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgerl.config import describe, reference_markdown
+from edgerl.config_docs import describe, reference_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

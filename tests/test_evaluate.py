@@ -130,6 +130,21 @@ def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():
     assert same.lengths == randomly.lengths  # seeded
 
 
+def test_an_evaluation_stopped_while_recording_leaves_no_recording(tmp_path):
+    asked = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # two steps in: a stop request from training
+
+    gif = tmp_path / "eval-step-7.gif"
+    result = evaluate(always_left(), EvalConfig(episodes=3), seed=0, stop=stop, record=gif)
+    assert result.recording is None and len(result.returns) < 3
+    assert list(tmp_path.iterdir()) == []  # nothing under its name, no partial file either
+    done = evaluate(always_left(), EvalConfig(episodes=1), seed=0, record=gif)
+    assert done.recording is not None and gif.exists()  # not stopped: kept
+
+
 def test_an_episode_longer_than_the_cap_is_cut_and_counted():
     result = evaluate(always_left(), EvalConfig(episodes=3, max_episode_steps=4), seed=0)
     assert result.lengths == [4, 4, 4] and result.cut == 3
@@ -194,8 +209,11 @@ def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("eval.every_steps=-2", "eval.every_steps must be at least -1, got -2"),
-        ("eval.episodes=0", "eval.episodes must be at least 1, got 0"),
+        (
+            "eval.every_steps=-2",
+            "eval.every_steps must be between -1 and 1,000,000,000,000, got -2",
+        ),
+        ("eval.episodes=0", "eval.episodes must be between 1 and 1,000,000, got 0"),
         ("eval.epsilon=1.5", "eval.epsilon must be between 0.0 and 1.0, got 1.5"),
     ],
 )

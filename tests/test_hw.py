@@ -10,14 +10,17 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from edgerl.config import HwConfig
 from edgerl.errors import HardwareError
 from edgerl.hw.clocks import (
     MaxClocks,
     ToolError,
+    default_state_dir,
     parse_nvpmodel_query,
     parse_show,
     resolve_power_mode,
@@ -28,6 +31,7 @@ from edgerl.hw.monitor import LoadMonitor, judge
 from edgerl.hw.platform import detect
 
 from .conftest import FIXTURES, PONG_FAST, edgerl_cmd
+from .damage import WRONG_DOCUMENTS, damaged_json, dumps
 
 BOARDS = FIXTURES / "boards"
 
@@ -156,6 +160,136 @@ def test_restore_after_a_kill_through_the_cli(fake_jetson, tmp_path, cli):
     assert not (fake_jetson.state / "clocks.maxed").exists()
     r = cli("hw", "clocks", "restore", "--set", f"hw.state_dir={state}")
     assert r.code == 0 and "nothing to restore" in r.out
+
+
+# -- restoring needs only the marker; a damaged marker still ends safe -------------------------
+
+
+def killed_after_maxing() -> Path:
+    """Clocks maxed in root's default place, then the process killed: the marker stays."""
+    MaxClocks(HwConfig(), default_state_dir()).start()
+    marker = default_state_dir() / "clocks.json"
+    assert marker.exists()
+    return marker
+
+
+@pytest.mark.parametrize(
+    "config",
+    ["[env", "[hw]\nmonitor_interval_ms = 1\n", "[agent]\nlr = nan\n", "[nope]\n"],
+)
+def test_restore_needs_only_the_marker_whatever_the_config_holds(
+    fake_jetson, tmp_path, cli, monkeypatch, config
+):
+    killed_after_maxing()
+    broken = tmp_path / "edgerl.toml"
+    broken.write_text(config)
+    monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", str(broken))
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 0 and "clocks restored" in r.out, r.err
+    assert "the config cannot be read" in r.err and str(broken) in r.err
+    assert not (fake_jetson.state / "clocks.maxed").exists()
+
+
+def left_maxed(fake_jetson) -> Path:
+    """The files killed_after_maxing() leaves, written directly (the stand-ins' --store writes
+    "maxed=False" while the clocks are dynamic): quicker for many cases."""
+    marker = default_state_dir() / "clocks.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    (marker.parent / "jetson_clocks.store").write_text("maxed=False\n")
+    (fake_jetson.state / "clocks.maxed").touch()
+    marker.write_text(json.dumps(GOOD_MARKER))
+    return marker
+
+
+GOOD_MARKER = {
+    "jetson_clocks": "/usr/bin/jetson_clocks",
+    "store": "/run/edgerl-clocks/jetson_clocks.store",
+    "nvpmodel": "/usr/sbin/nvpmodel",
+    "previous_mode": 1,
+    "pid": 4242,
+    "since": "2026-01-01T00:00:00+0000",
+}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        *WRONG_DOCUMENTS,
+        dumps({**GOOD_MARKER, "jetson_clocks": 5}),
+        dumps({**GOOD_MARKER, "store": None}),
+        dumps({**GOOD_MARKER, "jetson_clocks": "rm"}),  # no absolute path: never run
+        dumps({**GOOD_MARKER, "previous_mode": "1"}),
+        dumps({**GOOD_MARKER, "previous_mode": 10**30}),
+        dumps({**GOOD_MARKER, "nvpmodel": ["x"]}),
+    ],
+)
+def test_a_damaged_marker_restores_the_clocks_stored_beside_it(fake_jetson, cli, damage):
+    marker = left_maxed(fake_jetson)
+    marker.write_bytes(damage)
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 0 and "clocks restored" in r.out, r.err
+    assert f"{marker} was damaged" in r.err and "nvpmodel -q shows it" in r.err
+    assert not (fake_jetson.state / "clocks.maxed").exists() and not marker.exists()
+
+
+def test_a_damaged_marker_without_stored_clocks_says_what_to_run(fake_jetson, cli):
+    marker = killed_after_maxing()
+    marker.write_bytes(b"{}")
+    (marker.parent / "jetson_clocks.store").unlink()
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 2 and "internal error" not in r.err
+    assert "sudo jetson_clocks --restore FILE" in r.err and "reboot" in r.err
+    assert r.err.strip().splitlines()[-1].startswith("edgerl: error: the clocks were not restored")
+    assert marker.exists()  # kept, so a later restore can try again
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(damage=damaged_json(GOOD_MARKER))
+def test_any_marker_ends_restored_or_in_a_sentence(fake_jetson, damage):
+    from edgerl.hw.commands import clocks_restore
+
+    marker = left_maxed(fake_jetson)
+    marker.write_bytes(damage)
+    try:
+        assert clocks_restore([marker.parent]) == "clocks restored"
+        assert not (fake_jetson.state / "clocks.maxed").exists()
+    except HardwareError as e:
+        assert "the clocks were not restored" in str(e) and marker.exists()
+    marker.unlink(missing_ok=True)
+    (fake_jetson.state / "clocks.maxed").unlink(missing_ok=True)
+
+
+def test_root_runs_nothing_from_a_marker_others_could_write(fake_jetson, cli):
+    if os.geteuid() != 0:
+        pytest.skip("the check is root's")
+    marker = killed_after_maxing()
+    marker.write_text(json.dumps({**GOOD_MARKER, "jetson_clocks": "/bin/false"}))
+    os.chmod(marker.parent, 0o777)  # a directory anyone may write into
+    calls = len(fake_jetson.calls())
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 2 and "could have been written by another user than root" in r.err
+    assert len(fake_jetson.calls()) == calls  # nothing was run
+
+
+def test_the_services_clock_steps_and_its_unprivileged_trainer(fake_jetson, cli, caplog, tmp_path):
+    r = cli("hw", "clocks", "max", "--service")  # ExecStartPre=+...
+    assert r.code == 0 and "clocks at maximum" in r.out, r.err
+    with caplog.at_level("INFO"), MaxClocks(HwConfig(), is_root=lambda: False) as trainer:
+        assert not trainer.active  # the trainer leaves them to the privileged steps
+    assert "maximum, set by edgerl hw clocks max" in str(trainer.skipped)
+    assert "need root" not in caplog.text
+    off = tmp_path / "off.toml"
+    off.write_text("[hw]\nmax_clocks = false\n")
+    r = cli("hw", "clocks", "max", "--service", "--config", off)
+    assert r.code == 0 and "hw.max_clocks is false: leaving clocks alone" in r.out
+    assert cli("hw", "clocks", "restore").out.strip() == "clocks restored"  # ExecStopPost=+...
+    assert not (fake_jetson.state / "clocks.maxed").exists()
+
+
+def test_the_service_max_step_off_a_jetson_is_no_error(cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGERL_HW_ROOT", str(tmp_path))
+    r = cli("hw", "clocks", "max", "--service")
+    assert r.code == 0 and "not a Jetson: leaving clocks alone" in r.out
 
 
 def test_hw_clocks_show_and_max(fake_jetson, tmp_path, cli):

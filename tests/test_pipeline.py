@@ -117,5 +117,5 @@ def test_the_async_actor_never_waits_for_the_learners_gpu_work(tmp_path, monkeyp
     cfg = pong_config(tmp_path, "perf.pipeline=async", "env.num_envs=8", steps=3200)
     with Trainer(cfg, quiet=True, hooks=[Window()]) as trainer:
         trainer.run()
-        assert trainer.replay.host_waits == 0  # no staging buffer was still in flight
+        assert trainer.memory.host_waits == 0  # no staging buffer was still in flight
     assert waits == [], waits

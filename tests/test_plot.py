@@ -113,8 +113,8 @@ def test_without_run_dir_plot_takes_the_newest_run(cli, cartpole_run):
     assert "CartPole-v1 | step" in r.out
 
 
-def test_read_rows_skips_repeated_headers_and_rows_a_resume_replaced(tmp_path):
-    from edgerl.plot import read_rows
+def test_curves_skip_repeated_headers_and_rows_a_resume_replaced(tmp_path):
+    from edgerl.curves import Series, read_curves
 
     path = tmp_path / "metrics.csv"
     path.write_text(
@@ -127,7 +127,62 @@ def test_read_rows_skips_repeated_headers_and_rows_a_resume_replaced(tmp_path):
         "350,3.5,8\n"
         "40"  # cut short by a kill
     )
-    got = read_rows(path)
-    assert [r["step"] for r in got] == [100, 200, 250, 350]
-    assert "return_mean" not in got[0] and got[-1]["return_mean"] == 8
-    assert read_rows(tmp_path / "missing.csv") == []
+    returns, clock = Series(), Series()
+    assert read_curves(path, {"return_mean": returns, "wall_s": clock}) == 5
+    assert clock.finish().steps == [100, 200, 250, 350]
+    assert returns.finish().steps == [200, 250, 350] and returns.y == [5, 7, 8]
+    assert read_curves(tmp_path / "missing.csv", {"return_mean": Series()}) == 0
+
+
+def test_plot_writes_into_the_run_directory_and_says_where(cli, cartpole_run):
+    r = cli("plot", "--run-dir", cartpole_run)
+    assert r.code == 0, r.err
+    assert (cartpole_run / "curve.png").stat().st_size > 1000
+    assert not Path("curve.png").exists()  # not wherever the command was typed
+    assert f"wrote {(cartpole_run / 'curve.png').resolve()}" in r.out
+    r = cli("plot", "--run-dir", cartpole_run, "-o", "mine.svg")
+    assert r.code == 0 and Path("mine.svg").exists() and "wrote " in r.out
+
+
+def test_a_plot_that_cannot_be_written_is_one_sentence_and_leaves_nothing(cli, cartpole_run):
+    r = cli("plot", "--run-dir", cartpole_run, "-o", cartpole_run / "curve.xyz")
+    assert r.code == 2 and "cannot write" in r.err and "use .png, .svg or .pdf" in r.err
+    r = cli("plot", "--run-dir", cartpole_run, "-o", cartpole_run / "nodir" / "c.png")
+    assert r.code == 2 and "No such file or directory" in r.err and "internal" not in r.err
+    assert [p.name for p in cartpole_run.iterdir() if "curve" in p.name] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "span", "label"),
+    [
+        (60_000, 59_488, "60k"),
+        (512, 59_488, "500"),
+        (1_250_000, 1_250_000, "1.25M"),
+        (0.002267, 35.2, "0"),
+        (35.2, 35.2, "35.2"),
+        (-21, 42, "-21"),
+        (500, 492, "500"),
+        (2_500, 2_500, "2.5k"),
+        (3_000_000_000, 3e9, "3G"),
+    ],
+)
+def test_axis_labels_read_as_people_write_numbers(value, span, label):
+    from edgerl.plot import tick
+
+    assert tick(value, span) == label
+
+
+def test_terminal_axes_have_no_exponents(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = "".join(
+        f"{s},{s // 100},0,{s % 37},{s // 100},{s / 4e6}\n" for s in range(512, 60_013, 500)
+    )
+    (run / "episodes.csv").write_text("step,episode,env,return,length,wall_s\n" + rows)
+    for by in ("steps", "time"):
+        r = cli("plot", "--run-dir", run, "--terminal", "--x", by)
+        assert r.code == 0, r.err
+        axis = r.out.splitlines()[-3]  # then the legend and the summary
+        assert "e+" not in r.out and "e-" not in r.out, r.out
+        assert axis.split() == (["500", "60k"] if by == "steps" else ["0.0001", "0.015"]), axis

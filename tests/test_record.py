@@ -214,3 +214,25 @@ def test_an_mp4_has_every_frame_at_the_game_pace(tmp_path):
     assert len(frames) == 45
     first = np.frombuffer(frames[0], dtype=np.uint8).reshape(448, 320, 3)
     assert np.abs(first[100, 100].astype(int) - (144, 72, 17)).max() < 12  # Pong's brown
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+def test_a_gif_to_a_full_disk_is_one_sentence_and_leaves_nothing(cli, tmp_path):
+    from .test_faults import fill, tiny_filesystem
+
+    run = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run).code == 0
+    with tiny_filesystem(tmp_path / "disk", "1m") as disk:
+        fill(disk / "filler")
+        out = disk / "play.gif"
+        full = r"No space left on device \(the disk is full\)"
+        with pytest.raises(RecordError, match=full), open_recorder(out, fps=30) as rec:
+            for frame in atari_like_frames(200):
+                rec.add(frame)
+        r = cli("play", "--run-dir", run, "--episodes", "1", "--record", out)
+        assert r.code == 2 and "internal error" not in r.err, r.err
+        assert r.err.strip().splitlines()[-1] == (
+            f"edgerl: error: cannot write the recording {out}: No space left on device "
+            "(the disk is full)"
+        )
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no GIF, no partial one

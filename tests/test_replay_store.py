@@ -8,6 +8,8 @@ run that was never interrupted had at the same step (the sync loop is determinis
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import signal
@@ -18,15 +20,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edgerl.checkpoint import list_checkpoints, load
 from edgerl.config import build_layers, resolve
 from edgerl.replay import ReplayBuffer
+from edgerl.replay_restore import TRAILER
 from edgerl.replay_sample import VALID
 from edgerl.replay_store import ReplayFileError, ReplayStore
 from edgerl.train import Trainer
 
 from .conftest import PONG_FAST, edgerl_cmd, run_edgerl
+from .damage import damaged_json
 from .test_replay import SPEC, ReferenceEnvs, check_samples, fill
 
 CARTPOLE = [
@@ -171,6 +177,104 @@ def test_a_damaged_or_missing_delta_leaves_an_empty_replay(tmp_path):
         ReplayStore(tmp_path / "b", other).restore(job2.result.manifest)
 
 
+def saved_pair(directory: Path) -> tuple[ReplayBuffer, str]:
+    """A replay of 30 steps of 2 environments saved in ``directory``: (the replay, its
+    manifest's name)."""
+    envs = ReferenceEnvs(2, np.random.default_rng(3))
+    buffer = ReplayBuffer(SPEC, 100, 2, "cpu", seed=1)
+    fill(buffer, envs, 30, 0.1)
+    job = ReplayStore(directory, buffer).snapshot(step=30)
+    job.run()
+    return buffer, job.result.manifest
+
+
+def inner(path: Path) -> dict:
+    return json.loads(json.loads(path.read_text())["manifest"])
+
+
+def rewrite(path: Path, manifest: dict) -> None:
+    """A manifest file whose SHA-256 matches what it now says (valid hash, wrong content)."""
+    body = json.dumps(manifest, sort_keys=True, allow_nan=True)
+    sha = hashlib.sha256(body.encode()).hexdigest()
+    path.write_text(json.dumps({"sha256": sha, "manifest": body}))
+
+
+def loads_or_text(data: bytes) -> object:
+    """What JSON ``data`` holds, or the text itself where it is no JSON."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
+def restores_or_says_why(directory: Path, name: str) -> str | None:
+    """Restore into a fresh replay: None when it worked, else the ReplayFileError's sentence
+    (after checking that the replay was left empty)."""
+    fresh = ReplayBuffer(SPEC, 100, 2, "cpu", seed=1)
+    try:
+        ReplayStore(directory, fresh).restore(name)
+    except ReplayFileError as e:
+        assert fresh.valid == 0 and not fresh.count.any() and not fresh.flags.any()
+        assert not fresh.written.any() and not fresh.items.any()
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda m: m.pop("num_envs"), "is damaged (num_envs is None, not a whole number"),
+        (lambda m: m.update(head=[str(h) for h in m["head"]]), "head[0] is '"),
+        (lambda m: m["deltas"][0].pop("file"), "a delta names None"),
+        (lambda m: m.update(head=[]), "head is not a list of 2 numbers"),
+        (lambda m: m["deltas"][0].update(file="../../../etc/passwd"), "not a delta file"),
+        (lambda m: m.update(written=[10**30, 1]), "written[0] is"),
+        (lambda m: m.update(count=[m["count"][1], m["count"][0] + 1]), "positions disagree"),
+    ],
+)
+def test_a_manifest_with_a_valid_hash_and_wrong_content_is_named(tmp_path, change, says):
+    _, name = saved_pair(tmp_path)
+    manifest = inner(tmp_path / name)
+    change(manifest)
+    rewrite(tmp_path / name, manifest)
+    why = restores_or_says_why(tmp_path, name)
+    assert why is not None and f"replay file {tmp_path / name}" in why and says in why, why
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_manifest_or_delta_index_restores_whole_or_leaves_the_replay_empty(
+    tmp_path_factory, data
+):
+    directory = tmp_path_factory.mktemp("replay")
+    _, name = saved_pair(directory)
+    manifest = inner(directory / name)
+    (delta_name,) = [d["file"] for d in manifest["deltas"]]
+    if data.draw(st.booleans()):  # the manifest: one field, or one of the first delta's
+        target = data.draw(st.sampled_from([manifest, manifest["deltas"][0]]))
+        manifest_doc = loads_or_text(data.draw(damaged_json(target)))
+        if target is manifest:
+            manifest = manifest_doc
+        else:
+            manifest["deltas"][0] = manifest_doc
+    else:  # the delta's index, with the delta's hash and size made to match again
+        raw = (directory / delta_name).read_bytes()
+        length, magic = TRAILER.unpack_from(raw, len(raw) - TRAILER.size)
+        body = len(raw) - TRAILER.size - length
+        index = json.loads(raw[body : len(raw) - TRAILER.size])
+        part = data.draw(st.integers(0, len(index) - 1))
+        index[part] = loads_or_text(data.draw(damaged_json(index[part])))
+        tail = json.dumps(index, allow_nan=True).encode()
+        raw = raw[:body] + tail + TRAILER.pack(len(tail), magic)
+        (directory / delta_name).write_bytes(raw)
+        delta = manifest["deltas"][0]
+        delta.update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest())
+    rewrite(directory / name, manifest)
+    why = restores_or_says_why(directory, name)
+    if why is not None:
+        assert why.startswith("replay file ") or why.startswith("the checkpoint names"), why
+
+
 def test_a_whole_ring_save_survives_the_actor_writing_on_at_once(tmp_path):
     """When every slot changed since the last save, the slots the actor overwrites next are
     copied in the snapshot itself; the rest has a head start."""
@@ -208,7 +312,7 @@ def trainer_replay(args: list[str], run: Path, steps: int) -> dict[str, np.ndarr
     """The replay a Trainer for ``run`` starts with (a resume restores it), as arrays."""
     cfg = config([*pairs(args), f"train.run_dir={run}", f"train.steps={steps}"])
     with Trainer(cfg, quiet=True) as t:
-        return arrays(t.replay)
+        return arrays(t.memory)
 
 
 def config(settings: list[str]):  # type: ignore[no-untyped-def]
@@ -232,7 +336,7 @@ def reference_replay(args: list[str], tmp: Path, steps: int) -> dict[str, np.nda
     )
     with Trainer(cfg, quiet=True) as t:
         t.run()
-        return arrays(t.replay)
+        return arrays(t.memory)
 
 
 def wait_for(predicate, timeout: float = 180) -> None:  # type: ignore[no-untyped-def]
@@ -346,6 +450,20 @@ def test_a_damaged_replay_file_is_named_and_the_run_resumes_empty(cli, tmp_path)
     final = load(list_checkpoints(run / "checkpoints")[-1].path)
     # The empty replay refilled for learning_starts steps before learning went on.
     assert final["learner"]["updates"] == state["learner"]["updates"] + (800 - 600) // 4
+
+
+def test_a_manifest_that_lies_with_a_valid_hash_is_named_and_the_run_resumes_empty(cli, tmp_path):
+    run = tmp_path / "cartpole"
+    assert cli("train", *CARTPOLE, "--steps", "400", "--run-dir", run).code == 0
+    state = load(list_checkpoints(run / "checkpoints")[-1].path)
+    manifest = run / "replay" / state["replay"]["manifest"]
+    lie = inner(manifest)
+    del lie["num_envs"]
+    rewrite(manifest, lie)
+    r = cli("train", *CARTPOLE, "--steps", "600", "--run-dir", run)
+    assert r.code == 0 and "internal error" not in r.err, r.err[-2000:]
+    assert f"replay file {manifest} is damaged (num_envs is None" in r.err
+    assert "resuming with an empty replay" in r.err
 
 
 def test_a_new_replay_ratio_counts_from_the_resume(cli, tmp_path):

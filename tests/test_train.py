@@ -207,7 +207,7 @@ def test_ale_async_batches_train_and_store_every_environment(tmp_path):
     cfg = pong_config(tmp_path, "env.num_envs=4", "env.batch_size=2", steps=800)
     with Trainer(cfg, quiet=True) as trainer:
         result = trainer.run()
-        replay = trainer.replay
+        replay = trainer.memory
         assert result.step >= 800 and trainer.learner.updates == (result.step - 400) // 4
         assert replay.written.min() > 100  # every environment stepped, not just the first two
         assert abs(int(replay.written.sum()) - result.step - 4) <= 2 * result.episodes + 4

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import select
@@ -25,8 +26,9 @@ from edgerl.display.stream import (
     shm_path,
 )
 from edgerl.display.viewer import Attachment
+from edgerl.errors import EdgerlError
 
-from .conftest import PONG_FAST, edgerl_cmd, start_trainer, stop
+from .conftest import PONG_FAST, edgerl_cmd, run_edgerl, start_trainer, stop
 from .helpers import ACTIONS, frame_for, meta_for
 
 
@@ -367,3 +369,40 @@ def test_a_run_on_vector_observations_says_it_has_no_frames(cli, tmp_path):
     finally:
         stop(proc)
     assert not (run / "display.json").exists()
+
+
+def test_the_console_view_of_a_finished_run_ends_after_its_timeout(cli, tmp_path):
+    run = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run).code == 0
+    # A real process: the old viewer waited here for ever, whatever --timeout said.
+    r = run_edgerl("view", "--run-dir", run, "--console", "--timeout", "1", timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert f"no trainer is running in {run}: the run finished at" in r.stderr
+    assert "step 300 of 300" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_viewer_waits_on_while_a_trainer_holds_the_run(cli, tmp_path):
+    from edgerl.display.viewer import ViewOptions, run_console
+
+    proc = lookalike_trainer()  # a live edgerl that holds the run but publishes nothing (yet)
+    try:
+        (tmp_path / ".lock").write_text(f"{proc.pid}\n")
+        attach = Attachment(tmp_path)
+        assert attach.idle() is None  # the viewer waits on
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait(timeout=60)  # the trainer before it, killed: its pointer stays behind
+        pointer = {"path": "/dev/shm/x", "session": 1, "pid": gone.pid, "height": 84}
+        pointer |= {"width": 84, "slots": 4, "action_meanings": ACTIONS}
+        (tmp_path / "display.json").write_text(json.dumps(pointer))
+        assert attach.poll() is None and "is not running any more" in str(attach.problem)
+        assert attach.idle() is None  # the new one holds the run: it is setting up
+        (tmp_path / "display.json").unlink()
+        attach.poll()
+        proc.kill()
+        proc.wait(timeout=60)
+        assert f"no trainer is running in {tmp_path}" in str(attach.idle())
+        with pytest.raises(EdgerlError, match=r"within 0\.2 s: no trainer is running"):
+            run_console(ViewOptions(tmp_path, console=True, timeout_s=0.2), io.StringIO())
+    finally:
+        if proc.poll() is None:
+            proc.kill()

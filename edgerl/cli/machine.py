@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -159,21 +160,56 @@ def hw_clocks_show(config_file: Path | None, overrides: tuple[str, ...]) -> None
 
 
 @hw_clocks.command("max")
+@click.option(
+    "--service",
+    is_flag=True,
+    help="As the service's privileged ExecStartPre: follow hw.max_clocks (true for the service "
+    "unless the config says otherwise); not a Jetson is no error.",
+)
 @config_options()
-def hw_clocks_max(config_file: Path | None, overrides: tuple[str, ...]) -> None:
+def hw_clocks_max(service: bool, config_file: Path | None, overrides: tuple[str, ...]) -> None:
     """Store the clocks, then max them (undo with `edgerl hw clocks restore`)."""
     from edgerl.hw.commands import clocks_max
 
-    click.echo(clocks_max(_hw_config(config_file, overrides)))
+    cfg = build_config(config_file, overrides)
+    hw = cfg.hw
+    if service and "hw.max_clocks" not in cfg.explicit:
+        hw = dataclasses.replace(hw, max_clocks=True)  # the service's default (daemon_config)
+    click.echo(clocks_max(hw, service))
 
 
 @hw_clocks.command("restore")
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    help="Where the clocks were stored [default: hw.state_dir if the config can be read, and "
+    "/run/edgerl-clocks as root].",
+)
 @config_options()
-def hw_clocks_restore(config_file: Path | None, overrides: tuple[str, ...]) -> None:
-    """Restore the clocks edgerl stored (the service's ExecStopPost runs this)."""
+def hw_clocks_restore(
+    state_dir: Path | None, config_file: Path | None, overrides: tuple[str, ...]
+) -> None:
+    """Restore the clocks edgerl stored (the service's ExecStopPost runs this).
+
+    It needs only the marker file edgerl wrote: a config that cannot be read is named and the
+    default place is looked at, so the clocks are restored whatever the config holds.
+    """
+    from edgerl.errors import EdgerlError
+    from edgerl.hw.clocks import default_state_dir, state_dir_for
     from edgerl.hw.commands import clocks_restore
 
-    click.echo(clocks_restore(_hw_config(config_file, overrides)))
+    dirs = [state_dir] if state_dir is not None else []
+    if state_dir is None:
+        try:
+            dirs.append(state_dir_for(build_config(config_file, overrides).hw))
+        except EdgerlError as e:
+            logging.getLogger("edgerl").warning(
+                "the config cannot be read (%s); looking for stored clocks in %s",
+                e,
+                default_state_dir(),
+            )
+        dirs.append(default_state_dir())
+    click.echo(clocks_restore(dirs))
 
 
 @hw.command("parse")

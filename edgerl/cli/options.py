@@ -141,7 +141,8 @@ def run_game(run_dir: Path) -> str | None:
         saved = tomllib.loads((run_dir / "config.toml").read_text())
     except (OSError, ValueError):
         return None
-    game = saved.get("env", {}).get("id")
+    env = saved.get("env")
+    game = env.get("id") if isinstance(env, dict) else None  # the file may be damaged
     return game if isinstance(game, str) and game else None
 
 

@@ -99,7 +99,8 @@ def daemon(ctx: click.Context, config_file: Path | None) -> None:
 def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
     """Show what a running trainer (the service or `edgerl train`) is doing.
 
-    Exit code 0 while it runs, 3 when it is not running or its status is stale.
+    Exit code 0 while it runs or once it has finished (reached train.steps), 3 when it stopped
+    before that, is not running or its status is stale, 2 when its status cannot be read.
     """
     from edgerl.status import describe, disk_full, liveness, read_status
 
@@ -110,7 +111,13 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(
             json.dumps(
-                {**doc, "running": live.running, "stale": live.stale, "liveness": live.reason},
+                {
+                    **doc,
+                    "running": live.running,
+                    "stale": live.stale,
+                    "finished": live.finished,
+                    "liveness": live.reason,
+                },
                 indent=1,
             )
         )
@@ -121,7 +128,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
                 f"the disk holding {run_dir} is full: training goes on, but its status, metrics "
                 "and checkpoints wait for space"
             )
-    ctx.exit(0 if live.running and not live.stale else 3)
+    ctx.exit(live.exit_code)
 
 
 @cli.command("config")
@@ -138,7 +145,8 @@ def config_cmd(
     markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
-    from edgerl.config import apply_presets, check_consistency, reference_markdown, reference_text
+    from edgerl.config import apply_presets, check_consistency
+    from edgerl.config_docs import reference_markdown, reference_text
     from edgerl.envs import probe
 
     if reference:

@@ -87,7 +87,8 @@ def _refusal(path: Path) -> str:
     type=click.FloatRange(min=0.1),
     default=30.0,
     show_default=True,
-    help="With --snapshot/--frames: seconds to wait for frames.",
+    help="Seconds to wait for frames: --snapshot and --frames give up then; the window and "
+    "--console give up when no trainer runs there or its stream is damaged.",
 )
 @click.pass_context
 def view(
@@ -133,9 +134,9 @@ def view(
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    default=Path("curve.png"),
-    show_default=True,
-    help="Image to write (.png, .svg or .pdf; needs the plot extra).",
+    default=None,
+    help="Image to write (.png, .svg or .pdf; needs the plot extra) [default: curve.png in the "
+    "run directory].",
 )
 @click.option(
     "--x",
@@ -146,11 +147,12 @@ def view(
     help="Against env steps or training time.",
 )
 @click.option("--terminal", is_flag=True, help="Draw the return curve as text, here, instead.")
-def plot(run_dirs: tuple[Path, ...], output: Path, by: str, terminal: bool) -> None:
+def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: bool) -> None:
     """Learning curves: training return, steps/s and CPU/GPU load of one run or several."""
     import shutil
 
-    from edgerl.plot import load_run, save_png, summary, text_chart
+    from edgerl.curves import load_run
+    from edgerl.plot import save_png, summary, text_chart
 
     dirs = list(run_dirs) or [default_status_dir()]
     for run_dir in dirs:
@@ -160,8 +162,10 @@ def plot(run_dirs: tuple[Path, ...], output: Path, by: str, terminal: bool) -> N
         size = shutil.get_terminal_size()
         click.echo(text_chart(runs, by, size.columns, size.lines - len(runs)), nl=False)
     else:
+        # Beside the run's files, not wherever the command happened to be typed.
+        output = output if output is not None else dirs[0] / "curve.png"
         save_png(runs, output, by)
     for run in runs:
         click.echo(summary(run))
-    if not terminal:
+    if output is not None and not terminal:
         click.echo(f"wrote {output.resolve()}")

@@ -9,9 +9,11 @@ is truncated, replaced or left behind by a trainer that died gives a sentence, n
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import json
 import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,7 @@ class StreamPermissionError(EdgerlError):
 
 MAX_SLOTS = 1024
 MAX_SIDE = 4096
+PID_MAX = 1 << 22  # Linux's largest pid
 
 
 def _permission_error(path: Path) -> StreamPermissionError:
@@ -70,25 +73,37 @@ def _permission_error(path: Path) -> StreamPermissionError:
 
 
 def read_pointer(run_dir: Path) -> dict[str, Any]:
-    """The parsed ``display.json``; FileNotFoundError when there is none, StreamError when it is
-    not one, StreamPermissionError when we may not read it."""
+    """The parsed ``display.json``, each field checked; FileNotFoundError when there is none,
+    StreamError (one sentence) when it is damaged, StreamPermissionError when we may not read
+    it."""
     path = run_dir / POINTER_FILE
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except PermissionError:
         raise _permission_error(path) from None
+    except IsADirectoryError:
+        raise StreamError(f"{path} is a directory, not a frame stream pointer") from None
     try:
-        pointer = json.loads(text)
-        if pointer.get("frames", True) is False and isinstance(pointer.get("pid"), int):
-            return pointer  # a run on vector observations: nothing to show, says so
-        for key, kind in POINTER_KEYS.items():
-            if not isinstance(pointer[key], kind):
-                raise TypeError(key)
-    except (ValueError, KeyError, TypeError) as e:
-        raise StreamError(
-            f"{path} is not a frame stream pointer ({type(e).__name__}: {e})"
-        ) from None
+        pointer = json.loads(data)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON
+        raise StreamError(f"{path} is damaged: it is not JSON") from None
+    if not isinstance(pointer, dict):
+        raise StreamError(f"{path} is damaged: it holds no object")
+    pid = pointer.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= PID_MAX:
+        raise StreamError(f"{path} is damaged: pid is {_shown(pid)}, not a process id")
+    if pointer.get("frames", True) is False:
+        return pointer  # a run on vector observations: nothing to show, says so
+    for key, kind in POINTER_KEYS.items():
+        value = pointer.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise StreamError(f"{path} is damaged: {key} is {_shown(value)}")
     return pointer
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 POINTER_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -118,10 +133,17 @@ class FrameReader:
         self.pid = int(pointer["pid"])
         self.action_meanings: list[str] = [str(a) for a in pointer["action_meanings"]]
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO named by a damaged pointer must not hang the viewer here.
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except PermissionError:
             raise _permission_error(self.path) from None
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(self.path)) from None
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+            raise StreamError(f"{self.path} cannot be opened: {e}") from None
         try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise StreamError(f"{self.path} is not a file: {POINTER_FILE} is damaged")
             self._check_header(pointer)
         except BaseException:
             os.close(self._fd)

@@ -2,7 +2,9 @@
 
 The viewer is a separate process that maps the trainer's frame stream read-only: opening, closing or
 crashing it never touches training. It draws only when a new frame has arrived (at most ``--fps``),
-waits when nothing runs, and reattaches when the trainer restarts.
+waits while a trainer runs (starting, or with the display off), and reattaches when the trainer
+restarts. After ``--timeout`` seconds without a frame while no trainer runs (a stopped or finished
+run, a killed trainer) or the stream is damaged, it ends with a sentence saying which.
 
 Keys: q/Esc quit, f fullscreen, +/- scale, o overlay on/off, s screenshot (--console: q quits).
 """
@@ -34,10 +36,15 @@ from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, 
 from edgerl.display.stream import POINTER_FILE
 from edgerl.errors import EdgerlError
 from edgerl.processes import pid_alive
+from edgerl.rundir import trainer_of
+from edgerl.status import liveness, read_status
 
 log = logging.getLogger(__name__)
 
 CHECK_TRAINER_EVERY_S = 1.0
+# A stream problem that lasts this long ends --snapshot and --frames at once: a damaged header
+# stays damaged (a stream being made looks so only for a moment).
+PROBLEM_GRACE_S = 1.0
 
 
 @dataclass
@@ -67,8 +74,48 @@ class Attachment:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.reader: FrameReader | None = None
-        self.problem: str | None = None
+        self._problem: str | None = None
+        self._problem_since = 0.0
         self._checked = 0.0
+
+    @property
+    def problem(self) -> str | None:
+        return self._problem
+
+    @problem.setter
+    def problem(self, problem: str | None) -> None:
+        if problem != self._problem:
+            self._problem_since = time.monotonic()
+        self._problem = problem
+
+    def lasting_problem(self, seconds: float) -> str | None:
+        """The problem, once it has been the same for ``seconds`` (a stream being made can look
+        damaged for a moment; one that stays so is)."""
+        if self._problem is not None and time.monotonic() - self._problem_since >= seconds:
+            return self._problem
+        return None
+
+    def idle(self) -> str | None:
+        """Why no frame will come (a lasting problem, or no trainer using the run directory),
+        or None while a trainer runs there (it may be starting, or have the display off)."""
+        holder = trainer_of(self.run_dir)
+        if self.problem is not None:
+            if holder is not None and self._pointer_pid() not in (None, holder):
+                return None  # a new trainer is setting up; the pointer is its predecessor's
+            return self.problem
+        if holder is not None:
+            return None
+        try:
+            doc = read_status(self.run_dir)
+        except EdgerlError:
+            return f"no trainer is running in {self.run_dir}"
+        return f"no trainer is running in {self.run_dir}: the run {liveness(doc).reason}"
+
+    def _pointer_pid(self) -> int | None:
+        try:
+            return int(read_pointer(self.run_dir)["pid"])
+        except (OSError, EdgerlError, StreamError):
+            return None
 
     def poll(self) -> FrameReader | None:
         now = time.monotonic()
@@ -136,6 +183,15 @@ class Attachment:
 
 def _waiting_banner(run_dir: Path) -> str:
     return f"waiting for a trainer in {run_dir} (display.enabled = true)..."
+
+
+def _give_up(opts: ViewOptions, attach: Attachment) -> EdgerlError | None:
+    """For the window and the console after ``--timeout`` without a frame: the error to end
+    with when no frame will come, or None to wait on for a trainer that runs."""
+    why = attach.idle()
+    if why is None:
+        return None
+    return EdgerlError(f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {why}")
 
 
 def _no_frames(opts: ViewOptions, attach: Attachment) -> EdgerlError:
@@ -226,7 +282,13 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
                         out.write(clear + wait + "\n" + ("q quits\n" if keys.fd >= 0 else ""))
                         out.flush()
                         shown_wait = wait
-                if opts.frames and frame is None and time.monotonic() > deadline:
+                if frame is None and time.monotonic() > deadline:
+                    if opts.frames:
+                        raise _no_frames(opts, attach)
+                    if (error := _give_up(opts, attach)) is not None:
+                        raise error
+                    deadline = time.monotonic() + opts.timeout_s  # a trainer runs: wait on
+                elif opts.frames and attach.lasting_problem(min(PROBLEM_GRACE_S, opts.timeout_s)):
                     raise _no_frames(opts, attach)
                 typed = keys.wait(1.0 / max(opts.fps, 0.5))
                 if "q" in typed or "\x1b" in typed:
@@ -257,6 +319,8 @@ def run_snapshot(opts: ViewOptions) -> int:
                 pg.image.save(surface, str(opts.snapshot))
                 log.info("saved %s (step %s)", opts.snapshot, f"{frame.meta.step:,}")
                 return 0
+            if attach.lasting_problem(min(PROBLEM_GRACE_S, opts.timeout_s)):
+                break
             time.sleep(0.05)
     finally:
         attach.close()
@@ -337,8 +401,12 @@ def run_window(opts: ViewOptions) -> int:
                 pg.display.flip()
             if opts.frames and drawn >= opts.frames:
                 return 0
-            if opts.frames and time.monotonic() > deadline:
-                raise _no_frames(opts, attach)
+            if frame is None and time.monotonic() > deadline:
+                if opts.frames:
+                    raise _no_frames(opts, attach)
+                if (error := _give_up(opts, attach)) is not None:
+                    raise error
+                deadline = time.monotonic() + opts.timeout_s  # a trainer runs: wait on
             clock.tick(opts.fps)
     finally:
         attach.close()

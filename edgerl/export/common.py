@@ -68,9 +68,20 @@ class Sidecar:
         )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str) -> Sidecar:
-        if d.get("format") != SIDECAR_FORMAT:
+    def from_dict(cls, d: Any, source: str) -> Sidecar:
+        """The sidecar a JSON document describes; raises ExportError (one sentence) when it is
+        none, or its fields have the wrong types (the file may be damaged)."""
+        if not isinstance(d, dict) or d.get("format") != SIDECAR_FORMAT:
             raise ExportError(f"{source} is not an edgerl policy description")
+        for name, kind in SIDECAR_TYPES.items():
+            value = d.get(name)
+            if name in d and (isinstance(value, bool) or not isinstance(value, kind)):
+                raise ExportError(f"{source} is damaged: {name} is {repr(value)[:40]}")
+        shape, meanings = d.get("obs_shape", []), d.get("action_meanings", [])
+        if not all(isinstance(n, int) and 0 < n <= 1 << 16 for n in shape) or not all(
+            isinstance(a, str) for a in meanings
+        ):
+            raise ExportError(f"{source} is damaged: its observation shape or actions")
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         try:
             return cls(**known)
@@ -88,8 +99,24 @@ class Sidecar:
                 f"{path} is missing: it says which game {policy_file.name} plays; export again "
                 "with edgerl export"
             ) from None
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ExportError(f"{path} is not valid JSON: {e}") from None
+        except OSError as e:
+            raise ExportError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+# The types of the fields a policy's use reads (a sidecar may be damaged).
+SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
+    "env_id": str,
+    "kind": str,
+    "obs_shape": list,
+    "obs_dtype": str,
+    "action_meanings": list,
+    "env_config": dict,
+    "step": int,
+    "batch_max": int,
+    "precision": str,
+}
 
 
 def sidecar_path(policy_file: Path) -> Path:

@@ -172,7 +172,11 @@ def read_metadata(path: Path) -> Sidecar:
         )
     for prop in model.metadata_props:
         if prop.key == METADATA_KEY:
-            return Sidecar.from_dict(json.loads(prop.value), str(path))
+            try:
+                described = json.loads(prop.value)
+            except (ValueError, RecursionError):
+                raise ExportError(f"{path} holds a damaged policy description") from None
+            return Sidecar.from_dict(described, str(path))
     return Sidecar.read(path)
 
 

@@ -7,6 +7,13 @@ whatever happened in between. A marker file (``clocks.json``) records what to un
 is changed, so ``edgerl hw clocks restore`` (the service's ``ExecStopPost=``) can restore clocks
 even when the trainer was killed. Every call has a timeout. Not a Jetson, not root, or no
 jetson_clocks: one line in the log and nothing changes; training goes on.
+
+Restoring needs only the marker, never the config: the service's privileged ExecStopPost must
+work whatever ``/etc/edgerl/edgerl.toml`` holds. Root keeps the marker and the stored clocks in
+``/run/edgerl-clocks`` (a directory only root can write: the trainer runs as another user, and
+root runs the commands the marker names; clocks do not survive a reboot, neither does ``/run``),
+and runs nothing from a marker that others could have written. A damaged marker still ends safe:
+the clocks stored beside it are restored, or a sentence says what to run.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -34,6 +42,9 @@ log = logging.getLogger(__name__)
 TOOL_TIMEOUT_S = 30.0
 MARKER = "clocks.json"
 STORE_FILE = "jetson_clocks.store"
+# Root's clock state (below EDGERL_HW_ROOT, as every hardware path): see the module docstring.
+ROOT_STATE_DIR = Path("/run/edgerl-clocks")
+MAX_POWER_MODE = 1000
 
 # "cpu0: Online=1 Governor=schedutil MinFreq=... MaxFreq=... CurrentFreq=..." (TX1: "Gonvernor=")
 SHOW_CPU = re.compile(
@@ -116,6 +127,8 @@ def run_tool(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> str:
         )
     except FileNotFoundError:
         raise ToolError(f"{argv[0]} was not found") from None
+    except OSError as e:  # a directory, a file that is not executable
+        raise ToolError(f"{argv[0]} cannot be run ({e.strerror or e})") from None
     except subprocess.TimeoutExpired:
         raise ToolError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
     if done.returncode != 0:
@@ -126,11 +139,10 @@ def run_tool(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> str:
 
 
 def default_state_dir() -> Path:
-    """``$STATE_DIRECTORY`` (systemd), /var/lib/edgerl as root, else ~/.local/state/edgerl."""
-    if env := os.environ.get("STATE_DIRECTORY"):
-        return Path(env.split(":")[0])
+    """Where the clock state is kept: /run/edgerl-clocks as root, else ~/.local/state/edgerl
+    (there it is only read: clocks need root)."""
     if os.geteuid() == 0:
-        return Path("/var/lib/edgerl")
+        return hw_path(str(ROOT_STATE_DIR))
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "edgerl"
 
@@ -184,8 +196,13 @@ class MaxClocks:
         if not platform.is_jetson:
             return self._skip("not a Jetson")
         if not self.is_root():
+            set_by = Path(self.hw.state_dir) if self.hw.state_dir else hw_path(str(ROOT_STATE_DIR))
+            if (set_by / MARKER).is_file():  # the service's privileged ExecStartPre did it
+                return self._skip(f"maximum, set by edgerl hw clocks max ({set_by / MARKER})")
             return self._skip(
-                "maximum clocks need root (the edgerl service runs as root)", logging.WARNING
+                "maximum clocks need root (the service sets them in its privileged "
+                "ExecStartPre: edgerl hw clocks max --service)",
+                logging.WARNING,
             )
         tool = shutil.which(self.hw.jetson_clocks)
         if tool is None:
@@ -196,7 +213,13 @@ class MaxClocks:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             if self.marker.exists():
                 log.warning("a previous run left clocks changed; restoring them before storing")
-                restore_from_marker(self.marker, self.timeout)
+                if not restore_from_marker(self.marker, self.timeout):
+                    # Storing now would keep maximum clocks as the ones to go back to.
+                    return self._skip(
+                        f"the clocks a previous run changed could not be restored ({self.marker} "
+                        "stays: see the log)",
+                        logging.ERROR,
+                    )
             store = self.state_dir / STORE_FILE
             previous_mode = self._current_mode() if self.hw.nvpmodel else None
             # The marker comes first: if we die after maxing, ExecStopPost knows what to undo.
@@ -246,35 +269,128 @@ class MaxClocks:
         restore_from_marker(self.marker, self.timeout)
 
 
+@dataclass(frozen=True)
+class Marker:
+    """What a marker file says to undo."""
+
+    jetson_clocks: str
+    store: str
+    nvpmodel: str | None
+    previous_mode: int | None
+
+
+class MarkerError(ValueError):
+    """A marker file is damaged; ``str()`` says how."""
+
+
+def parse_marker(data: bytes) -> Marker:
+    """The marker in ``data``; raises MarkerError when it is not one (wrong JSON types too)."""
+    try:
+        info = json.loads(data)
+    except (ValueError, RecursionError):
+        raise MarkerError("it is not JSON") from None
+    if not isinstance(info, dict):
+        raise MarkerError(f"it holds {type(info).__name__ if info is not None else 'null'}")
+    for key in ("jetson_clocks", "store"):
+        value = info.get(key)
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+            raise MarkerError(f"{key} is {_shown(value)}, not an absolute path")
+    nvpmodel, mode = info.get("nvpmodel"), info.get("previous_mode")
+    if nvpmodel is not None and (not isinstance(nvpmodel, str) or not nvpmodel.startswith("/")):
+        raise MarkerError(f"nvpmodel is {_shown(nvpmodel)}, not an absolute path")
+    if mode is not None and (
+        isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MAX_POWER_MODE
+    ):
+        raise MarkerError(f"previous_mode is {_shown(mode)}, not a power mode id")
+    return Marker(info["jetson_clocks"], info["store"], nvpmodel, mode)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def untrusted(path: Path) -> str | None:
+    """Why root must not run what ``path`` names (someone other than root may have written it
+    or its directory), or None."""
+    for p in (path, path.parent):
+        try:
+            st = p.lstat()
+        except OSError as e:
+            return f"{p} cannot be checked ({e.strerror or e})"
+        if st.st_uid != 0 or st.st_mode & 0o022 or stat.S_ISLNK(st.st_mode):
+            return f"{p} could have been written by another user than root"
+    return None
+
+
+UNDO = (
+    "restore the clocks with: sudo jetson_clocks --restore FILE (a file you stored them in), or "
+    "reboot (a Jetson boots with its default clocks)"
+)
+
+
 def restore_from_marker(marker: Path, timeout: float = TOOL_TIMEOUT_S) -> bool:
     """Undo what a marker records: power mode, then stored clocks; remove the marker.
 
     Returns True if the clocks were restored. The marker stays if restoring failed, so a later
-    ``edgerl hw clocks restore`` can try again. Never raises.
+    ``edgerl hw clocks restore`` can try again. A damaged marker: the clocks stored beside it
+    are restored if they can be (the power mode it may have set is named as unknown), else a
+    sentence says what to run. As root, nothing is run from a marker another user could have
+    written. Never raises.
     """
     try:
-        info = json.loads(marker.read_text())
+        data = marker.read_bytes()
     except FileNotFoundError:
         return False
-    except (OSError, ValueError) as e:
-        log.error("cannot read %s (%s); restore clocks with: jetson_clocks --restore", marker, e)
+    except OSError as e:
+        log.error("cannot read %s (%s); %s", marker, e.strerror or e, UNDO)
         return False
+    if os.geteuid() == 0 and (why := untrusted(marker)) is not None:
+        log.error("%s is not used: %s; %s", marker, why, UNDO)
+        return False
+    try:
+        info = parse_marker(data)
+    except MarkerError as e:
+        return _restore_beside(marker, str(e), timeout)
     ok = True
-    if info.get("previous_mode") is not None and info.get("nvpmodel"):
+    if info.previous_mode is not None and info.nvpmodel:
         try:
-            run_tool([info["nvpmodel"], "-m", str(info["previous_mode"])], timeout)
+            run_tool([info.nvpmodel, "-m", str(info.previous_mode)], timeout)
         except ToolError as e:
             log.error("could not restore the power mode: %s", e)
             ok = False
     try:
-        run_tool([info["jetson_clocks"], "--restore", info["store"]], timeout)
-        log.info("clocks restored from %s", info["store"])
+        run_tool([info.jetson_clocks, "--restore", info.store], timeout)
+        log.info("clocks restored from %s", info.store)
     except ToolError as e:
         log.error("could not restore the clocks: %s", e)
         return False
     if ok:
         marker.unlink(missing_ok=True)
     return ok
+
+
+def _restore_beside(marker: Path, why: str, timeout: float) -> bool:
+    """A damaged marker: restore the clocks stored beside it with jetson_clocks from PATH."""
+    store = marker.parent / STORE_FILE
+    tool = shutil.which("jetson_clocks")
+    if tool is None or not store.is_file() or (os.geteuid() == 0 and untrusted(store)):
+        log.error("%s is damaged (%s) and no stored clocks are beside it; %s", marker, why, UNDO)
+        return False
+    try:
+        run_tool([tool, "--restore", str(store)], timeout)
+    except ToolError as e:
+        log.error("%s is damaged (%s) and %s; %s", marker, why, e, UNDO)
+        return False
+    log.warning(
+        "%s was damaged (%s): restored the clocks stored in %s; a power mode it set is not "
+        "known (nvpmodel -q shows it, sudo nvpmodel -m ID sets it)",
+        marker,
+        why,
+        store,
+    )
+    marker.unlink(missing_ok=True)
+    return True
 
 
 def clocks_state(hw: HwConfig, timeout: float = TOOL_TIMEOUT_S) -> ClocksState | None:

@@ -106,8 +106,17 @@ def clocks_show(hw: HwConfig) -> str:
     return out.rstrip("\n") + f"\nedgerl: clocks are {parse_show(out).describe()}"
 
 
-def clocks_max(hw: HwConfig) -> str:
-    """Store and max the clocks, leaving them maxed; raises HardwareError when it cannot."""
+def clocks_max(hw: HwConfig, service: bool = False) -> str:
+    """Store and max the clocks, leaving them maxed; raises HardwareError when it cannot.
+
+    ``service``: as the service's privileged ExecStartPre, where clocks that cannot be maxed
+    here (hw.max_clocks false, not a Jetson, no jetson_clocks) are said and are no error: the
+    trainer starts all the same.
+    """
+    if service and not hw.max_clocks:
+        return "hw.max_clocks is false: leaving clocks alone"
+    if service and not detect().is_jetson:
+        return "not a Jetson: leaving clocks alone"
     _jetson_clocks_tool(hw)
     if os.geteuid() != 0:
         raise HardwareError("maxing the clocks needs root: run it with sudo")
@@ -118,13 +127,20 @@ def clocks_max(hw: HwConfig) -> str:
     return f"clocks at maximum; undo with: edgerl hw clocks restore ({clocks.marker})"
 
 
-def clocks_restore(hw: HwConfig) -> str:
-    """Restore what edgerl stored; a no-op (exit 0) when it changed nothing."""
-    marker = state_dir_for(hw) / MARKER
-    if not marker.exists():
-        return f"nothing to restore: edgerl has not changed the clocks (no {marker})"
-    if not restore_from_marker(marker):
-        raise HardwareError(f"restoring the clocks failed; {marker} is kept so you can retry")
+def clocks_restore(state_dirs: list[Path]) -> str:
+    """Restore what edgerl stored in any of ``state_dirs`` (only their marker files are read);
+    a no-op when it changed nothing. Raises HardwareError when a marker is there and the clocks
+    could not be restored (the log says why and what to run)."""
+    dirs = list(dict.fromkeys(state_dirs))
+    markers = [d / MARKER for d in dirs if (d / MARKER).exists()]
+    if not markers:
+        return f"nothing to restore: edgerl has not changed the clocks (no {dirs[0] / MARKER})"
+    failed = [m for m in markers if not restore_from_marker(m)]
+    if failed:
+        raise HardwareError(
+            f"the clocks were not restored (the lines above say why and what to run); "
+            f"{failed[0]} stays, so edgerl hw clocks restore can try again"
+        )
     return "clocks restored"
 
 
