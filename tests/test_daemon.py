@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,20 @@ def service_config(tmp_path: Path, **extra: str) -> Path:
     return cfg
 
 
+STARTED: list[subprocess.Popen] = []  # daemons of the running test, killed when it ends
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_outlives_its_test() -> Iterator[None]:
+    """A test that fails while its daemon runs (a timeout) must not leave it training."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def start_daemon(cfg: Path, notify: NotifySocket, *pre: str, **env: str) -> subprocess.Popen:
     full_env = {**os.environ, "NOTIFY_SOCKET": notify.address, "WATCHDOG_USEC": "1000000", **env}
     cmd = (
@@ -135,9 +150,11 @@ def start_daemon(cfg: Path, notify: NotifySocket, *pre: str, **env: str) -> subp
         if pre
         else edgerl_cmd("daemon", "--config", str(cfg))
     )
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
     )
+    STARTED.append(proc)
+    return proc
 
 
 def status_json(run: Path) -> dict:
