@@ -311,8 +311,9 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"actor alone:   {a['num_envs']} envs x {a['threads']} threads: "
             f"{a['steps_per_s']:,.0f} steps/s = {a['share_of_raw']:.0%} of the raw vector env's "
-            f"{a['raw_steps_per_s']:,.0f}{mark}, {a['host_us_per_env_step']:.1f} us of host CPU "
-            "per env step"
+            f"{a['raw_steps_per_s']:,.0f}{mark}; host work {a['host_us_per_env_step']:.1f} us "
+            f"per env step (the loop on recorded steps; its thread with the emulator: "
+            f"{a['thread_us_per_env_step']:.1f} us)"
         )
     for loop in result["loops"]:
         note = f" ({loop['share_note']})" if loop.get("share_note") else ""

@@ -26,7 +26,7 @@ import torch
 
 from edgerl.config import Config, EnvConfig
 from edgerl.dqn import DQN
-from edgerl.envs import EnvSpec, make_env
+from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.factory import build_learner, build_memory
 from edgerl.nets import NatureCNN, build_q_network
 from edgerl.pipeline import resolve_updates_per_launch
@@ -301,8 +301,73 @@ def actor_loop(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
         "raw_steps_per_s": raw,
         "steps_per_s": loop["steps_per_s"],
         "share_of_raw": loop["steps_per_s"] / raw if raw > 0 else float("nan"),
-        "host_us_per_env_step": loop["host_us_per_env_step"],
+        "thread_us_per_env_step": loop["host_us_per_env_step"],
+        "host_us_per_env_step": loop_host_work(cfg, num_envs),
     }
+
+
+class RecordedEnv(VecEnv):
+    """A stand-in vector env replaying steps recorded from the real game, at once: timing the
+    training loop with it leaves the loop's own host work (for :func:`loop_host_work`)."""
+
+    def __init__(self, cfg: EnvConfig, spec: EnvSpec, check_stop: Any = None) -> None:
+        real = make_env(cfg, spec)
+        try:
+            self.spec, self.num_envs = real.spec, real.num_envs
+            self._first = real.reset(seed=0)
+            rng = np.random.default_rng(0)
+            self._steps = [
+                real.step(rng.integers(spec.num_actions, size=cfg.num_envs)) for _ in range(64)
+            ]
+        finally:
+            real.close()
+        self._i = 0
+
+    def reset(self, seed: int) -> np.ndarray:
+        return self._first
+
+    def send(self, actions: np.ndarray) -> None:
+        self._i += 1
+
+    def recv(self) -> Step:
+        return self._steps[self._i % len(self._steps)]
+
+    def close(self) -> None:
+        pass
+
+
+def loop_host_work(cfg: Config, num_envs: int, steps_per_env: int = 2_000) -> float:
+    """Host CPU microseconds per env step of the training loop itself, acting at epsilon 1 with
+    everything it does in the background (display stream, load monitor, status), on recorded
+    steps instead of the emulator (its CPU time is the thread's, emulation excluded)."""
+    from edgerl.hooks import Hook
+    from edgerl.train import Trainer
+
+    marks: dict[int, float] = {}
+    start, end = 100 * num_envs, (100 + steps_per_env) * num_envs
+
+    class Marks(Hook):
+        def on_step(self, run: Any) -> None:
+            for at in (start, end):
+                if run.step >= at and at not in marks:
+                    marks[at] = time.thread_time()
+
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=num_envs, batch_size=0),
+        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12),
+        train=dataclasses.replace(cfg.train, steps=end + num_envs),
+        display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
+        hw=dataclasses.replace(cfg.hw, monitor=True),
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
+    cfg.train.run_dir = str(workdir / "run")
+    try:
+        with Trainer(cfg, quiet=True, hooks=[Marks()], make_envs=RecordedEnv) as trainer:
+            trainer.run()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1e6 * (marks[end] - marks[start]) / (end - start)
 
 
 def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[str, Any]:

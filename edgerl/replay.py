@@ -228,18 +228,22 @@ class ReplayBuffer:
         ``next_obs`` is what the environments returned: for an environment whose episode ended it is
         already the next episode's first observation, and ``final_obs`` holds the last one.
         """
+        rows = slice(None) if envs is None else envs  # all environments: no gather needed
         envs = self._all if envs is None else np.asarray(envs)
         # Slots are addressed flat (env * slots + slot): one index array per write.
-        cur = self._base[envs] + (self.head[envs] - 1) % self.slots  # each env's newest slot
+        cur = self.head[rows] - 1
+        cur[cur < 0] = self.slots - 1
+        cur += self._base[rows]  # each env's newest slot
         flags = self._flags_flat
-        cur_flags = flags[cur] | VALID | (np.asarray(terminated) * TERMINAL).astype(np.uint8)
+        cur_flags = flags[cur] | VALID
+        cur_flags[np.asarray(terminated, dtype=bool)] |= TERMINAL
         flags[cur] = cur_flags
         self._actions_flat[cur] = actions
         self._rewards_flat[cur] = rewards
         self.valid += len(envs)
         updates = (cur, cur_flags, actions, rewards)
         item = self._item(next_obs)
-        new = self._advance(envs, 0)
+        new = self._advance(envs, 0, rows)
         done = np.logical_or(terminated, truncated)
         if not done.any():
             self._store(new, (item,), updates)
@@ -253,19 +257,24 @@ class ReplayBuffer:
         last = (ended, self._item(final_obs)[ended])
         self._store(np.concatenate([new, again]), (item, item[ended]), updates, last)
 
-    def _advance(self, envs: np.ndarray, flags: int) -> np.ndarray:
+    def _advance(
+        self, envs: np.ndarray, flags: int, rows: np.ndarray | slice | None = None
+    ) -> np.ndarray:
         """Host bookkeeping of writing one slot at the head of each environment of ``envs``
-        with ``flags`` (the transitions overwritten, write counts, heads and counts); returns
-        the flat slots written."""
-        head = self.head[envs]
-        flat = self._base[envs] + head
+        (``rows``: the same as an index, a slice for all) with ``flags``: the transitions
+        overwritten, write counts, heads and counts. Returns the flat slots written."""
+        rows = envs if rows is None else rows
+        head = self.head[rows]
+        flat = self._base[rows] + head
         self.valid -= int(np.count_nonzero(self._flags_flat[flat] & VALID))
-        self.written[envs] += 1  # before the write: a concurrent copy sees it coming
+        self.written[rows] += 1  # before the write: a concurrent copy sees it coming
         self._flags_flat[flat] = flags
         head += 1
         head[head == self.slots] = 0
-        self.head[envs] = head
-        self.count[envs] = np.minimum(self.count[envs] + 1, self.slots)
+        self.head[rows] = head
+        count = self.count[rows]
+        if count.min() < self.slots:  # a ring not yet full
+            self.count[rows] = np.minimum(count + 1, self.slots)
         return flat
 
     def _store(

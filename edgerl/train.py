@@ -22,6 +22,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -82,9 +83,11 @@ class Trainer(TrainerState):
         hooks: list[Hook] | None = None,
         quiet: bool = False,
         side: SideFiles | None = None,
+        make_envs: Callable[..., VecEnv] = make_env,
     ) -> None:
         self.requested_cfg = cfg
         self.side = side or SideFiles()
+        self._make_envs = make_envs  # edgerl bench times the loop with a stand-in here
         self.fresh = fresh
         self.hooks = list(hooks or [])
         self.quiet = quiet
@@ -183,7 +186,7 @@ class Trainer(TrainerState):
             self.resumed_from = found[0].path
         self._check_stop()
         log.info("building %s environments of %s", f"{cfg.env.num_envs:,}", cfg.env.id)
-        self._env = make_env(cfg.env, spec, self._check_stop)
+        self._env = self._make_envs(cfg.env, spec, self._check_stop)
         self._check_stop()
         config_toml = cfg.to_toml().encode()
         self.side.attempt(
