@@ -17,6 +17,7 @@ import pytest
 from edgerl.config import DisplayConfig
 from edgerl.display.reader import FrameReader, StreamError
 from edgerl.display.stream import (
+    DAMAGE_CHECK_EVERY_S,
     HEADER,
     SEQ,
     DisplayPublisher,
@@ -157,6 +158,7 @@ def test_a_truncated_ring_is_made_again_and_a_reader_says_so(tmp_path):
         with pytest.raises(StreamError, match="shrank to 100 bytes while being watched"):
             reader.latest()
         reader.close()
+        time.sleep(DAMAGE_CHECK_EVERY_S)  # the writer looks a few times a second
         ring.publish(frame_for(2), meta_for(2))  # the writer notices and starts a new stream
         assert ring.recreated == 1 and ring.path.stat().st_size == ring.size
         fresh = FrameReader(tmp_path)
@@ -165,6 +167,7 @@ def test_a_truncated_ring_is_made_again_and_a_reader_says_so(tmp_path):
         fresh.close()
         os.unlink(ring.path)  # replaced by a stranger's file
         ring.path.write_bytes(b"x" * ring.size)
+        time.sleep(DAMAGE_CHECK_EVERY_S)
         ring.publish(frame_for(3), meta_for(3))
         assert ring.recreated == 2
         fresh = FrameReader(tmp_path)

@@ -59,6 +59,7 @@ WRITES_OFFSET = HEADER.size - 8
 SEQ = struct.Struct("<Q")
 META = struct.Struct(f"<QQddifffd{MAX_ACTIONS}f")
 CRC = struct.Struct("<I")
+DAMAGE_CHECK_EVERY_S = 0.25
 
 
 @dataclass
@@ -140,6 +141,7 @@ class FrameRing:
         self.recreated = 0  # times the file was found damaged or replaced and made again
         self._fd = -1
         self._ino = 0
+        self._checked = -math.inf  # when damage() last ran
         self._create()
 
     def _create(self) -> None:
@@ -193,13 +195,18 @@ class FrameRing:
     def publish(self, frame: np.ndarray, meta: FrameMeta) -> None:
         """Copy one frame and its metadata into the next slot (never blocks); raises OSError when
         the file cannot be written (for example ``/dev/shm`` is full)."""
-        damage = self.damage()
-        if damage is not None:
-            log.warning(
-                "display stream %s was %s by someone else; made a new one", self.path, damage
-            )
-            self.recreated += 1
-            self._create()
+        now = time.monotonic()
+        # Checking costs two stat calls, more than the rest of a publish: a few times a second
+        # is soon enough to notice a stream someone removed (writes never fault meanwhile).
+        if now - self._checked >= DAMAGE_CHECK_EVERY_S:
+            self._checked = now
+            damage = self.damage()
+            if damage is not None:
+                log.warning(
+                    "display stream %s was %s by someone else; made a new one", self.path, damage
+                )
+                self.recreated += 1
+                self._create()
         index = self.writes % self.slots
         base = HEADER.size + index * self._slot
         seq = SEQ.pack(self.writes + 1)
