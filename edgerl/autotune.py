@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from edgerl.config import Config, EnvConfig, check_consistency, with_values
+from edgerl.config import Config, EnvConfig, with_values
+from edgerl.config_presets import check_consistency
 from edgerl.envs import EnvSpec, make_env
 from edgerl.replay_sample import example_batch
 

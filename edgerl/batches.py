@@ -1,4 +1,11 @@
-"""ALE's async mode as the training loop sees it (``env.batch_size`` below ``env.num_envs``).
+"""ALE's threads as the training loop meets them: whether its host work overlaps emulation, and
+ALE's async mode (``env.batch_size`` below ``env.num_envs``).
+
+Overlap: the loop can start a step and then do the host work of the one before while ALE's
+threads emulate. That pays with a GPU learner (its updates run meanwhile) or a core to spare;
+where ALE's threads take every core it only takes CPU from them (measured on 2 cores, 8 Pong
+environments, 2 threads: 60 us of work per step before sending, 3,373-3,727 steps/s; the same
+work overlapped, 2,909-3,320), so there it runs before the next step starts.
 
 Each ``recv()`` returns the first environments to finish, named by ``Step.env_ids``. Right after
 the reset some of those rows are an environment's first observation, not a step: they start its
@@ -8,9 +15,23 @@ been seen and splits a batch into the two kinds.
 
 from __future__ import annotations
 
-import numpy as np
+import os
 
+import numpy as np
+import torch
+
+from edgerl.config import EnvConfig
 from edgerl.envs import Step
+
+
+def overlaps_emulation(env: EnvConfig, frames: bool, device: torch.device) -> bool:
+    """Whether the loop's host work should overlap emulation (see the module docstring)."""
+    if not frames:
+        return False  # gymnasium's environments step in the loop's own thread
+    if device.type == "cuda":
+        return True
+    cpus = os.cpu_count() or 1
+    return cpus > (env.threads or min(env.num_envs, cpus))
 
 
 def row_of(ids: np.ndarray, env: int) -> int | None:

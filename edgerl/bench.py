@@ -44,7 +44,8 @@ from edgerl.bench_loops import (
     whole_loop,
 )
 from edgerl.bench_replay import render_replay_save, replay_save_cost
-from edgerl.config import Config, apply_presets, build_layers, check_consistency, resolve
+from edgerl.config import Config, build_layers, resolve
+from edgerl.config_presets import apply_presets, check_consistency
 from edgerl.device import configure_backends, resolve_device
 from edgerl.envs import probe
 from edgerl.factory import q_network

@@ -30,9 +30,10 @@ import torch
 
 from edgerl.atomic import write_atomic
 from edgerl.autotune import Choice, autotune_config
-from edgerl.batches import Batches, row_of
+from edgerl.batches import Batches, overlaps_emulation, row_of
 from edgerl.checkpoint import CheckpointLostError, CheckpointStore
-from edgerl.config import Config, apply_presets, check_consistency, with_values
+from edgerl.config import Config, with_values
+from edgerl.config_presets import apply_presets, check_consistency
 from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.envs import Step, VecEnv, make_env, probe
@@ -60,10 +61,6 @@ from edgerl.train_state import TrainerState
 log = logging.getLogger(__name__)
 
 CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
-
-
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else float(v)
 
 
 class Trainer(TrainerState):
@@ -316,26 +313,29 @@ class Trainer(TrainerState):
         self._batches = Batches(num_envs, ids)  # ALE's async mode
         self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
         self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
-        now = time.monotonic()
-        last_tick = last_row = last_ckpt = now
-        row_step = self.step
-        started = False
+        self._clock = dict.fromkeys(("tick", "row", "checkpoint"), time.monotonic())
+        self._row_step = self.step
+        self._started = False
+        overlap = overlaps_emulation(cfg.env, self.spec.has_frames, self.device)
 
-        # A step is started (actions picked and sent) before the one before it is recorded:
-        # the replay write, the episodes, the updates and the rest of this loop run while ALE's
-        # threads emulate. In the sync pipeline the actions of a step come from the weights
-        # before the updates of the step that precedes it.
+        # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
+        # before the one before it is recorded: the replay write, the episodes, the updates and
+        # the rest of this loop run while ALE's threads emulate, and in the sync pipeline a
+        # step's actions come from the weights before the updates of the step preceding it.
+        # Where ALE's threads take every core, that work would only take CPU from them: it
+        # runs before the next step starts instead.
         actions = None
         if self.step < total and not self.stop_requested:
-            actions = self._start_step(obs, ids, self.step, shown)
+            actions = self._start_step(obs, ids, self.step, shown, show_now=not overlap)
         while actions is not None:
             result = env.recv()
             ids = result.env_ids
             taken = actions if ids is None else self._taken[ids]  # what led to each row
-            after = self.step + self._batches.steps_in(result)
+            go_on = self.step + self._batches.steps_in(result) < total
             actions = None
-            if after < total and not self.stop_requested:
-                actions = self._start_step(result.obs, ids, after, shown)
+            if go_on and overlap and not self.stop_requested:
+                after = self.step + self._batches.steps_in(result)
+                actions = self._start_step(result.obs, ids, after, shown, show_now=False)
             if ids is None:  # every environment stepped, in order
                 self._record(taken, result, None)
             else:
@@ -343,45 +343,20 @@ class Trainer(TrainerState):
             if self._to_show is not None:
                 self._show(*self._to_show)
             learning.after_step(self.step)
-
-            if not started:
-                started = True
-                for hook in self.hooks:
-                    hook.on_start(self)
-            for hook in self.hooks:
-                hook.on_step(self)
-            now = time.monotonic()
-            if now - last_tick >= TICK_EVERY_S:
-                last_tick = now
-                self._refresh_stats(row_step, now - last_row)
-                self._progress.update(self.stats)
-                for hook in self.hooks:
-                    hook.on_tick(self, self.stats)
-            if now - last_row >= cfg.train.log_every_s:
-                self._refresh_stats(row_step, now - last_row)
-                self._write_row()
-                last_row, row_step = now, self.step
-            if self._pending is not None and self._pending[0].done:
-                if self._complete_checkpoint() is None:  # retried soon, as below
-                    retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
-                    last_ckpt = now - cfg.train.checkpoint_every_s + retry_in
-            elif self._pending is None and now - last_ckpt >= cfg.train.checkpoint_every_s:
-                path = self.save_checkpoint(background=True)  # None while its replay is saved
-                saved = path is not None or self._pending is not None
-                retry_in = min(CHECKPOINT_RETRY_S, cfg.train.checkpoint_every_s)
-                last_ckpt = now if saved else now - cfg.train.checkpoint_every_s + retry_in
-            cfg = self.cfg  # a live reload may have replaced it
+            self._tick()
+            if go_on and not overlap and not self.stop_requested:
+                actions = self._start_step(result.obs, ids, self.step, shown, show_now=True)
 
         learning.finish(drain=self.step >= total)  # the last updates due, then the learner stops
-        if not started:
+        if not self._started:
             for hook in self.hooks:
                 hook.on_start(self)
         for hook in self.hooks:
             hook.on_end(self)
         now = time.monotonic()
-        self._refresh_stats(row_step, now - last_row)
+        self._refresh_stats(self._row_step, now - self._clock["row"])
         self._progress.update(self.stats)
-        if self.step != row_step:
+        if self.step != self._row_step:
             self._write_row()
         if self._pending is not None:
             self._complete_checkpoint()
@@ -390,12 +365,45 @@ class Trainer(TrainerState):
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
 
+    def _tick(self) -> None:
+        """After each step: hooks, and on their intervals the progress line, metrics rows and
+        checkpoints."""
+        assert self._progress is not None
+        cfg, clock = self.cfg, self._clock
+        if not self._started:
+            self._started = True
+            for hook in self.hooks:
+                hook.on_start(self)
+        for hook in self.hooks:
+            hook.on_step(self)
+        now = time.monotonic()
+        if now - clock["tick"] >= TICK_EVERY_S:
+            clock["tick"] = now
+            self._refresh_stats(self._row_step, now - clock["row"])
+            self._progress.update(self.stats)
+            for hook in self.hooks:
+                hook.on_tick(self, self.stats)
+        if now - clock["row"] >= cfg.train.log_every_s:
+            self._refresh_stats(self._row_step, now - clock["row"])
+            self._write_row()
+            clock["row"], self._row_step = now, self.step
+        every = cfg.train.checkpoint_every_s
+        retry_at = now - every + min(CHECKPOINT_RETRY_S, every)  # a failed one: again soon
+        if self._pending is not None and self._pending[0].done:
+            if self._complete_checkpoint() is None:
+                clock["checkpoint"] = retry_at
+        elif self._pending is None and now - clock["checkpoint"] >= every:
+            path = self.save_checkpoint(background=True)  # None while its replay is saved
+            saved = path is not None or self._pending is not None
+            clock["checkpoint"] = now if saved else retry_at
+
     def _start_step(
-        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int
+        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int, show_now: bool
     ) -> np.ndarray:
         """Pick the actions for ``obs`` (the rows of environments ``ids``; None: all) at env
         step ``step`` and send them to the environments; publishes the shown environment's
-        frame when it is due (see :meth:`_show`). Returns the actions."""
+        frame when it is due: now, or (``show_now`` false) once the step before is recorded,
+        so that its episode's return is the frame's. Returns the actions."""
         assert self._env is not None and self.learning is not None and self.display is not None
         show = self.display.due()
         row = shown if ids is None else row_of(ids, shown)
@@ -404,8 +412,10 @@ class Trainer(TrainerState):
         self._env.send(actions)
         if ids is not None:
             self._taken[ids] = actions
-        if show and row is not None:  # published once the step before is recorded
+        if show and row is not None:  # now, or once the step before is recorded
             self._to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
+            if show_now:
+                self._show(*self._to_show)
         return actions
 
     def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
@@ -458,21 +468,12 @@ class Trainer(TrainerState):
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
         shared memory, never a wait)."""
         assert self.display is not None
-        load = self.stats.load
-        book = self.book
+        book, stats = self.book, self.stats
         self._to_show = None
-        meta = FrameMeta(
-            step=step,
-            episode=book.shown_episode,
-            episode_return=float(book.returns[book.shown]),
-            epsilon=epsilon,
-            action=int(action),
-            sps=self.stats.sps,
-            cpu_max_core=_nan(load.get("cpu_max_core")),
-            gr3d=_nan(load.get("gr3d")),
-            time=time.time(),
-            q_values=() if q_values is None else tuple(float(q) for q in q_values),
-        )
+        ret = float(book.returns[book.shown])
+        meta = FrameMeta.of(step, book.shown_episode, ret, epsilon, action, stats.sps, stats.load)
+        if q_values is not None:
+            meta.q_values = tuple(float(q) for q in q_values)
         self.display.publish(frames[-1], meta)
 
     def _refresh_stats(self, row_step: int, interval_s: float) -> None:

@@ -9,18 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgerl.config import (
-    PRESETS,
-    Config,
-    apply_presets,
-    build_layers,
-    check_consistency,
-    field_info,
-    from_dict,
-    keys,
-    resolve,
-)
+from edgerl.config import Config, build_layers, field_info, from_dict, keys, resolve
 from edgerl.config_parse import parse_override
+from edgerl.config_presets import PRESETS, apply_presets, check_consistency
 from edgerl.errors import ConfigError
 
 

@@ -145,8 +145,8 @@ def config_cmd(
     markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
-    from edgerl.config import apply_presets, check_consistency
     from edgerl.config_docs import reference_markdown, reference_text
+    from edgerl.config_presets import apply_presets, check_consistency
     from edgerl.envs import probe
 
     if reference:

@@ -77,6 +77,31 @@ class FrameMeta:
     time: float = 0.0
     q_values: tuple[float, ...] = ()
 
+    @classmethod
+    def of(
+        cls,
+        step: int,
+        episode: int,
+        episode_return: float,
+        epsilon: float,
+        action: int,
+        sps: float,
+        load: dict[str, float | None],
+    ) -> FrameMeta:
+        """The overlay of a frame published now (``load`` as the monitor fills it)."""
+        cpu, gr3d = load.get("cpu_max_core"), load.get("gr3d")
+        return cls(
+            step=step,
+            episode=episode,
+            episode_return=episode_return,
+            epsilon=epsilon,
+            action=action,
+            sps=sps,
+            cpu_max_core=math.nan if cpu is None else float(cpu),
+            gr3d=math.nan if gr3d is None else float(gr3d),
+            time=time.time(),
+        )
+
     def pack(self, num_actions: int) -> bytes:
         q = list(self.q_values[:MAX_ACTIONS]) + [float("nan")] * (MAX_ACTIONS - len(self.q_values))
         return META.pack(

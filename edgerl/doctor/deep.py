@@ -132,7 +132,8 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
 
 
 def _deep_spec(ctx: Context) -> Any:
-    from edgerl.config import apply_presets, with_values
+    from edgerl.config import with_values
+    from edgerl.config_presets import apply_presets
     from edgerl.envs import probe
 
     spec = ctx.spec if ctx.spec is not None and ctx.spec.has_frames else probe(DEEP_ENV)

@@ -186,7 +186,7 @@ def check_game(ctx: Context) -> Check:
     of its observation kind to ``ctx.cfg``."""
     import ale_py
 
-    from edgerl.config import apply_presets, check_consistency
+    from edgerl.config_presets import apply_presets, check_consistency
     from edgerl.envs import probe
 
     spec = probe(ctx.cfg.env.id)
