@@ -39,13 +39,15 @@ def epsilon_greedy(
     n: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Greedy actions from ``q_values`` (None: all random), each random with probability eps."""
-    randoms = rng.integers(num_actions, size=n)
+    """Greedy actions from ``q_values`` (None: all random), each random with probability eps.
+
+    One draw of uniform floats gives both the random actions and the coin flips (numpy's
+    ``integers`` costs three times as much per call, for a handful of numbers)."""
+    u = rng.random(2 * n)
+    randoms = (u[:n] * num_actions).astype(np.int64)
     if q_values is None:
         return randoms
-    greedy = q_values.argmax(axis=1)
-    explore = rng.random(n) < epsilon
-    return np.where(explore, randoms, greedy)
+    return np.where(u[n:] < epsilon, randoms, q_values.argmax(axis=1))
 
 
 def _copy_weights(dst: nn.Module, src: nn.Module) -> None:

@@ -421,10 +421,12 @@ class Trainer(TrainerState):
     def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
-        rewards = np.clip(result.rewards, -1.0, 1.0) if self.spec.has_frames else result.rewards
+        rewards = result.rewards
+        if self.spec.has_frames:  # Atari rewards are clipped for learning only
+            rewards = np.minimum(np.maximum(rewards, -1.0), 1.0)
         self.memory.add(
             actions,
-            rewards,  # Atari rewards are clipped for learning only
+            rewards,
             result.terminated,
             result.truncated,
             result.obs,
