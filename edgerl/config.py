@@ -429,7 +429,7 @@ def check_consistency(cfg: Config) -> None:
 
 
 def reference_markdown() -> str:
-    """The README's config reference (regenerate: `edgerl config --reference --markdown`)."""
+    """The table of docs/configuration.md (regenerate: `edgerl config --reference --markdown`)."""
     import json
 
     rows = ["| key | default | what it is |", "| --- | --- | --- |"]
@@ -451,7 +451,7 @@ def reference_text() -> str:
 
 
 def describe() -> list[tuple[str, Any, str]]:
-    """(key, default, doc) for every key: the config reference in the README comes from this."""
+    """(key, default, doc) for every key: docs/configuration.md's table comes from this."""
     cfg = Config()
     rows = []
     for key in keys():

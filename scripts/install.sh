@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install edgerl as a systemd service (see README "Run as a service").
+# Install edgerl as a systemd service (see docs/install.md and docs/service.md).
 #
 # On a Jetson the virtual environment is created with --system-site-packages so that JetPack's
 # PyTorch and TensorRT are used, and pip is pinned to their versions so it never replaces them.

@@ -127,7 +127,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
 @cli.command("config")
 @config_options("env", "steps", "run_dir")
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
-@click.option("--markdown", is_flag=True, help="With --reference: the README's table.")
+@click.option("--markdown", is_flag=True, help="With --reference: the docs' Markdown table.")
 def config_cmd(
     config_file: Path | None,
     overrides: tuple[str, ...],

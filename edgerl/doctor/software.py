@@ -21,8 +21,8 @@ def check_python(ctx: Context) -> Check:
         "python",
         "fail",
         found,
-        "edgerl needs Python 3.10 or newer (JetPack 6 has 3.10, JetPack 7 3.12); see the "
-        "README's Supported platforms",
+        "edgerl needs Python 3.10 or newer (JetPack 6 has 3.10, JetPack 7 3.12); see "
+        "Supported platforms in docs/install.md",
     )
 
 
