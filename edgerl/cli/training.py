@@ -40,39 +40,43 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
-    from edgerl.metrics import check_extras
-    from edgerl.quick import long_run_warning
-    from edgerl.session import training_session
     from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick)
-    setup_logging(ctx.obj["debug"], cfg.log.level)
-    check_extras(cfg.train.tensorboard)  # before anything is written
     stop = StopRequest()
     try:
-        with (
-            stop_on_signals(stop.set) as received,
-            training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session,
-        ):
-            trainer = session.trainer
-            log.info(
-                "training %s on %s: run directory %s",
-                trainer.cfg.env.id,
-                trainer.device,
-                trainer.run_dir,
-            )
-            left = trainer.cfg.train.steps - trainer.step
-            slow = long_run_warning(
-                trainer.cfg.env.id,
-                trainer.spec.has_frames,
-                trainer.device,
-                left,
-                trainer.cfg.agent.train_freq,
-            )
-            if slow:
-                log.warning("%s", slow)
-            result = trainer.run()
-            verdict = session.verdict()
+        # From the start: a Ctrl-C while torch and the games are imported becomes a stop request.
+        # As an exception raised inside those imports it can be swallowed (torch's C start-up
+        # swallows one raised in its import of numpy, leaving numpy half-built for later).
+        with stop_on_signals(stop.set) as received:
+            from edgerl.metrics import check_extras
+            from edgerl.quick import long_run_warning
+            from edgerl.session import training_session
+
+            cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick)
+            setup_logging(ctx.obj["debug"], cfg.log.level)
+            check_extras(cfg.train.tensorboard)  # before anything is written
+            if stop.reason is not None:
+                raise StoppedDuringSetup(stop.reason)
+            with training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session:
+                trainer = session.trainer
+                log.info(
+                    "training %s on %s: run directory %s",
+                    trainer.cfg.env.id,
+                    trainer.device,
+                    trainer.run_dir,
+                )
+                left = trainer.cfg.train.steps - trainer.step
+                slow = long_run_warning(
+                    trainer.cfg.env.id,
+                    trainer.spec.has_frames,
+                    trainer.device,
+                    left,
+                    trainer.cfg.agent.train_freq,
+                )
+                if slow:
+                    log.warning("%s", slow)
+                result = trainer.run()
+                verdict = session.verdict()
     except StoppedDuringSetup as e:
         click.echo(f"{e}: no step was taken, nothing was lost", err=True)
         ctx.exit(130 if e.reason == "SIGINT" else 143)
