@@ -140,6 +140,15 @@ def oversubscription(threads: int, load: CpuLoad | None = None) -> str | None:
     )
 
 
+def describe_threads(setting: int) -> str:
+    """PyTorch's thread count as set, for the training log: ``1 torch thread (auto; 2 CPUs, load
+    average 4.8)``."""
+    count = torch.get_num_threads()
+    how = "auto" if setting == 0 else "perf.threads"
+    noun = "thread" if count == 1 else "threads"
+    return f"{count} torch {noun} ({how}; {cpu_load().describe()})"
+
+
 def configure_backends(device: torch.device, threads: int = 0) -> int:
     """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, and PyTorch's CPU
     threads (:func:`resolve_threads`); returns the thread count set."""
@@ -150,8 +159,8 @@ def configure_backends(device: torch.device, threads: int = 0) -> int:
         warning = oversubscription(count, load)
         if warning:
             log.warning("%s", warning)
-    else:
-        log.info("torch threads: %d (perf.threads=0: auto, %s)", count, load.describe())
+    else:  # said at INFO once set-up succeeded (describe_threads): an error comes alone
+        log.debug("torch threads: %d (perf.threads=0: auto, %s)", count, load.describe())
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True

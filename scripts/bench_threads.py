@@ -56,7 +56,7 @@ def train(env: str, threads: int, seconds: float, run_dir: Path, extra: list[str
     time.sleep(seconds)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
-    chosen = next((line for line in err.splitlines() if "torch threads" in line), "")
+    chosen = next((line for line in err.splitlines() if " torch thread" in line), "")
     rows = learning_rows(run_dir)
     if len(rows) < 2:
         return {"threads": threads, "sps": None, "load_before": load, "log": chosen}
@@ -69,7 +69,7 @@ def train(env: str, threads: int, seconds: float, run_dir: Path, extra: list[str
         "updates": int(last["updates"]) - int(first["updates"]),
         "seconds_learning": wall,
         "load_before": load,
-        "log": chosen.split("INFO", 1)[-1].strip(),
+        "log": chosen.split(", ", 1)[-1].split(": run directory")[0],
     }
 
 

@@ -12,6 +12,7 @@ from edgerl.config import PerfConfig
 from edgerl.device import (
     CpuLoad,
     configure_backends,
+    describe_threads,
     make_grad_scaler,
     oversubscription,
     resolve_amp,
@@ -99,10 +100,12 @@ def test_oversubscription_is_named_with_the_fix():
 def test_training_set_up_applies_and_logs_the_thread_choice(caplog):
     before = torch.get_num_threads()
     try:
-        with caplog.at_level(logging.INFO, logger="edgerl"):
+        with caplog.at_level(logging.DEBUG, logger="edgerl"):
             count = configure_backends(CPU, 0)
         assert count == torch.get_num_threads() >= 1
         assert f"torch threads: {count} (perf.threads=0: auto, " in caplog.text
+        noun = "thread" if count == 1 else "threads"
+        assert describe_threads(0).startswith(f"{count} torch {noun} (auto; ")
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="edgerl"):
             configure_backends(CPU, 64)

@@ -48,6 +48,7 @@ def train(
         # As an exception raised inside those imports it can be swallowed (torch's C start-up
         # swallows one raised in its import of numpy, leaving numpy half-built for later).
         with stop_on_signals(stop.set) as received:
+            from edgerl.device import describe_threads
             from edgerl.metrics import check_extras
             from edgerl.quick import long_run_warning
             from edgerl.session import training_session
@@ -60,9 +61,10 @@ def train(
             with training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session:
                 trainer = session.trainer
                 log.info(
-                    "training %s on %s: run directory %s",
+                    "training %s on %s, %s: run directory %s",
                     trainer.cfg.env.id,
                     trainer.device,
+                    describe_threads(trainer.cfg.perf.threads),
                     trainer.run_dir,
                 )
                 left = trainer.cfg.train.steps - trainer.step
