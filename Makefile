@@ -1,4 +1,6 @@
 # Two commands set everything up from nothing: `make run` and `make test`.
+# `make run` is a first run that learns in minutes: CartPole on a CPU, Pong where a GPU is
+# (`edgerl train --quick`); `make run ARGS="--env ALE/Breakout-v5"` passes options on.
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU build of torch; on CI machines this wheel is on local disk.
@@ -14,11 +16,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,plot]"
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/edgerl train
+	$(BIN)/edgerl train --quick $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

@@ -3,7 +3,7 @@
 A replay of ``replay.capacity`` is filled from the real game, then saved whole and again after
 more env steps, each while an actor goes on writing at a board's pace, and restored; the figures
 are the save's time and CPU, its bytes per transition, the actor's longest pause, and what the
-stdlib codecs would cost instead of zlib level 1 (README "Replay on disk").
+stdlib codecs would cost instead of zlib level 1 (docs/training.md, "Replay on disk").
 """
 
 from __future__ import annotations

@@ -225,7 +225,12 @@ class PerfConfig:
     device: str = setting(
         "auto", "compute device: auto (CUDA if usable), cpu, cuda", choices=("auto", "cpu", "cuda")
     )
-    threads: int = setting(0, "PyTorch CPU threads (0: PyTorch's default)", min=0, max=MAX_THREADS)
+    threads: int = setting(
+        0,
+        "PyTorch CPU threads (0: auto, the CPUs the load leaves free, at most PyTorch's own)",
+        min=0,
+        max=MAX_THREADS,
+    )
     pipeline: str = setting(
         "auto",
         "async: learner thread beside the actor; sync: one loop; auto: async when the "

@@ -1,4 +1,4 @@
-"""The config reference, generated from the fields' own docs: the README's table
+"""The config reference, generated from the fields' own docs: docs/configuration.md's table
 (``edgerl config --reference --markdown``) and ``edgerl config --reference``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from edgerl.config import Config, field_info, keys
 
 
 def reference_markdown() -> str:
-    """The README's config reference (regenerate: `edgerl config --reference --markdown`)."""
+    """The table of docs/configuration.md (regenerate: `edgerl config --reference --markdown`)."""
     import json
 
     rows = ["| key | default | what it is |", "| --- | --- | --- |"]
@@ -31,7 +31,7 @@ def reference_text() -> str:
 
 
 def describe() -> list[tuple[str, Any, str]]:
-    """(key, default, doc) for every key: the config reference in the README comes from this."""
+    """(key, default, doc) for every key: docs/configuration.md's table comes from this."""
     cfg = Config()
     rows = []
     for key in keys():

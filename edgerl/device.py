@@ -4,15 +4,23 @@
   steps with it), TF32, mixed precision (``perf.amp``: bf16 on Ampere and newer, fp16 with a grad
   scaler on older fast-FP16 GPUs such as Xavier and Nano) and CUDA graphs (``perf.cuda_graphs``;
   not with the fp16 grad scaler, which syncs with the CPU every step).
-* CPU: full precision; PyTorch's thread count (``perf.threads``).
+* CPU: full precision; PyTorch's thread count (``perf.threads``; 0 picks it from the CPUs the
+  machine's load leaves free, see :func:`resolve_threads`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from dataclasses import dataclass
+
+import psutil
 import torch
 
 from edgerl.errors import ConfigError, DeviceError
 from edgerl.versions import check_torch
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -63,14 +71,101 @@ def integrated_gpu(device: torch.device) -> bool:
         return False
 
 
-def configure_backends(device: torch.device, threads: int = 0) -> None:
-    """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, CPU threads."""
+@dataclass(frozen=True)
+class CpuLoad:
+    """This machine's CPUs and how busy they are: what PyTorch's thread count is judged by."""
+
+    cpus: int  # CPUs this process may run on (its affinity)
+    load: float  # the 1-minute load average: runnable tasks of every user
+
+    @property
+    def free(self) -> int:
+        """CPUs the load leaves free, rounded (0 when it takes them all)."""
+        return max(0, round(self.cpus - self.load))
+
+    def describe(self) -> str:
+        return f"{self.cpus} CPUs, load average {self.load:.1f}"
+
+
+def cpu_load() -> CpuLoad:
+    """The CPUs this process may use and the load average now (0 where the OS has none)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return CpuLoad(cpus, load)
+
+
+def torch_default_threads() -> int:
+    """The thread count PyTorch picks by itself: ``OMP_NUM_THREADS``, else the physical cores."""
+    try:
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def resolve_threads(setting: int, load: CpuLoad | None = None) -> int:
+    """PyTorch's CPU thread count for ``perf.threads``: the setting, or for 0 (auto) the CPUs the
+    load leaves free, at least 1 and at most what PyTorch would pick by itself.
+
+    Why not PyTorch's own choice: a parallel region ends when its slowest thread does, and on a
+    machine whose other work takes the cores one of its threads is usually waiting for one.
+    CartPole on 2 busy cores trained at 43 steps/s with PyTorch's 2 threads and at 557 with one
+    (docs/performance.md, "PyTorch's threads on a busy machine").
+    """
+    if setting > 0:
+        return setting
+    load = load or cpu_load()
+    return max(1, min(torch_default_threads(), load.free))
+
+
+def oversubscription(threads: int, load: CpuLoad | None = None) -> str | None:
+    """A sentence when PyTorch's ``threads`` need more CPUs than the load leaves free (each
+    parallel region then waits for a preempted thread), else None. For ``edgerl doctor`` and
+    ``edgerl bench``, and the training log."""
+    if threads <= 1:
+        return None
+    load = load or cpu_load()
+    if threads <= max(1, load.free):
+        return None
+    return (
+        f"PyTorch runs {threads} threads but {load.describe()} leaves "
+        f"{load.free} free: every parallel region waits for a thread that is not running, and "
+        f"training slows many times over; use perf.threads=0 (auto: "
+        f"{resolve_threads(0, load)} now) or stop the other work"
+    )
+
+
+def describe_threads(setting: int) -> str:
+    """PyTorch's thread count as set, for the training log: ``1 torch thread (auto; 2 CPUs, load
+    average 4.8)``."""
+    count = torch.get_num_threads()
+    how = "auto" if setting == 0 else "perf.threads"
+    noun = "thread" if count == 1 else "threads"
+    return f"{count} torch {noun} ({how}; {cpu_load().describe()})"
+
+
+def configure_backends(device: torch.device, threads: int = 0) -> int:
+    """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, and PyTorch's CPU
+    threads (:func:`resolve_threads`); returns the thread count set."""
+    load = cpu_load()
+    count = resolve_threads(threads, load)
+    torch.set_num_threads(count)
     if threads > 0:
-        torch.set_num_threads(threads)
+        warning = oversubscription(count, load)
+        if warning:
+            log.warning("%s", warning)
+    else:  # said at INFO once set-up succeeded (describe_threads): an error comes alone
+        log.debug("torch threads: %d (perf.threads=0: auto, %s)", count, load.describe())
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    return count
 
 
 def fast_fp16(capability: tuple[int, int]) -> bool:

@@ -6,7 +6,8 @@ greedily. Every ``eval.every_steps`` env steps the :class:`Evaluator` (a trainin
 copy of the online network's weights and plays ``eval.episodes`` episodes with them, epsilon-greedy
 with ``eval.epsilon``, on an environment of its own (the training game and env settings, one
 environment), in a thread of its own: training goes on meanwhile. Each evaluation appends one row
-to ``<run_dir>/eval.csv`` (:data:`EVAL_COLUMNS`).
+to ``<run_dir>/eval.csv`` (:data:`EVAL_COLUMNS`); one with the best mean return so far keeps its
+weights as the run's best policy (:mod:`edgerl.best`).
 
 An evaluation still running when the next one is due makes that one skipped (logged): queueing it
 would evaluate weights older than its step says, and a slow policy would pile evaluations up.
@@ -204,6 +205,11 @@ class Evaluator(Hook):
     def __init__(
         self, run_dir: Path, period: int, settings: EvalConfig, side: SideFiles | None = None
     ) -> None:
+        from edgerl.best import best_evaluation
+
+        self.run_dir = run_dir
+        best = best_evaluation(run_dir)  # a resumed run keeps the best of its earlier sessions
+        self.best: float | None = None if best is None else float(best["return_mean"])
         self.period = period
         self.settings = settings
         self.path = run_dir / EVAL_FILE
@@ -318,6 +324,26 @@ class Evaluator(Hook):
             self.latest = (step, ev.return_mean)
             self.count += 1
         log.info("%s", ev.describe())
+        with self._lock:  # close() waits for the best policy to be on disk
+            if not self._closed and (self.best is None or ev.return_mean >= self.best):
+                self._keep_best(snapshot, ev)
+
+    def _keep_best(self, snapshot: dict[str, Any], ev: Evaluation) -> None:
+        """Keep the evaluated weights as the run's best policy (a failed write is logged; the
+        previous best stays)."""
+        from edgerl.best import save_best
+
+        figures = dict(zip(EVAL_COLUMNS, ev.row(), strict=True))
+        evaluation = {k: float(v) for k, v in figures.items()}
+        evaluation.update(step=ev.step, episodes=len(ev.returns), cut=ev.cut)
+        try:
+            path = save_best(self.run_dir, snapshot, evaluation)
+        except OSError as e:
+            log.warning("cannot keep the best policy of step %s: %s", f"{ev.step:,}", e)
+            return
+        previous = "" if self.best is None else f" (previous best {self.best:.1f})"
+        self.best = ev.return_mean
+        log.info("best policy so far%s: step %s, kept in %s", previous, f"{ev.step:,}", path)
 
     def _evaluate(self, snapshot: dict[str, Any], step: int, seed: int) -> PlayResult:
         """One evaluation; every ``eval.record``-th of the run records its first episode."""

@@ -45,6 +45,11 @@ def setup_logging(debug: bool, level: str = "info", timestamps: bool = True) -> 
     set_level(debug, level)
     for noisy in ("PIL", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not debug:
+        # torch gives its loggers their own handler and level as its import ends; a Ctrl-C
+        # during that import leaves them to ours, and at exit torch logs "FakeTensor cache
+        # stats" at INFO (an atexit hook registered earlier in the same import).
+        logging.getLogger("torch").setLevel(logging.WARNING)
 
 
 def set_level(debug: bool, level: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,6 +189,18 @@ class _Filming:
         self.recorder.add(frame, caption=f"episode {episode}  score {ret:+.0f}")
 
 
+def draw_offscreen() -> None:
+    """Let games that draw with pygame (gymnasium's CartPole) draw without a display.
+
+    Their first render initialises SDL's video, which probes for a display and, on a machine
+    without one, prints "error: XDG_RUNTIME_DIR is invalid or not set in the environment." on
+    stderr. A recording needs no window: SDL's dummy drivers, unless the user chose others.
+    """
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
 def play(
     policy: Policy,
     *,
@@ -231,8 +244,11 @@ def play(
         env_cfg.id = env_id
     env_cfg.num_envs, env_cfg.threads = 1, 1
     rng = np.random.default_rng(seed)
+    screens = record is not None and record_view == "screen"
+    if screens and getattr(renderer, "kind", None) != "screen":
+        draw_offscreen()
     with contextlib.ExitStack() as cleanup:
-        env = make_env(env_cfg, screens=record is not None and record_view == "screen")
+        env = make_env(env_cfg, screens=screens)
         cleanup.callback(env.close)
         if (
             env.spec.obs_shape != policy.spec.obs_shape

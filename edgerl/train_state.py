@@ -251,12 +251,20 @@ class TrainerState:
         self._session_step0 = self.step
         restored = self._restore_replay(state.get("replay"))
         if restored is not None:
+            starts = self.learner.learn_from[0]
+            learning = (
+                "learning continues at once"
+                if starts <= self.step
+                else f"learning starts at step {starts:,} (the checkpoint was taken while the "
+                "replay was still filling)"
+            )
             log.info(
                 "resuming from step %s (%s episodes) with the replay of that checkpoint "
-                "(%s transitions); learning continues at once",
+                "(%s transitions); %s",
                 f"{self.step:,}",
                 f"{self.episodes:,}",
                 f"{restored:,}",
+                learning,
             )
             return
         refill = min(self.cfg.agent.learning_starts, self.memory.capacity)

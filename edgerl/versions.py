@@ -2,8 +2,8 @@
 
 The floor is the PyTorch NVIDIA ships for JetPack 6.0 (2.3, Python 3.10). NVIDIA's Jetson builds
 are pre-releases with a local tag (``2.3.0a0+ebedce2.nv24.02``), which PEP 440 orders *before*
-2.3.0, so versions are compared by their release numbers only. The README's "Supported
-platforms" table says which JetPack and desktop releases this covers.
+2.3.0, so versions are compared by their release numbers only. The "Supported platforms"
+table of docs/install.md says which JetPack and desktop releases this covers.
 """
 
 from __future__ import annotations
@@ -48,5 +48,5 @@ def check_torch(version: str | None = None) -> None:
     raise PlatformError(
         f"edgerl needs PyTorch {floor} or newer (the one NVIDIA ships for JetPack 6.0) and this "
         f"is {version}; on a Jetson install NVIDIA's PyTorch wheel for your JetPack, elsewhere "
-        f"pip install 'torch>={floor}' (see the README's Supported platforms)"
+        f"pip install 'torch>={floor}' (see Supported platforms in docs/install.md)"
     )

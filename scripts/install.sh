@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install edgerl as a systemd service (see README "Run as a service").
+# Install edgerl as a systemd service (see docs/install.md and docs/service.md).
 #
 # On a Jetson the virtual environment is created with --system-site-packages so that JetPack's
 # PyTorch and TensorRT are used, and pip is pinned to their versions so it never replaces them.
@@ -69,7 +69,7 @@ if [ "$UNINSTALL" = 1 ]; then
     if [ -L "$LINK" ] && [ "$(readlink "$LINK")" = "$VENV/bin/edgerl" ]; then
         run rm -f "$LINK"
     fi
-    run rm -rf "$VENV" "$OPT/README.md" "$OPT/constraints.txt"
+    run rm -rf "$VENV" "$OPT/README.md" "$OPT/docs" "$OPT/constraints.txt"
     if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
         run systemctl daemon-reload
     fi
@@ -89,18 +89,9 @@ install_venv() {
   (for example: pip3 install --no-cache https://developer.download.nvidia.com/compute/redist/jp/...),
   check with: python3 -c 'import torch; print(torch.cuda.is_available())', then run this again."
         fi
-        echo "+ pin JetPack's packages in $OPT/constraints.txt"
-        if [ "$DRY_RUN" = 0 ]; then
-            "$VENV/bin/python" - >"$OPT/constraints.txt" <<'PY'
-import importlib.metadata as md
-for name in ("torch", "numpy", "tensorrt", "torchvision"):
-    try:
-        print(f"{name}=={md.version(name)}")
-    except md.PackageNotFoundError:
-        pass
-PY
-        fi
-        run "$VENV/bin/pip" install --quiet -c "$OPT/constraints.txt" "${SRC}[jetson]"
+        # JetPack's torch, TensorRT and NumPy stay (the script says why this is no plain pip install)
+        run "$VENV/bin/python" "$SRC/scripts/jetpack_pip.py" --quiet \
+            --constraints "$OPT/constraints.txt" "$SRC"
     else
         say "not a Jetson: a plain venv with torch from PyPI"
         run "$PYTHON" -m venv "$VENV"
@@ -137,6 +128,8 @@ else
     run ln -sfn "$VENV/bin/edgerl" "$LINK"
 fi
 run install -m 0644 "$SRC/README.md" "$OPT/README.md"
+run install -d -m 0755 "$OPT/docs"
+run install -m 0644 "$SRC"/docs/*.md "$OPT/docs/"  # the README's links, next to it
 
 echo "+ write $UNIT (paths under $OPT)"
 if [ "$DRY_RUN" = 0 ]; then

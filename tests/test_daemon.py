@@ -430,7 +430,7 @@ def test_install_dry_run_on_a_jetson(tmp_path):
     assert r.returncode == 0, r.stderr
     venv = tmp_path / "opt" / "edgerl" / "venv"
     assert f"+ python3 -m venv --system-site-packages {venv}" in r.stdout
-    assert f"-c {tmp_path}/opt/edgerl/constraints.txt {REPO}[jetson]" in r.stdout
+    assert f"jetpack_pip.py --quiet --constraints {tmp_path}/opt/edgerl/constraints.txt" in r.stdout
     assert f"write {tmp_path}/etc/systemd/system/edgerl.service" in r.stdout
     assert "R32 (release)" in r.stdout
     assert f"+ ln -sfn {venv}/bin/edgerl {tmp_path}/usr/local/bin/edgerl" in r.stdout

@@ -1,13 +1,24 @@
 """Device choices (device.py): mixed precision and CUDA graphs per GPU generation, their errors,
-and the grad scaler on old torch."""
+the grad scaler on old torch, and PyTorch's CPU threads against the machine's load."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
 
 from edgerl.config import PerfConfig
-from edgerl.device import make_grad_scaler, resolve_amp, resolve_cuda_graphs
+from edgerl.device import (
+    CpuLoad,
+    configure_backends,
+    describe_threads,
+    make_grad_scaler,
+    oversubscription,
+    resolve_amp,
+    resolve_cuda_graphs,
+    resolve_threads,
+)
 from edgerl.errors import ConfigError
 
 from .helpers import CPU, GPU
@@ -63,3 +74,42 @@ def test_grad_scaler_falls_back_to_the_cuda_amp_name(monkeypatch):
     with pytest.warns((UserWarning, FutureWarning)):  # no CUDA here / the old name's notice
         scaler = make_grad_scaler()
     assert isinstance(scaler, torch.cuda.amp.GradScaler)
+
+
+def test_auto_threads_are_the_cpus_the_load_leaves_free(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # what PyTorch would take by itself
+    assert resolve_threads(0, CpuLoad(8, 0.2)) == 8
+    assert resolve_threads(0, CpuLoad(8, 3.4)) == 5
+    assert resolve_threads(0, CpuLoad(2, 3.0)) == 1  # a 2-core CI machine beside other jobs
+    assert resolve_threads(0, CpuLoad(16, 0.0)) == 8  # never more than PyTorch's own choice
+    assert resolve_threads(3, CpuLoad(2, 3.0)) == 3  # a number is what the user asked for
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert 1 <= resolve_threads(0, CpuLoad(64, 0.0)) <= 64  # the physical cores
+
+
+def test_oversubscription_is_named_with_the_fix():
+    sentence = oversubscription(2, CpuLoad(2, 3.0))
+    assert sentence is not None
+    assert "PyTorch runs 2 threads but 2 CPUs, load average 3.0 leaves 0 free" in sentence
+    assert "perf.threads=0 (auto: 1 now)" in sentence
+    assert oversubscription(1, CpuLoad(2, 5.0)) is None  # one thread waits for nobody
+    assert oversubscription(4, CpuLoad(8, 1.0)) is None
+    assert oversubscription(16, CpuLoad(8, 0.0)) is not None  # more threads than CPUs
+
+
+def test_training_set_up_applies_and_logs_the_thread_choice(caplog):
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="edgerl"):
+            count = configure_backends(CPU, 0)
+        assert count == torch.get_num_threads() >= 1
+        assert f"torch threads: {count} (perf.threads=0: auto, " in caplog.text
+        noun = "thread" if count == 1 else "threads"
+        assert describe_threads(0).startswith(f"{count} torch {noun} (auto; ")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="edgerl"):
+            configure_backends(CPU, 64)
+        assert torch.get_num_threads() == 64
+        assert "PyTorch runs 64 threads" in caplog.text  # named at start, as a warning
+    finally:
+        torch.set_num_threads(before)

@@ -205,6 +205,16 @@ def test_a_replay_that_does_not_fit_fails_with_the_capacity_that_would(cli):
     assert replay["status"] == "fail" and "set replay.capacity to at most" in replay["fix"]
 
 
+def test_more_torch_threads_than_free_cpus_is_a_warning_with_the_fix(cli):
+    r = cli("doctor", "--json", *SMALL_REPLAY, "--set", "perf.threads=256")
+    threads = checks_of(r.out)["cpu threads"]
+    assert threads["status"] == "warn" and "PyTorch runs 256 threads" in threads["found"]
+    assert threads["fix"] == "perf.threads=0" and threads["data"]["threads"] == 256
+    r = cli("doctor", "--json", *SMALL_REPLAY)
+    threads = checks_of(r.out)["cpu threads"]
+    assert "(auto)" in threads["found"] and threads["data"]["setting"] == 0
+
+
 def test_a_broken_config_is_a_line_and_the_rest_still_runs(cli):
     r = cli("doctor", "--json", "--set", "agent.lr=fast")
     assert r.code == 1

@@ -292,3 +292,35 @@ def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_
     assert f"play it with: edgerl play --model {path} --render screen" in r.out
     r = cli("play", "--model", path, "--episodes", "1", "--json")
     assert r.code == 0, r.err
+
+
+def test_an_interrupted_export_leaves_no_file_under_its_names(cli, pong_run, tmp_path, monkeypatch):
+    """Ctrl-C while ONNX Runtime is checked against PyTorch: the file was written, not verified."""
+    from edgerl.export import run as export_run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_run, "check_agreement", interrupted)
+    out = tmp_path / "out"
+    r = cli("export", "--run-dir", pong_run, "--onnx", "-o", out)
+    assert r.code == 130 and r.err.strip().splitlines()[-1] == "interrupted"
+    assert list(out.iterdir()) == []  # no .onnx, no .json, no temporary file
+    monkeypatch.undo()
+    r = cli("export", "--run-dir", pong_run, "--onnx", "-o", out)  # the same export, to the end
+    assert r.code == 0, r.err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "policy-Pong-v5-step400.onnx",
+        "policy-Pong-v5-step400.onnx.json",
+    ]
+
+
+@pytest.mark.parametrize("missing", ["onnx", "onnxruntime"])
+def test_export_without_onnx_says_so_before_any_work(cli, pong_run, tmp_path, monkeypatch, missing):
+    import sys
+
+    monkeypatch.setitem(sys.modules, missing, None)  # import fails as if not installed
+    r = cli("export", "--run-dir", pong_run, "--onnx", "-o", tmp_path / "out")
+    assert r.code == 2 and "pip install 'edgerl[export]'" in r.err, r.err
+    assert "collecting" not in r.err  # no observations played for a check that cannot run
+    assert not (tmp_path / "out").exists()

@@ -56,6 +56,13 @@ def test_this_machine_is_not_a_jetson(tmp_path):
     assert p.describe().startswith("not a Jetson")
 
 
+@pytest.mark.parametrize("group", [("hw",), ("hw", "clocks"), ()])
+def test_a_command_group_alone_shows_its_commands(cli, group):
+    r = cli(*group)
+    assert r.code == 0 and r.err == ""
+    assert r.out.startswith(f"Usage: edgerl {' '.join(group)}".rstrip()) and "Commands:" in r.out
+
+
 @pytest.mark.parametrize(
     ("name", "maxed", "mode"),
     [

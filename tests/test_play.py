@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .conftest import PONG_FAST
+from .conftest import PONG_FAST, edgerl_cmd
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +191,25 @@ def test_record_a_cartpole_gif_of_its_colour_screen(cli, cartpole_run):
         f"recorded {steps + 2:,} frames ({seconds:.1f} s) to {Path('cp.gif').resolve()} "
         f"({size / 1024:.1f} KiB)"
     )
+
+
+def test_record_on_a_machine_without_a_display_prints_nothing_of_sdls(cartpole_run, tmp_path):
+    """CartPole draws with pygame; SDL looks for a display as it starts and said "error:
+    XDG_RUNTIME_DIR is invalid or not set" where there is none (a board over ssh)."""
+    pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
+    pytest.importorskip("pygame", reason="the viewer extra (pygame) is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDL_", "XDG_"))}
+    env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    r = subprocess.run(
+        edgerl_cmd("play", "--run-dir", cartpole_run, "--record", tmp_path / "cp.gif"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "XDG_RUNTIME_DIR" not in r.stderr and "error:" not in r.stderr, r.stderr
+    assert (tmp_path / "cp.gif").exists()
 
 
 def test_record_json_names_the_file(cli, cartpole_run):

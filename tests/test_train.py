@@ -105,6 +105,20 @@ def test_fresh_moves_the_old_run_aside(cli, tmp_path):
     assert "resuming" not in r.err
 
 
+def test_a_resume_from_before_learning_started_says_when_learning_starts(cli, tmp_path):
+    """CartPole's preset starts learning at step 1,000: a checkpoint at 300 resumes with its
+    replay, and learning still waits for step 1,000 (the progress bar says "filling replay")."""
+    args = ["train", "--env", "CartPole-v1", "--run-dir", tmp_path / "cp", "--quiet"]
+    assert cli(*args, "--steps", "300").code == 0
+    r = cli(*args, "--steps", "600")
+    assert r.code == 0, r.err
+    assert (
+        "with the replay of that checkpoint (300 transitions); learning starts at step 1,000 "
+        in r.err
+    )
+    assert "learning continues at once" not in r.err
+
+
 def test_a_corrupt_newest_checkpoint_is_named_and_the_previous_one_used(cli, tmp_path):
     run = tmp_path / "pong"
     assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run).code == 0

@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         rv = cli.main(args=args, prog_name="edgerl", standalone_mode=False)
     except click.exceptions.Exit as e:
         return e.exit_code
+    except click.exceptions.NoArgsIsHelpError as e:
+        # `edgerl` or `edgerl hw` alone asks what there is: the help, as --help gives it
+        click.echo(e.ctx.get_help())
+        return 0
     except click.ClickException as e:
         e.show()
         return e.exit_code

@@ -14,7 +14,7 @@ from edgerl.config import Config
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("edgerl")
 
-SHORTCUTS = ("env", "steps", "run_dir", "seed")
+SHORTCUTS = ("env", "steps", "run_dir", "seed", "quick")
 
 SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
@@ -42,8 +42,9 @@ class StepCount(click.ParamType):
 
 def config_options(*shortcuts: str) -> Callable[[F], F]:
     """``--config`` and ``--set`` (layers 3-4 of config.py), plus the shortcut flags named
-    (``env``, ``steps``, ``run_dir``, ``seed``: layer 5). The command gets ``config_file``,
-    ``overrides`` and one keyword per shortcut (``env_id``, ``steps``, ``run_dir``, ``seed``)."""
+    (``env``, ``steps``, ``run_dir``, ``seed``: layer 5; ``quick``: a layer between the files and
+    ``--set``). The command gets ``config_file``, ``overrides`` and one keyword per shortcut
+    (``env_id``, ``steps``, ``run_dir``, ``seed``, ``quick``)."""
     unknown = set(shortcuts) - set(SHORTCUTS)
     if unknown:
         raise ValueError(f"unknown shortcut options {sorted(unknown)}")
@@ -87,6 +88,15 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
                 "--seed", type=click.IntRange(min=0), help="Shortcut for --set env.seed=N."
             )
         )
+    if "quick" in shortcuts:
+        options.append(
+            click.option(
+                "--quick",
+                is_flag=True,
+                help="A first run that learns in minutes here: CartPole-v1 (60k steps) on a "
+                "CPU, Pong with fast settings (500k steps) on a GPU; --env keeps your game.",
+            )
+        )
 
     def decorate(func: F) -> F:
         for option in reversed(options):
@@ -103,6 +113,7 @@ def build_config(
     steps: int | None = None,
     run_dir: Path | None = None,
     seed: int | None = None,
+    quick: bool = False,
 ) -> Config:
     """The resolved config from the shared options; raises ConfigError."""
     from edgerl.config import build_layers, resolve
@@ -113,7 +124,14 @@ def build_config(
         "train.run_dir": str(run_dir) if run_dir is not None else None,
         "env.seed": seed,
     }
-    cfg = resolve(build_layers(config_file, overrides, shortcuts))
+    layers = build_layers(config_file, overrides, shortcuts)
+    if quick:  # over the files, under what the command line says
+        from edgerl.quick import quick_layer
+
+        command_line = build_layers(None, overrides, shortcuts, use_system=False)
+        files = build_layers(config_file)
+        layers = [*files, quick_layer(resolve(layers)), *command_line]
+    cfg = resolve(layers)
     return with_game(cfg)
 
 

@@ -21,10 +21,11 @@ from edgerl.cli.options import default_policy_run
 @click.option(
     "--run-dir",
     type=click.Path(path_type=Path),
-    help="A run directory: plays its newest valid checkpoint (default: the service's run, else "
-    "the newest under ./runs).",
+    help="A run directory: plays its best-evaluated policy, else its newest valid checkpoint "
+    "(default: the service's run, else the newest under ./runs).",
 )
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="A checkpoint file.")
+@click.option("--last", is_flag=True, help="The run's newest checkpoint, not its best policy.")
 @click.option(
     "--backend",
     type=click.Choice(["auto", "trt", "onnx", "torch"]),
@@ -76,6 +77,7 @@ def play(
     model: Path | None,
     run_dir: Path | None,
     checkpoint: Path | None,
+    last: bool,
     backend: str,
     env_id: str | None,
     episodes: int,
@@ -95,16 +97,15 @@ def play(
 
     if model is not None and (run_dir is not None or checkpoint is not None):
         raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
+    if last and (model is not None or checkpoint is not None):
+        raise click.UsageError("--last picks a run's checkpoint: give --run-dir (or nothing)")
     if record is not None:
         from edgerl.record import check_target
 
         check_target(record)  # a wrong name or a missing encoder is said before playing
-    if model is None and run_dir is None and checkpoint is None:
-        run_dir = default_policy_run()
-        click.echo(f"playing the newest checkpoint of {run_dir}", err=True)
-    policy = load_policy(
-        model=model, run_dir=run_dir, checkpoint=checkpoint, backend=backend, device=device
-    )
+    if model is None and checkpoint is None:
+        checkpoint = _run_policy(run_dir, last, "playing")
+    policy = load_policy(model=model, checkpoint=checkpoint, backend=backend, device=device)
     renderer = None
     if render != "none":
         from edgerl.display.render import make_renderer
@@ -141,10 +142,11 @@ def play(
 @click.option(
     "--run-dir",
     type=click.Path(path_type=Path),
-    help="Export the run's newest valid checkpoint (default: the service's run, else the newest "
-    "under ./runs).",
+    help="Export the run's best-evaluated policy, else its newest valid checkpoint (default: the "
+    "service's run, else the newest under ./runs).",
 )
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Export this checkpoint.")
+@click.option("--last", is_flag=True, help="The run's newest checkpoint, not its best policy.")
 @click.option("--onnx", "to_onnx", is_flag=True, help="Write an ONNX file (works anywhere).")
 @click.option(
     "--trt",
@@ -183,6 +185,7 @@ def play(
 def export(
     run_dir: Path | None,
     checkpoint: Path | None,
+    last: bool,
     to_onnx: bool,
     to_trt: bool,
     out: Path | None,
@@ -199,13 +202,15 @@ def export(
         raise click.UsageError("give --onnx, --trt or both")
     if run_dir is not None and checkpoint is not None:
         raise click.UsageError("give either --run-dir or --checkpoint, not both")
+    if last and checkpoint is not None:
+        raise click.UsageError("--last picks a run's checkpoint: give --run-dir (or nothing)")
     if int8 and not to_trt:
         raise click.UsageError(
             "--int8 is a TensorRT engine precision: add --trt (ONNX files are always fp32)"
         )
     rows = run_export(
         ExportRequest(
-            checkpoint=_export_source(run_dir, checkpoint),
+            checkpoint=_export_source(run_dir, checkpoint, last),
             out=out,
             trt=to_trt,
             fp16=fp16,
@@ -227,15 +232,25 @@ def export(
         click.echo(f"play it with: edgerl play --model {shlex.quote(str(best))} --render screen")
 
 
-def _export_source(run_dir: Path | None, checkpoint: Path | None) -> Path:
-    """The checkpoint to export: given, the run's newest, or the service's run's newest."""
+def _export_source(run_dir: Path | None, checkpoint: Path | None, last: bool) -> Path:
+    """The checkpoint to export: given, else the run's policy (:func:`_run_policy`)."""
     from edgerl.errors import CheckpointError
-    from edgerl.play import newest_checkpoint
 
     if checkpoint is not None:
         if not checkpoint.is_file():
             raise CheckpointError(f"checkpoint {checkpoint} does not exist")
         return checkpoint
+    return _run_policy(run_dir, last, "exporting")
+
+
+def _run_policy(run_dir: Path | None, last: bool, doing: str) -> Path:
+    """The policy of ``run_dir`` (default: the service's run, else the newest under ./runs): its
+    best-evaluated one, or its newest checkpoint with ``last``; says which on stderr. Raises
+    CheckpointError when the run has none."""
+    from edgerl.best import choose
+
     if run_dir is None:
         run_dir = default_policy_run()
-    return newest_checkpoint(run_dir)
+    choice = choose(run_dir, last)
+    click.echo(f"{doing} {choice.sentence}", err=True)
+    return choice.path

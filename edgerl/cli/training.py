@@ -16,7 +16,7 @@ log = logging.getLogger("edgerl")
 
 
 @cli.command()
-@config_options("env", "steps", "run_dir", "seed")
+@config_options("env", "steps", "run_dir", "seed", "quick")
 @click.option(
     "--fresh",
     is_flag=True,
@@ -32,6 +32,7 @@ def train(
     steps: int | None,
     run_dir: Path | None,
     seed: int | None,
+    quick: bool,
     fresh: bool,
     quiet: bool,
 ) -> None:
@@ -39,34 +40,57 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
-    from edgerl.metrics import check_extras
-    from edgerl.session import training_session
     from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed)
-    setup_logging(ctx.obj["debug"], cfg.log.level)
-    check_extras(cfg.train.tensorboard)  # before anything is written
     stop = StopRequest()
     try:
-        with (
-            stop_on_signals(stop.set) as received,
-            training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session,
-        ):
-            trainer = session.trainer
-            log.info(
-                "training %s on %s: run directory %s",
-                trainer.cfg.env.id,
-                trainer.device,
-                trainer.run_dir,
-            )
-            result = trainer.run()
-            verdict = session.verdict()
+        # From the start: a Ctrl-C while torch and the games are imported becomes a stop request.
+        # As an exception raised inside those imports it can be swallowed (torch's C start-up
+        # swallows one raised in its import of numpy, leaving numpy half-built for later).
+        with stop_on_signals(stop.set) as received:
+            from edgerl.device import describe_threads
+            from edgerl.metrics import check_extras
+            from edgerl.quick import long_run_warning
+            from edgerl.session import training_session
+
+            cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick)
+            setup_logging(ctx.obj["debug"], cfg.log.level)
+            check_extras(cfg.train.tensorboard)  # before anything is written
+            if stop.reason is not None:
+                raise StoppedDuringSetup(stop.reason)
+            with training_session(cfg, fresh=fresh, quiet=quiet, stop=stop) as session:
+                trainer = session.trainer
+                log.info(
+                    "training %s on %s, %s: run directory %s",
+                    trainer.cfg.env.id,
+                    trainer.device,
+                    describe_threads(trainer.cfg.perf.threads),
+                    trainer.run_dir,
+                )
+                left = trainer.cfg.train.steps - trainer.step
+                slow = long_run_warning(
+                    trainer.cfg.env.id,
+                    trainer.spec.has_frames,
+                    trainer.device,
+                    left,
+                    trainer.cfg.agent.train_freq,
+                )
+                if slow:
+                    log.warning("%s", slow)
+                result = trainer.run()
+                verdict = session.verdict()
     except StoppedDuringSetup as e:
         click.echo(f"{e}: no step was taken, nothing was lost", err=True)
         ctx.exit(130 if e.reason == "SIGINT" else 143)
     click.echo(result.summary(), err=True)
     if verdict:
         click.echo(f"what limited training: {verdict}", err=True)
+    if quick and not result.stopped:
+        click.echo(
+            f"next: edgerl plot --terminal --run-dir {trainer.run_dir} (the learning curve), "
+            f"edgerl play --run-dir {trainer.run_dir} --episodes 3 (the policy playing)",
+            err=True,
+        )
     if result.stopped:
         sig = received.get("signal", "a stop request")
         click.echo(f"stopped by {sig}; run the same command to resume", err=True)
@@ -132,15 +156,16 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
 
 
 @cli.command("config")
-@config_options("env", "steps", "run_dir")
+@config_options("env", "steps", "run_dir", "quick")
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
-@click.option("--markdown", is_flag=True, help="With --reference: the README's table.")
+@click.option("--markdown", is_flag=True, help="With --reference: the docs' Markdown table.")
 def config_cmd(
     config_file: Path | None,
     overrides: tuple[str, ...],
     env_id: str | None,
     steps: int | None,
     run_dir: Path | None,
+    quick: bool,
     reference: bool,
     markdown: bool,
 ) -> None:
@@ -152,7 +177,7 @@ def config_cmd(
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)
         return
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir)
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick)
     cfg = apply_presets(cfg, probe(cfg.env.id).kind)
     check_consistency(cfg)
     click.echo(cfg.to_toml(), nl=False)

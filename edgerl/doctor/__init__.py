@@ -35,6 +35,7 @@ CHECKS: tuple[tuple[str, CheckFn], ...] = (
     ("gpu", software.check_gpu),
     ("precision", software.check_precision),
     ("game", software.check_game),
+    ("cpu threads", software.check_threads),
     ("replay memory", software.check_replay_memory),
     ("onnxruntime", software.check_onnx),
     ("tensorrt", software.check_tensorrt),

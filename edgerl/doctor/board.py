@@ -1,6 +1,6 @@
-"""The board: which Jetson and L4T release (and so which row of the README's Supported platforms
-table), ``jetson_clocks``, ``tegrastats`` and ``nvpmodel`` and whether this user may run them,
-and the jtop service. Files are read below ``EDGERL_HW_ROOT`` and tools found on PATH, as
+"""The board: which Jetson and L4T release (and so which row of the Supported platforms table in
+docs/install.md), ``jetson_clocks``, ``tegrastats`` and ``nvpmodel`` and whether this user may
+run them, and the jtop service. Files are read below ``EDGERL_HW_ROOT`` and tools found on PATH, as
 everywhere in :mod:`edgerl.hw`, so stand-ins can play a board in tests."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from edgerl.hw.clocks import (
 )
 from edgerl.hw.platform import detect
 
-SUPPORTED = "see the README's Supported platforms"
+SUPPORTED = "see Supported platforms in docs/install.md"
 TOOL_TIMEOUT_S = 10.0
 NOT_JETSON = "not a Jetson"
 
@@ -38,7 +38,7 @@ JETPACK4_WAY = (
 @dataclass(frozen=True)
 class Release:
     """Where an L4T release stands: its JetPack, whether edgerl supports it, and if not why
-    and what to do instead (the README's Supported platforms table)."""
+    and what to do instead (the Supported platforms table of docs/install.md)."""
 
     jetpack: str
     supported: bool | None  # None: a release this edgerl does not know

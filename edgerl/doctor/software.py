@@ -1,5 +1,6 @@
 """The software stack: Python, PyTorch and its CUDA, the GPU, the precision ``auto`` picks, the
-game, replay memory, ONNX Runtime and TensorRT."""
+game, PyTorch's CPU threads against the machine's load, replay memory, ONNX Runtime and
+TensorRT."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def check_python(ctx: Context) -> Check:
         "python",
         "fail",
         found,
-        "edgerl needs Python 3.10 or newer (JetPack 6 has 3.10, JetPack 7 3.12); see the "
-        "README's Supported platforms",
+        "edgerl needs Python 3.10 or newer (JetPack 6 has 3.10, JetPack 7 3.12); see "
+        "Supported platforms in docs/install.md",
     )
 
 
@@ -201,6 +202,32 @@ def check_game(ctx: Context) -> Check:
         f"observations {shape} {spec.obs_dtype}",
         data={"env": spec.id, "ale_py": ale_py.__version__},
     )
+
+
+def check_threads(ctx: Context) -> Check:
+    """PyTorch's CPU threads (``perf.threads``, after the game's presets) against the CPUs that
+    the machine's load leaves free: more threads than free CPUs slow training many times."""
+    from edgerl.device import cpu_load, oversubscription, resolve_threads
+
+    setting = ctx.cfg.perf.threads
+    load = cpu_load()
+    threads = resolve_threads(setting, load)
+    data = {"setting": setting, "threads": threads, "cpus": load.cpus, "load": load.load}
+    how = "auto" if setting == 0 else "perf.threads"
+    found = f"{threads} PyTorch thread(s) ({how}); {load.describe()}"
+    warning = oversubscription(threads, load)
+    if warning:
+        return Check("cpu threads", "warn", warning, "perf.threads=0", data)
+    if load.load > load.cpus:
+        return Check(
+            "cpu threads",
+            "warn",
+            f"{found}: the machine is busier than its CPUs, so training shares them and runs "
+            "slower",
+            "stop other work on this machine if training should have it to itself",
+            data,
+        )
+    return Check("cpu threads", "pass", found, data=data)
 
 
 def check_replay_memory(ctx: Context) -> Check:

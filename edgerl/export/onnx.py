@@ -98,6 +98,13 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     return out
 
 
+def require_onnx() -> None:
+    """Raise MissingDependencyError now when onnx or ONNX Runtime is missing: an export says so
+    before it plays the game for observations or builds anything."""
+    _import_onnx()
+    _import_ort()
+
+
 def _import_ort() -> Any:
     try:
         import onnxruntime

@@ -7,15 +7,18 @@ summary row per file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgerl.atomic import write_atomic
+from edgerl.atomic import fsync_dir, temp_path, write_atomic
 from edgerl.checkpoint import file_sha256
 from edgerl.export.common import (
     Agreement,
@@ -111,12 +114,39 @@ def _out_dir(req: ExportRequest) -> Path:
     return req.checkpoint.resolve().parent.parent / "export"
 
 
+@contextlib.contextmanager
+def staged(path: Path) -> Iterator[tuple[Path, Path]]:
+    """Temporary names for ``path`` and its sidecar, in the same directory: the files are
+    written and checked there, and :func:`publish` renames them; on any other way out (a failed
+    check, Ctrl-C) they are removed, so no unverified file ever has the name."""
+    files = (temp_path(path), temp_path(sidecar_path(path)))
+    try:
+        yield files
+    finally:
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+
+
+def publish(files: tuple[Path, Path], path: Path, sidecar: Sidecar) -> None:
+    """Give checked files their names: ``sidecar`` written beside, then both renamed."""
+    policy_tmp, sidecar_tmp = files
+    write_atomic(sidecar_tmp, sidecar.to_json().encode())
+    os.replace(policy_tmp, path)
+    os.replace(sidecar_tmp, sidecar_path(path))
+    fsync_dir(path.parent)
+
+
 def run_export(req: ExportRequest) -> list[ExportRow]:
-    """Export (and verify) a checkpoint; raises ExportError/EdgerlError with a sentence."""
-    from edgerl.export.onnx import OnnxPolicy, export_onnx
+    """Export (and verify) a checkpoint; raises ExportError/EdgerlError with a sentence.
+
+    The ONNX file and its sidecar get their names only once ONNX Runtime agreed with PyTorch on
+    them: an export that fails its check or is interrupted leaves nothing under those names."""
+    from edgerl.export.onnx import OnnxPolicy, export_onnx, require_onnx
     from edgerl.play import TorchPolicy
     from edgerl.rundir import short_env_name
 
+    require_onnx()  # say at once when onnx or ONNX Runtime is missing, before any work
     if req.trt:  # say at once when TensorRT or a GPU is missing, before any work
         from edgerl.export.tensorrt import flavor, import_tensorrt
 
@@ -147,16 +177,17 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
         if req.out is not None and req.out.suffix == ".onnx"
         else out_dir / f"policy-{env_short}-step{torch_policy.step}.onnx"
     )
-    export_onnx(torch_policy, onnx_path, base)
-    ort_policy = OnnxPolicy(onnx_path, cpu_only=True)
-    agreement = check_agreement(ort_policy, obs, reference)
-    if not agreement.ok:
-        raise ExportError(
-            f"ONNX Runtime disagrees with PyTorch on {onnx_path.name}: {agreement.describe()}"
-        )
-    ort_latency = latency_us(ort_policy.act, obs)
-    base.agreement, base.latency_us = agreement.to_dict(), ort_latency
-    write_atomic(sidecar_path(onnx_path), base.to_json().encode())
+    with staged(onnx_path) as files:
+        export_onnx(torch_policy, files[0], base)
+        ort_policy = OnnxPolicy(files[0], cpu_only=True)
+        agreement = check_agreement(ort_policy, obs, reference)
+        if not agreement.ok:
+            raise ExportError(
+                f"ONNX Runtime disagrees with PyTorch on {onnx_path.name}: {agreement.describe()}"
+            )
+        ort_latency = latency_us(ort_policy.act, obs)
+        base.agreement, base.latency_us = agreement.to_dict(), ort_latency
+        publish(files, onnx_path, base)
     rows.append(
         ExportRow(
             onnx_path, f"onnxruntime ({ort_policy.providers[0]})", "fp32", agreement, ort_latency

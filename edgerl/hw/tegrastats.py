@@ -1,7 +1,7 @@
 """tegrastats lines <-> load records, for every Jetson generation (pure functions, no I/O).
 
 One :class:`LoadRecord` is what the monitor knows at one instant, whatever its source (tegrastats,
-jtop, procfs + NVML). Its fields are a documented contract (README "Monitoring"):
+jtop, procfs + NVML). Its fields are a documented contract (docs/hardware.md, "Monitoring"):
 
     time          "2026-05-09T18:42:06" when the line carries a date, else None
     ram_used_mb, ram_total_mb, swap_used_mb, swap_total_mb

@@ -1,0 +1,309 @@
+"""Installing on a Jetson: scripts/jetpack_pip.py (used by scripts/install.sh and
+docker/Dockerfile.jetson) with pip's real resolver, against the torch, TensorRT and NumPy that
+each JetPack ships, faked as installed distributions the way a --system-site-packages venv sees
+them.
+
+Offline: edgerl's own wheel is built from this checkout, and every other requirement is a
+stand-in wheel carrying the real metadata (name, version, requirements, Python range) of the
+distribution installed in the test environment; pip runs with --no-index and --find-links.
+Python is this one (JetPack 6 has 3.10 and JetPack 7 3.12): the resolver's problem is the
+version strings, not the interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "jetpack_pip.py"
+
+
+@dataclass(frozen=True)
+class JetPack:
+    """What a JetPack release puts in the system's site-packages (None: not installed)."""
+
+    torch: str
+    tensorrt: str
+    numpy: str | None
+
+
+# Version strings as NVIDIA and Ubuntu ship them:
+# - torch: NVIDIA's "PyTorch for Jetson Platform" release notes and wheel index
+#   (developer.download.nvidia.com/compute/redist/jp/): JetPack 6.0 jp/v60/pytorch/
+#   torch-2.3.0a0+40ec155e58.nv24.03-cp310-cp310-linux_aarch64.whl (jp/v60dp has the same build
+#   as ...nv24.03.13384722); JetPack 6.1 and 6.2 jp/v61/pytorch/
+#   torch-2.5.0a0+872d972e41.nv24.08.17622132-cp310-cp310-linux_aarch64.whl; JetPack 7 (Thor,
+#   CUDA 13) NGC's PyTorch 25.08 container, 2.8.0a0+34c6371d24.nv25.08, or PyTorch's own CUDA 13
+#   aarch64 wheels (download.pytorch.org/whl/cu130, Thor being an SBSA machine), e.g. 2.9.1+cu130.
+# - tensorrt: the python3-libnvinfer package of each JetPack: 8.6.2 (JetPack 6.0, TensorRT
+#   8.6.2.3), 10.3.0 (6.1/6.2: /usr/lib/python3.10/dist-packages/tensorrt-10.3.0.dist-info),
+#   10.13.3 (7.0, JetPack 7.0 release notes).
+# - numpy: Ubuntu 22.04's python3-numpy 1:1.21.5 (JetPack 6, pulled in by OpenCV's bindings);
+#   NVIDIA's PyTorch-for-Jetson install guide runs pip install numpy=='1.26.1' before torch;
+#   Ubuntu 24.04's python3-numpy 1:1.26.4 (JetPack 7, also NGC 25.08's).
+JETPACKS = {
+    "6.0-ubuntu-numpy": JetPack("2.3.0a0+40ec155e58.nv24.03", "8.6.2", "1.21.5"),
+    "6.1-nvidia-guide-numpy": JetPack("2.5.0a0+872d972e41.nv24.08.17622132", "10.3.0", "1.26.1"),
+    "7-ngc": JetPack("2.8.0a0+34c6371d24.nv25.08", "10.13.3", "1.26.4"),
+    "7-pytorch-cu130-no-numpy": JetPack("2.9.1+cu130", "10.13.3", None),
+}
+
+# Stand-ins for distributions the test environment does not have: jetson-stats (the jetson
+# extra; an sdist on PyPI) with its requirements as released (jetson_stats-7.2.2 PKG-INFO), and
+# the NumPy releases PyPI offers beside the test environment's own.
+EXTRA_STANDINS = [
+    ("jetson-stats", "7.2.2", ["smbus2", "distro", "nvidia-ml-py>=13.595.45"], ">=3.7"),
+    ("smbus2", "0.5.0", [], None),
+    ("distro", "1.9.0", [], ">=3.6"),
+    ("numpy", "1.26.4", [], ">=3.9"),
+    ("numpy", "2.4.6", [], ">=3.11"),
+]
+
+
+def pip_env(wheelhouse: Path) -> dict[str, str]:
+    """The environment for pip: no config files, no index, only ``wheelhouse``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(wheelhouse),
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_CACHE_DIR="1",
+        PYTHONNOUSERSITE="1",
+    )
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def write_wheel(
+    wheelhouse: Path, name: str, version: str, requires: list[str], python: str | None
+) -> None:
+    """A wheel with no code and the metadata pip resolves with."""
+    dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Python: {python}"] if python else []
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    wheel = (
+        "Wheel-Version: 1.0\nGenerator: edgerl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    info = f"{dist}.dist-info"
+    with zipfile.ZipFile(wheelhouse / f"{dist}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{info}/METADATA", "\n".join(meta) + "\n")
+        z.writestr(f"{info}/WHEEL", wheel)
+        z.writestr(f"{info}/RECORD", f"{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
+
+
+def closure(requires: list[str], extras: set[str]) -> dict[str, md.Distribution]:
+    """The distributions that ``requires`` (with ``extras``) need on this Python, as installed
+    here, without torch and numpy (JetPack's, or stand-ins)."""
+    found: dict[str, md.Distribution] = {}
+    todo = [(r, extras) for r in requires]
+    while todo:
+        line, wanted = todo.pop()
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
+            continue
+        if name in found or name in ("torch", "numpy", "edgerl"):
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue  # a stand-in from EXTRA_STANDINS
+        found[name] = dist
+        todo += [(r, set(req.extras)) for r in dist.requires or []]
+    return found
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """edgerl's wheel built from this checkout, and stand-ins for everything it needs."""
+    base = tmp_path_factory.mktemp("install")
+    house = base / "wheels"
+    house.mkdir()
+    src = base / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "edgerl", src / "edgerl", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            house,
+            src,
+        ],
+        capture_output=True,
+        text=True,
+        env=pip_env(house),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    wanted = (md.requires("edgerl") or []) + [r for s in EXTRA_STANDINS for r in s[2]]
+    for dist in closure(wanted, {"jetson"}).values():
+        meta = dist.metadata
+        requires = [r for r in dist.requires or [] if "extra ==" not in r]
+        write_wheel(house, meta["Name"], dist.version, requires, meta.get("Requires-Python"))
+    for name, version, requires, python in EXTRA_STANDINS:
+        write_wheel(house, name, version, requires, python)
+    return house
+
+
+@pytest.fixture(scope="module")
+def template_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with pip and nothing else, copied by each case (making one takes seconds)."""
+    venv = tmp_path_factory.mktemp("template") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    return venv
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def fake_system_site(root: Path, jetpack: JetPack) -> Path:
+    """JetPack's packages as installed distributions (metadata only: pip never imports them)."""
+    site = root / "dist-packages"
+    for name, version in (("torch", jetpack.torch), ("tensorrt", jetpack.tensorrt)) + (
+        (("numpy", jetpack.numpy),) if jetpack.numpy else ()
+    ):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("debian\n")
+    return site
+
+
+def jetson_venv(template: Path, root: Path, jetpack: JetPack) -> Path:
+    """A venv that sees JetPack's packages after its own, as --system-site-packages does."""
+    venv = root / "venv"
+    shutil.copytree(template, venv, symlinks=True)
+    system = fake_system_site(root, jetpack)
+    (site_packages(venv) / "zz-jetpack-system-site.pth").write_text(f"{system}\n")
+    return venv
+
+
+def own(venv: Path) -> dict[str, str]:
+    """Distributions installed in the venv itself (not the system's): name -> version."""
+    out = {}
+    for info in site_packages(venv).glob("*.dist-info"):
+        name, version = info.name[: -len(".dist-info")].rsplit("-", 1)
+        out[canonicalize_name(name)] = version
+    return out
+
+
+def version_seen(venv: Path, name: str) -> str:
+    r = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            f"import importlib.metadata as m; print(m.version({name!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize("jetpack", JETPACKS.values(), ids=JETPACKS.keys())
+def test_jetpack_install_keeps_its_torch_tensorrt_and_numpy(
+    jetpack: JetPack, wheelhouse: Path, template_venv: Path, tmp_path: Path
+):
+    venv = jetson_venv(template_venv, tmp_path, jetpack)
+    wheel = next(wheelhouse.glob("edgerl-*.whl"))
+    pins = tmp_path / "constraints.txt"
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), str(SCRIPT), "--constraints", str(pins), str(wheel)],
+        capture_output=True,
+        text=True,
+        env=pip_env(wheelhouse),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"torch=={jetpack.torch}" in pins.read_text()
+    assert f"tensorrt=={jetpack.tensorrt}" in pins.read_text()
+
+    mine = own(venv)
+    assert "torch" not in mine and "tensorrt" not in mine, mine  # JetPack's, untouched
+    assert {"edgerl", "gymnasium", "ale-py", "click", "rich", "jetson-stats"} <= mine.keys()
+    assert version_seen(venv, "torch") == jetpack.torch
+    numpy = version_seen(venv, "numpy")
+    if jetpack.numpy and Version(jetpack.numpy) >= Version("1.24"):  # new enough: JetPack's is used
+        assert "numpy" not in mine and numpy == jetpack.numpy
+    else:  # too old or missing: a NumPy 1.x of the venv's own, never 2.x
+        assert mine.get("numpy") == numpy == "1.26.4", r.stdout
+    check = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "check"],
+        capture_output=True,
+        text=True,
+        env=pip_env(wheelhouse),
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_jetpack_install_refuses_a_torch_older_than_supported(
+    wheelhouse: Path, template_venv: Path, tmp_path: Path
+):
+    # JetPack 6.0 Developer Preview's torch (NVIDIA's release notes: 2.2.0a0+81ea7a4, 24.01)
+    venv = jetson_venv(template_venv, tmp_path, JetPack("2.2.0a0+81ea7a4.nv24.01", "8.6.2", None))
+    wheel = next(wheelhouse.glob("edgerl-*.whl"))
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), str(SCRIPT), str(wheel)],
+        capture_output=True,
+        text=True,
+        env=pip_env(wheelhouse),
+        timeout=600,
+    )
+    assert r.returncode != 0
+    assert "edgerl needs PyTorch 2.3 or newer" in r.stderr and "2.2.0a0+81ea7a4" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert "gymnasium" not in own(venv)  # stopped before the dependencies
+
+
+def test_dockerfile_and_install_script_install_the_same_way(tmp_path: Path):
+    """Both run scripts/jetpack_pip.py, the step the tests above exercise (there is no docker
+    engine here to build the image)."""
+    dockerfile = (REPO / "docker" / "Dockerfile.jetson").read_text()
+    assert "COPY scripts/jetpack_pip.py ./scripts/" in dockerfile
+    runs = [line for line in dockerfile.splitlines() if "pip" in line and line.startswith("RUN")]
+    assert runs == [
+        "RUN python3 scripts/jetpack_pip.py --constraints /opt/edgerl/constraints.txt . \\"
+    ]
+    # the rest of the image's pip use would bypass the pins
+    assert "pip install" not in dockerfile
+
+    board = REPO / "tests" / "fixtures" / "boards" / "nano_jp4"
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "install.sh"), "--prefix", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "EDGERL_HW_ROOT": str(board)},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    venv = tmp_path / "opt" / "edgerl" / "venv"
+    assert (
+        f"+ {venv}/bin/python {SCRIPT} --quiet --constraints {tmp_path}/opt/edgerl/constraints.txt"
+        f" {REPO}" in r.stdout
+    )
+    assert "pip install" not in r.stdout  # nothing else installs with pip on a Jetson

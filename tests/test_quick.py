@@ -1,0 +1,86 @@
+"""The first run (quick.py): ``edgerl train --quick`` (what ``make run`` runs) picks a game the
+machine learns in minutes, and a long Atari run on a CPU is said to be hopeless at its start."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import torch
+
+from edgerl import quick
+from edgerl.config_parse import tomllib
+
+from .conftest import PONG_FAST, edgerl_cmd
+
+
+def resolved(cli, *args: str) -> dict:
+    r = cli("config", *args)
+    assert r.code == 0, r.err
+    return tomllib.loads(r.out)
+
+
+def test_quick_is_cartpole_on_a_cpu_and_pong_on_a_gpu(cli, monkeypatch):
+    monkeypatch.setattr(quick, "uses_cuda", lambda device: False)
+    cfg = resolved(cli, "--quick")
+    assert cfg["env"]["id"] == "CartPole-v1" and cfg["train"]["steps"] == 60_000
+    monkeypatch.setattr(quick, "uses_cuda", lambda device: device != "cpu")
+    cfg = resolved(cli, "--quick")
+    assert cfg["env"]["id"] == "ALE/Pong-v5" and cfg["train"]["steps"] == 500_000
+    assert cfg["agent"]["train_freq"] == 1 and cfg["env"]["repeat_action_probability"] == 0.0
+    cfg = resolved(cli, "--quick", "--set", "perf.device=cpu")  # a GPU the user does not want
+    assert cfg["env"]["id"] == "CartPole-v1"
+
+
+def test_quick_keeps_what_the_command_line_says(cli, monkeypatch):
+    monkeypatch.setattr(quick, "uses_cuda", lambda device: False)
+    cfg = resolved(cli, "--quick", "--env", "ALE/Breakout-v5")  # its game, Atari's quick values
+    assert cfg["env"]["id"] == "ALE/Breakout-v5" and cfg["train"]["steps"] == 500_000
+    cfg = resolved(cli, "--quick", "--steps", "20k", "--set", "agent.lr=0.001")
+    assert cfg["train"]["steps"] == 20_000 and cfg["agent"]["lr"] == 0.001
+
+
+def test_a_quick_run_ends_by_saying_what_to_look_at_next(cli, monkeypatch, tmp_path):
+    monkeypatch.setattr(quick, "uses_cuda", lambda device: False)
+    run = tmp_path / "first"
+    r = cli("train", "--quick", "--steps", "300", "--run-dir", run, "--quiet")
+    assert r.code == 0, r.err
+    assert f"next: edgerl plot --terminal --run-dir {run}" in r.err
+    assert f"edgerl play --run-dir {run} --episodes 3" in r.err
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [(10_000_000, "about 28 hours"), (100_000_000, "about 12 days"), (500_000, None)],
+)
+def test_how_long_an_atari_run_on_a_cpu_takes(steps, said):
+    sentence = quick.long_run_warning("ALE/Pong-v5", True, torch.device("cpu"), steps)
+    if said is None:
+        assert sentence is None
+    else:
+        assert sentence is not None and said in sentence and "edgerl train --quick" in sentence
+    assert quick.long_run_warning("CartPole-v1", False, torch.device("cpu"), steps) is None
+    assert quick.long_run_warning("ALE/Pong-v5", True, torch.device("cuda", 0), steps) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="says so on a CPU only")
+def test_ten_million_pong_steps_on_a_cpu_are_said_to_take_hours(tmp_path):
+    """What `edgerl train` (Pong, 10M steps) says at its start on a CPU; stopped once said."""
+    args = ["train", *PONG_FAST, "--set", "agent.train_freq=4", "--steps", "10M"]
+    args += ["--run-dir", tmp_path / "pong", "--quiet"]
+    proc = subprocess.Popen(edgerl_cmd(*args), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 240
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "on the CPU take" in line or time.monotonic() > deadline:
+                break
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+    said = "".join(seen)
+    assert "10,000,000 steps of ALE/Pong-v5 on the CPU take about 28 hours" in said, said
+    assert "edgerl train --quick" in said
