@@ -11,6 +11,8 @@ weights as the run's best policy (:mod:`edgerl.best`).
 
 An evaluation still running when the next one is due makes that one skipped (logged): queueing it
 would evaluate weights older than its step says, and a slow policy would pile evaluations up.
+The one due at the run's last step is the exception: it waits for the running one, since training
+is over and the last weights are the ones a user plays.
 
 The thread keeps PyTorch's thread count and the process's priority, measured against the other
 choices on 2 shared cores, training and an evaluation thread alternating every 2 s on a real Pong
@@ -62,7 +64,7 @@ EVAL_COLUMNS = [
 AUTO_MIN_STEPS = 50_000  # eval.every_steps = -1: shorter runs are not evaluated
 AUTO_EVALUATIONS = 20  # ... longer ones about this many times
 STOP_WAIT_S = 5.0  # a stop waits at most this long for the evaluation thread to end
-# A run that reaches train.steps waits this long for an evaluation in progress (usually the one
+# A run that reaches train.steps waits this long in all for evaluations in progress (usually the one
 # of its last step): with the service's watchdog pinged every 60 s, well within its 120 s.
 FINAL_WAIT_S = 30.0
 # Evaluation episodes are seeded apart from training's (env.seed + step at each session start).
@@ -225,6 +227,7 @@ class Evaluator(Hook):
         self._running_step = -1
         self._closed = False
         self._written = False  # no eval.csv until there is a row for it
+        self._final_deadline: float | None = None
 
     @property
     def running(self) -> bool:
@@ -246,6 +249,8 @@ class Evaluator(Hook):
     def on_step(self, run: Run) -> None:
         if run.step >= self._next:
             self._next = (run.step // self.period + 1) * self.period
+            if run.step >= run.cfg.train.steps:
+                self._wait(run)  # the run's last evaluation is never skipped: training is over
             self._begin(run)
 
     def on_tick(self, run: Run, stats: TrainStats) -> None:
@@ -254,18 +259,27 @@ class Evaluator(Hook):
             stats.eval_step, stats.eval_return = latest
 
     def on_end(self, run: Run) -> None:
-        if run.step >= run.cfg.train.steps and self.running:
-            log.info(
-                "waiting up to %.0f s for the evaluation of step %s",
-                FINAL_WAIT_S,
-                f"{self._running_step:,}",
-            )
-            deadline = time.monotonic() + FINAL_WAIT_S
-            while self.running and not run.stop_requested and time.monotonic() < deadline:
-                assert self._thread is not None
-                self._thread.join(0.1)
+        if run.step >= run.cfg.train.steps:
+            self._wait(run)
         self.close()
         self.on_tick(run, run.stats)  # the end's progress line and status show the newest
+
+    def _wait(self, run: Run) -> None:
+        """Wait for the running evaluation to end, or a stop: the run's end waits at most
+        :data:`FINAL_WAIT_S` in all."""
+        if not self.running:
+            return
+        if self._final_deadline is None:
+            self._final_deadline = time.monotonic() + FINAL_WAIT_S
+        deadline = self._final_deadline
+        log.info(
+            "waiting up to %.0f s for the evaluation of step %s",
+            max(0.0, deadline - time.monotonic()),
+            f"{self._running_step:,}",
+        )
+        while self.running and not run.stop_requested and time.monotonic() < deadline:
+            assert self._thread is not None
+            self._thread.join(0.1)
 
     # -- the evaluation thread ---------------------------------------------------------------
 
