@@ -96,26 +96,53 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
         )
 
 
+def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+    """What the learner's memory (DQN's replay, PQN's rollout) needs against what is free on the
+    device it lives on, and a sentence saying so (``edgerl doctor``'s memory line)."""
+    if cfg.agent.algo == "dqn":
+        available, where = available_memory(replay_device(cfg, device))
+        plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        what = (
+            f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
+            f"({plan.bytes_per_transition:,} bytes per transition)"
+        )
+    else:
+        available, where = available_memory(device)
+        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        what = (
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(size)} (no replay)"
+        )
+    return plan, (
+        f"{what}; {fmt_bytes(available)} of {where} memory is free, edgerl uses up to "
+        f"{MEMORY_SHARE:.0%}"
+    )
+
+
+def memory_fix(cfg: Config, plan: MemoryPlan) -> str:
+    """What to change when ``plan`` does not fit."""
+    if cfg.agent.algo == "dqn":
+        return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
+    return "lower env.num_envs or pqn.rollout_steps, or free memory"
+
+
 def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
     one sentence each, before anything is allocated); returns the memory available."""
-    where_to = replay_device(cfg, device) if cfg.agent.algo == "dqn" else device
-    available, where = available_memory(where_to)
+    plan, _ = memory_plan(cfg, spec, device)
     if cfg.agent.algo == "dqn":
-        plan = plan_memory(spec, cfg.replay.capacity, available, where)
         plan.check()
-    else:
-        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
-        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
-        if not plan.fits:
-            raise ReplayMemoryError(
-                f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
-                f"environments needs {fmt_bytes(size)} but only {fmt_bytes(available)} of "
-                f"{where} memory is available, of which edgerl uses at most {MEMORY_SHARE:.0%}; "
-                "lower env.num_envs or pqn.rollout_steps"
-            )
+    elif not plan.fits:
+        raise ReplayMemoryError(
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(plan.total_bytes)} but only "
+            f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
+            f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
+        )
+    where_to = replay_device(cfg, device) if cfg.agent.algo == "dqn" else device
     check_env_memory(spec, cfg.env.num_envs, plan, where_to)
-    return available
+    return plan.available_bytes
 
 
 def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:

@@ -205,6 +205,17 @@ def test_a_replay_that_does_not_fit_fails_with_the_capacity_that_would(cli):
     assert replay["status"] == "fail" and "set replay.capacity to at most" in replay["fix"]
 
 
+def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli):
+    r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "replay.capacity=2000000000")
+    memory = checks_of(r.out)["replay memory"]
+    assert memory["status"] == "pass", memory  # PQN keeps no replay: its capacity is not used
+    assert "a PQN rollout of" in memory["found"] and "(no replay)" in memory["found"]
+    assert memory["data"]["algo"] == "pqn"
+    r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "pqn.rollout_steps=10000")
+    memory = checks_of(r.out)["replay memory"]
+    assert memory["status"] == "fail" and "lower env.num_envs" in memory["fix"], memory
+
+
 def test_more_torch_threads_than_free_cpus_is_a_warning_with_the_fix(cli):
     r = cli("doctor", "--json", *SMALL_REPLAY, "--set", "perf.threads=256")
     threads = checks_of(r.out)["cpu threads"]

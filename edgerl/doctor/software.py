@@ -231,31 +231,22 @@ def check_threads(ctx: Context) -> Check:
 
 
 def check_replay_memory(ctx: Context) -> Check:
-    """Whether the configured replay fits in the memory of the device it would live on."""
-    from edgerl.device import resolve_device
-    from edgerl.replay_memory import MEMORY_SHARE, available_memory, fmt_bytes, plan_memory
+    """Whether the learner's memory (DQN's replay, PQN's rollout) fits on its device."""
+    from edgerl.factory import memory_fix, memory_plan
 
     spec, cfg, device = ctx.spec, ctx.cfg, ctx.device
     if spec is None or device is None:
         return Check("replay memory", "skip", "needs the game and a device (see above)")
-    where_to = device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
-    available, where = available_memory(where_to)
-    plan = plan_memory(spec, cfg.replay.capacity, available, where)
-    found = (
-        f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
-        f"({plan.bytes_per_transition:,} bytes per transition); {fmt_bytes(available)} of "
-        f"{where} memory is free, edgerl uses up to {MEMORY_SHARE:.0%}"
-    )
-    data = {"capacity": plan.capacity, "bytes": plan.total_bytes, "available_bytes": available}
+    plan, found = memory_plan(cfg, spec, device)
+    data = {
+        "algo": cfg.agent.algo,
+        "capacity": plan.capacity,
+        "bytes": plan.total_bytes,
+        "available_bytes": plan.available_bytes,
+    }
     if plan.fits:
         return Check("replay memory", "pass", found, data=data)
-    return Check(
-        "replay memory",
-        "fail",
-        found,
-        f"set replay.capacity to at most {plan.max_capacity:,}, or free memory",
-        data,
-    )
+    return Check("replay memory", "fail", found, memory_fix(cfg, plan), data)
 
 
 def check_onnx(ctx: Context) -> Check:
