@@ -10,7 +10,8 @@ over every row.
 
 A resumed run keeps appending to the same files and ``wall_s`` counts training time across its
 sessions. Lines that cannot be read are skipped (and named once in the log, see
-:mod:`edgerl.csvread`), and where a session resumed from a checkpoint older than the newest rows,
+:mod:`edgerl.files.csvread`), and where a session resumed from a checkpoint older than the newest
+rows,
 its rows replace the ones they overlap.
 """
 
@@ -27,8 +28,8 @@ from typing import Protocol
 
 import numpy as np
 
-from edgerl.csvread import CsvReader
 from edgerl.errors import RunDirError
+from edgerl.files.csvread import CsvReader
 
 log = logging.getLogger(__name__)
 

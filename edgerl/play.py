@@ -23,12 +23,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from edgerl.checkpoint import CheckpointStore, load
 from edgerl.config import EnvConfig, from_dict
 from edgerl.device import resolve_device
-from edgerl.envs import EnvSpec, VecEnv, make_env
 from edgerl.errors import CheckpointError, EnvError
-from edgerl.nets import NatureCNN, build_q_network
+from edgerl.files.checkpoint import CheckpointStore, load
+from edgerl.learn.envs import EnvSpec, VecEnv, make_env
+from edgerl.learn.nets import NatureCNN, build_q_network
 from edgerl.record import Recorder, Recording, open_recorder
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from edgerl.atomic import temp_path
 from edgerl.curves import WINDOW, RunCurves, Series
 from edgerl.errors import MissingDependencyError, OutputError
+from edgerl.files.atomic import temp_path
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
 EVAL_MARKS = "EFGHJKLM"  # its evaluations

@@ -30,9 +30,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from edgerl.atomic import TEMP_NAME, fsync_dir, temp_path
 from edgerl.errors import EdgerlError, MissingDependencyError
-from edgerl.processes import pid_alive
+from edgerl.files.atomic import TEMP_NAME, fsync_dir, temp_path
+from edgerl.files.processes import pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import torch
 
 from edgerl.config import build_layers, resolve
 from edgerl.display.stream import FrameMeta
-from edgerl.replay_sample import Batch
+from edgerl.learn.replay_sample import Batch
 
 CUDA = torch.cuda.is_available()
 CPU, GPU = torch.device("cpu"), torch.device("cuda")

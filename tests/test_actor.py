@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgerl.actor import Actor, ActorWeights
-from edgerl.nets import MLP, NatureCNN
+from edgerl.learn.actor import Actor, ActorWeights
+from edgerl.learn.nets import MLP, NatureCNN
 
 from .helpers import CUDA, GPU
 

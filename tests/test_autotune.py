@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgerl.autotune import ActorMeasurement, choose, predict
-from edgerl.train import Trainer
+from edgerl.measure.autotune import ActorMeasurement, choose, predict
+from edgerl.run.train import Trainer
 
 from .helpers import pong_config
 

@@ -84,7 +84,7 @@ def test_bench_json(cli):
     ],
 )
 def test_a_loops_share_of_the_limit_is_at_most_one(sps, limit, share, says):
-    from edgerl.bench import share_of_limit
+    from edgerl.measure.bench import share_of_limit
 
     got, note = share_of_limit(sps, limit)
     assert got == pytest.approx(share) and (says in note if says else note == "")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from edgerl.best import BEST_NAME, best_evaluation, save_best
-from edgerl.checkpoint import load
+from edgerl.files.checkpoint import load
 from edgerl.play import TorchPolicy
+from edgerl.run.best import BEST_NAME, best_evaluation, save_best
 
 from .conftest import run_edgerl
 

@@ -10,14 +10,14 @@ import textwrap
 import pytest
 import torch
 
-from edgerl.checkpoint import (
+from edgerl.errors import CheckpointError
+from edgerl.files.checkpoint import (
     HEADER,
     CheckpointStore,
     CheckpointWriteError,
     list_checkpoints,
     load,
 )
-from edgerl.errors import CheckpointError
 
 
 def state(step: int) -> dict:
@@ -104,7 +104,7 @@ def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
     """A real failed write (file-size limit, like a full disk): no temp file, old one intact."""
     script = textwrap.dedent(f"""
         import resource, signal, torch
-        from edgerl.checkpoint import CheckpointStore, CheckpointWriteError
+        from edgerl.files.checkpoint import CheckpointStore, CheckpointWriteError
         store = CheckpointStore(__import__("pathlib").Path({str(tmp_path)!r}), keep=3)
         store.save({{"w": torch.zeros(10)}}, 1)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from edgerl.checkpoint import list_checkpoints
-from edgerl.notify import Notifier, watchdog_interval_s
+from edgerl.files.checkpoint import list_checkpoints
+from edgerl.run.notify import Notifier, watchdog_interval_s
 
 from .conftest import REPO, edgerl_cmd
 
@@ -262,13 +262,13 @@ def test_a_crash_in_the_loop_checkpoints_restores_clocks_and_fails(tmp_path, not
     runner = _fault_runner(
         tmp_path,
         """
-        import edgerl.dqn
-        original = edgerl.dqn.DQN.learn
+        import edgerl.learn.dqn
+        original = edgerl.learn.dqn.DQN.learn
         def learn(self, replay, step, n=1):
             if self.updates >= 5:
                 raise RuntimeError("simulated CUDA error")
             return original(self, replay, step, n)
-        edgerl.dqn.DQN.learn = learn
+        edgerl.learn.dqn.DQN.learn = learn
     """,
     )
     proc = start_daemon(service_config(tmp_path), notify, *runner)
@@ -287,16 +287,16 @@ def test_disk_full_while_checkpointing_keeps_training_and_retries(tmp_path, noti
     runner = _fault_runner(
         tmp_path,
         """
-        import errno, edgerl.checkpoint, edgerl.train
-        edgerl.train.CHECKPOINT_RETRY_S = 1.0
-        original = edgerl.checkpoint.write_atomic
+        import errno, edgerl.files.checkpoint, edgerl.run.train
+        edgerl.run.train.CHECKPOINT_RETRY_S = 1.0
+        original = edgerl.files.checkpoint.write_atomic
         failures = [2]
         def write_atomic(path, data):
             if path.suffix == ".ckpt" and failures[0] > 0:
                 failures[0] -= 1
                 raise OSError(errno.ENOSPC, "No space left on device")
             return original(path, data)
-        edgerl.checkpoint.write_atomic = write_atomic
+        edgerl.files.checkpoint.write_atomic = write_atomic
     """,
     )
     cfg = service_config(tmp_path)

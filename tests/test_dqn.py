@@ -8,11 +8,11 @@ import copy
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
-from edgerl.dqn import DQN
-from edgerl.envs import EnvSpec
 from edgerl.export.common import collect_observations
-from edgerl.nets import MLP, NatureCNN
-from edgerl.replay_sample import example_batch
+from edgerl.learn.dqn import DQN
+from edgerl.learn.envs import EnvSpec
+from edgerl.learn.nets import MLP, NatureCNN
+from edgerl.learn.replay_sample import example_batch
 
 from .helpers import random_batch
 

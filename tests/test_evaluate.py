@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgerl.checkpoint import load
 from edgerl.config import Config, EvalConfig, build_layers, resolve
-from edgerl.envs import probe
-from edgerl.evaluate import EVAL_COLUMNS, eval_period, evaluate
-from edgerl.nets import build_q_network
+from edgerl.files.checkpoint import load
+from edgerl.learn.envs import probe
+from edgerl.learn.nets import build_q_network
 from edgerl.play import newest_checkpoint
+from edgerl.run.evaluate import EVAL_COLUMNS, eval_period, evaluate
 
 from .conftest import edgerl_cmd
 
@@ -164,12 +164,12 @@ def test_auto_evaluates_runs_of_50000_steps_or_more_twenty_times():
 
 
 def test_an_evaluation_that_fails_is_one_log_line_and_training_goes_on(cli, tmp_path, monkeypatch):
-    import edgerl.evaluate
+    import edgerl.run.evaluate
 
     def broken(*args, **kwargs):
         raise RuntimeError("no emulator for you")
 
-    monkeypatch.setattr(edgerl.evaluate, "play", broken)
+    monkeypatch.setattr(edgerl.run.evaluate, "play", broken)
     run = tmp_path / "run"
     r = train(cli, run, 600, "eval.every_steps=200")
     failed = "evaluation at step 200 failed (RuntimeError: no emulator for you); training goes on"

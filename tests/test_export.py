@@ -70,7 +70,7 @@ def test_onnx_export_is_checked_against_pytorch(cli, pong_run):
 
 
 def test_sidecar_contents(pong_run):
-    from edgerl.checkpoint import file_sha256
+    from edgerl.files.checkpoint import file_sha256
     from edgerl.play import newest_checkpoint
 
     ckpt = newest_checkpoint(pong_run)

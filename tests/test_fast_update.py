@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
-from edgerl.dqn import DQN
-from edgerl.nets import MLP, NatureCNN
-from edgerl.replay_sample import Batch
+from edgerl.learn.dqn import DQN
+from edgerl.learn.nets import MLP, NatureCNN
+from edgerl.learn.replay_sample import Batch
 
 from .helpers import CPU, CUDA, GPU, random_batch
 
@@ -117,7 +117,7 @@ def test_compiling_the_update_prints_no_profiler_warning():
 
     code = (
         "import torch\n"
-        "from edgerl.fast_update import quiet_profiler_notes\n"
+        "from edgerl.learn.fast_update import quiet_profiler_notes\n"
         "quiet_profiler_notes()\n"
         "def f(x):\n"
         "    with torch.autograd.profiler.record_function('marker'):\n"
@@ -136,9 +136,9 @@ def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministi
     that sample from the same replay with the same CUDA seed: the same losses and weights."""
     import numpy as np
 
-    from edgerl.envs import EnvSpec
-    from edgerl.replay import ReplayBuffer
-    from edgerl.replay_sample import example_batch
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.replay import ReplayBuffer
+    from edgerl.learn.replay_sample import example_batch
 
     spec = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, ("NOOP",) * 6)
     replay = ReplayBuffer(spec, 4 * 512, 4, GPU, seed=0, n_step=3)

@@ -23,12 +23,12 @@ import numpy as np
 import psutil
 import pytest
 
-from edgerl.atomic import TEMP_NAME
-from edgerl.checkpoint import list_checkpoints, load
 from edgerl.config import EnvConfig
-from edgerl.envs import make_env, probe
 from edgerl.errors import EnvMemoryError
-from edgerl.replay_memory import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
+from edgerl.files.atomic import TEMP_NAME
+from edgerl.files.checkpoint import list_checkpoints, load
+from edgerl.learn.envs import make_env, probe
+from edgerl.learn.replay_memory import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
 
 from .conftest import PONG_FAST, REPO, edgerl_cmd
 from .test_daemon import notify, service_config, start_daemon  # noqa: F401 - notify: a fixture
@@ -116,7 +116,7 @@ def start_writer(target: Path, ready: Path) -> subprocess.Popen:
     script = textwrap.dedent("""
         import os, sys, time
         from pathlib import Path
-        from edgerl import atomic
+        from edgerl.files import atomic
         def hold(fd):
             Path(sys.argv[3]).write_text("writing")
             time.sleep(3600)
@@ -158,7 +158,7 @@ def test_partial_writes_of_killed_writers_are_removed_at_start_and_live_ones_kep
 
 
 def test_a_leftover_of_a_dead_pid_is_removed_and_one_of_a_live_process_is_not(tmp_path):
-    from edgerl.atomic import remove_stale_temps
+    from edgerl.files.atomic import remove_stale_temps
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=WAIT_S)

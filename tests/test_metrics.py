@@ -9,7 +9,7 @@ import select
 import struct
 import time
 
-from edgerl.metrics import ConsoleProgress, TrainStats, progress_fields
+from edgerl.run.metrics import ConsoleProgress, TrainStats, progress_fields
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

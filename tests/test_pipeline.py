@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgerl.dqn import DQN
-from edgerl.pipeline import resolve_pipeline
-from edgerl.train import Trainer
+from edgerl.learn.dqn import DQN
+from edgerl.learn.pipeline import resolve_pipeline
+from edgerl.run.train import Trainer
 
 from .helpers import CPU, GPU, pong_config
 
@@ -34,7 +34,7 @@ def test_async_replay_ratio_is_exact_and_lag_bounded(tmp_path, num_envs):
 
 
 def test_sync_mode_is_deterministic(tmp_path):
-    from edgerl.checkpoint import load
+    from edgerl.files.checkpoint import load
     from edgerl.play import newest_checkpoint
 
     weights = []
@@ -77,7 +77,7 @@ def test_the_async_actor_never_waits_for_the_learners_gpu_work(tmp_path, monkeyp
     see event waits, so they are counted here)."""
     import threading
 
-    from edgerl.hooks import Hook
+    from edgerl.run.hooks import Hook
 
     main = threading.main_thread()
     waits: list[str] = []

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from edgerl import quick
 from edgerl.config_parse import tomllib
+from edgerl.run import quick
 
 from .conftest import PONG_FAST, edgerl_cmd
 

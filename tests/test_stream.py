@@ -26,7 +26,7 @@ from edgerl.display.stream import (
     shm_path,
     slot_size,
 )
-from edgerl.envs import EnvSpec
+from edgerl.learn.envs import EnvSpec
 
 from .conftest import PONG_FAST, stop
 from .helpers import ACTIONS, frame_for, meta_for

@@ -91,23 +91,29 @@ def test_the_import_graph_reads_imports_inside_functions_and_under_type_checking
     src.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from edgerl.train import Trainer\n"
+        "    from edgerl.run.train import Trainer\n"
         "def f():\n"
         "    from edgerl.hw import clocks\n"
-        "    import edgerl.replay\n"
+        "    import edgerl.learn.replay\n"
     )
-    known = {"edgerl.train", "edgerl.hw", "edgerl.hw.clocks", "edgerl.replay", "edgerl.config"}
+    known = {
+        "edgerl.run.train",
+        "edgerl.hw",
+        "edgerl.hw.clocks",
+        "edgerl.learn.replay",
+        "edgerl.config",
+    }
     assert imported("edgerl.demo", src, known) == {
-        "edgerl.train",
+        "edgerl.run.train",
         "edgerl.hw",  # its __init__ runs before edgerl.hw.clocks
         "edgerl.hw.clocks",
-        "edgerl.replay",
+        "edgerl.learn.replay",
     }
     # a module's own package has been imported before it: not an edge
     assert imported("edgerl.hw.monitor", src, known) == {
-        "edgerl.train",
+        "edgerl.run.train",
         "edgerl.hw.clocks",
-        "edgerl.replay",
+        "edgerl.learn.replay",
     }
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
@@ -125,3 +131,15 @@ def test_no_module_is_over_500_lines():
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines (split them along a seam): {long}"
+
+
+def test_the_learning_code_knows_nothing_of_runs_files_or_commands():
+    """edgerl.learn is what a learner needs and no more: settings, the device and errors. A new
+    learner is written there without reading how runs, files or commands work."""
+    allowed = {"edgerl.config", "edgerl.device", "edgerl.errors"}
+    outside = {
+        name: sorted(b for b in imports if not b.startswith("edgerl.learn") and b not in allowed)
+        for name, imports in import_graph().items()
+        if name.startswith("edgerl.learn")
+    }
+    assert not any(outside.values()), {k: v for k, v in outside.items() if v}

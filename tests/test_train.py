@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgerl.checkpoint import list_checkpoints, load
-from edgerl.rundir import RunDir
+from edgerl.files.checkpoint import list_checkpoints, load
+from edgerl.run.rundir import RunDir
 
 from .conftest import PONG_FAST, edgerl_cmd
 
@@ -214,7 +214,7 @@ def test_ale_async_batches_train_and_store_every_environment(tmp_path):
     """env.batch_size below env.num_envs: the loop acts on whichever environments finish first;
     every environment's ring fills, each stored transition is a real one (its next observation
     is its observation one frame on), and the steps count env steps, not rows."""
-    from edgerl.train import Trainer
+    from edgerl.run.train import Trainer
 
     from .helpers import pong_config
 

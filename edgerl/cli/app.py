@@ -14,7 +14,7 @@ import click
 
 from edgerl import __version__
 from edgerl.errors import EdgerlError
-from edgerl.logs import setup_logging
+from edgerl.files.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 

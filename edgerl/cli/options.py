@@ -126,7 +126,7 @@ def build_config(
     }
     layers = build_layers(config_file, overrides, shortcuts)
     if quick:  # over the files, under what the command line says
-        from edgerl.quick import quick_layer
+        from edgerl.run.quick import quick_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
@@ -139,7 +139,7 @@ def with_game(cfg: Config) -> Config:
     """The game spelled as registered (``ALE/pong-v5`` names ``runs/Pong-v5``), and, when no
     game was given but the run directory holds a run, that run's game: resuming needs no --env."""
     from edgerl.config import with_values
-    from edgerl.envs import canonical_id
+    from edgerl.learn.envs import canonical_id
 
     if "env.id" in cfg.explicit:
         canonical = canonical_id(cfg.env.id)
@@ -169,8 +169,8 @@ def default_status_dir() -> Path:
     sets it, else the service's run, else the newest under ``./runs``; raises RunDirError."""
     from edgerl.config import build_layers, resolve
     from edgerl.errors import RunDirError
-    from edgerl.rundir import service_state_dir
-    from edgerl.status import find_status_dirs
+    from edgerl.run.rundir import service_state_dir
+    from edgerl.run.status import find_status_dirs
 
     cfg = resolve(build_layers())
     if "train.run_dir" in cfg.explicit:
@@ -189,9 +189,9 @@ def default_status_dir() -> Path:
 def default_policy_run() -> Path:
     """The run ``play`` and ``export`` use when given none: the service's run if it has
     checkpoints, else the newest run under ``./runs`` that has them; raises CheckpointError."""
-    from edgerl.daemon import daemon_config
     from edgerl.errors import CheckpointError
-    from edgerl.rundir import service_state_dir
+    from edgerl.run.daemon import daemon_config
+    from edgerl.run.rundir import service_state_dir
 
     service_run = Path(daemon_config(None).train.run_dir)
     if (service_run / "checkpoints").is_dir():

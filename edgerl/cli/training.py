@@ -10,7 +10,7 @@ import click
 
 from edgerl.cli.app import cli
 from edgerl.cli.options import build_config, config_options, default_status_dir
-from edgerl.logs import setup_logging
+from edgerl.files.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 
@@ -40,7 +40,7 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
-    from edgerl.signals import StoppedDuringSetup, StopRequest, stop_on_signals
+    from edgerl.run.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
     stop = StopRequest()
     try:
@@ -49,9 +49,9 @@ def train(
         # swallows one raised in its import of numpy, leaving numpy half-built for later).
         with stop_on_signals(stop.set) as received:
             from edgerl.device import describe_threads
-            from edgerl.metrics import check_extras
-            from edgerl.quick import long_run_warning
-            from edgerl.session import training_session
+            from edgerl.run.metrics import check_extras
+            from edgerl.run.quick import long_run_warning
+            from edgerl.run.session import training_session
 
             cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick)
             setup_logging(ctx.obj["debug"], cfg.log.level)
@@ -107,7 +107,7 @@ def train(
 @click.pass_context
 def daemon(ctx: click.Context, config_file: Path | None) -> None:
     """Run as the edgerl service (systemd Type=notify): train, checkpoint, restore clocks."""
-    from edgerl.daemon import run
+    from edgerl.run.daemon import run
 
     ctx.exit(run(config_file, debug=ctx.obj["debug"]))
 
@@ -126,7 +126,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
     Exit code 0 while it runs or once it has finished (reached train.steps), 3 when it stopped
     before that, is not running or its status is stale, 2 when its status cannot be read.
     """
-    from edgerl.status import describe, disk_full, liveness, read_status
+    from edgerl.run.status import describe, disk_full, liveness, read_status
 
     if run_dir is None:
         run_dir = default_status_dir()
@@ -172,7 +172,7 @@ def config_cmd(
     """Print the resolved config (TOML), presets for the environment included."""
     from edgerl.config_docs import reference_markdown, reference_text
     from edgerl.config_presets import apply_presets, check_consistency
-    from edgerl.envs import probe
+    from edgerl.learn.envs import probe
 
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)

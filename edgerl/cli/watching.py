@@ -17,7 +17,7 @@ def check_readable(run_dir: Path) -> None:
     """Refuse a run this user may not read, in one sentence that says how to get access
     (without it the viewer could only say that no frame came). Raises RunDirError."""
     from edgerl.errors import RunDirError
-    from edgerl.status import STATUS_FILE
+    from edgerl.run.status import STATUS_FILE
 
     for path in (run_dir, run_dir / STATUS_FILE):
         try:

@@ -35,7 +35,7 @@ from edgerl.display.stream import (
     slot_size,
 )
 from edgerl.errors import EdgerlError
-from edgerl.processes import pid_alive
+from edgerl.files.processes import pid_alive
 
 
 @dataclass

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerl.atomic import write_atomic
 from edgerl.config import DisplayConfig
-from edgerl.envs import EnvSpec
+from edgerl.files.atomic import write_atomic
+from edgerl.learn.envs import EnvSpec
 
 log = logging.getLogger(__name__)
 

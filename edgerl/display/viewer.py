@@ -35,9 +35,9 @@ from edgerl.display.reader import (
 from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
 from edgerl.display.stream import POINTER_FILE
 from edgerl.errors import EdgerlError
-from edgerl.processes import pid_alive
-from edgerl.rundir import trainer_of
-from edgerl.status import liveness, read_status
+from edgerl.files.processes import pid_alive
+from edgerl.run.rundir import trainer_of
+from edgerl.run.status import liveness, read_status
 
 log = logging.getLogger(__name__)
 

@@ -134,7 +134,7 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
 def _deep_spec(ctx: Context) -> Any:
     from edgerl.config import with_values
     from edgerl.config_presets import apply_presets
-    from edgerl.envs import probe
+    from edgerl.learn.envs import probe
 
     spec = ctx.spec if ctx.spec is not None and ctx.spec.has_frames else probe(DEEP_ENV)
     cfg = (
@@ -148,9 +148,9 @@ def _deep_spec(ctx: Context) -> Any:
 def check_replay(ctx: Context, state: DeepState) -> Check:
     """A replay on the device, filled from the real game, and batches sampled from it."""
     from edgerl.device import indexed
-    from edgerl.envs import make_env
-    from edgerl.replay import ReplayBuffer
-    from edgerl.replay_memory import fmt_bytes
+    from edgerl.learn.envs import make_env
+    from edgerl.learn.replay import ReplayBuffer
+    from edgerl.learn.replay_memory import fmt_bytes
 
     started = time.monotonic()
     state.spec, state.cfg = spec, cfg = _deep_spec(ctx)
@@ -197,8 +197,8 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
 
 def run_mode(state: DeepState, mode: Mode) -> Outcome:
     """The updates of one mode, from the shared initial weights, on the shared batches."""
-    from edgerl.dqn import DQN
-    from edgerl.nets import build_q_network
+    from edgerl.learn.dqn import DQN
+    from edgerl.learn.nets import build_q_network
 
     spec, cfg = state.spec, state.cfg
     if state.init is None:
@@ -268,7 +268,7 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
 
 def _checkpoint(state: DeepState) -> Path:
     """A real checkpoint of the eager learner after its updates, as training writes one."""
-    from edgerl.checkpoint import CheckpointStore
+    from edgerl.files.checkpoint import CheckpointStore
 
     if state.checkpoint is not None:
         return state.checkpoint

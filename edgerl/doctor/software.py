@@ -108,7 +108,7 @@ def check_gpu(ctx: Context) -> Check:
     import torch
 
     from edgerl.device import fast_fp16
-    from edgerl.replay_memory import fmt_bytes
+    from edgerl.learn.replay_memory import fmt_bytes
 
     device = ctx.device
     if device is None or device.type != "cuda":
@@ -188,7 +188,7 @@ def check_game(ctx: Context) -> Check:
     import ale_py
 
     from edgerl.config_presets import apply_presets, check_consistency
-    from edgerl.envs import probe
+    from edgerl.learn.envs import probe
 
     spec = probe(ctx.cfg.env.id)
     cfg = apply_presets(ctx.cfg, spec.kind)
@@ -232,7 +232,7 @@ def check_threads(ctx: Context) -> Check:
 
 def check_replay_memory(ctx: Context) -> Check:
     """Whether the learner's memory (DQN's replay, PQN's rollout) fits on its device."""
-    from edgerl.factory import memory_fix, memory_plan
+    from edgerl.learn.factory import memory_fix, memory_plan
 
     spec, cfg, device = ctx.spec, ctx.cfg, ctx.device
     if spec is None or device is None:

@@ -14,8 +14,8 @@ import numpy as np
 
 from edgerl import __version__
 from edgerl.config import EnvConfig
-from edgerl.envs import make_env
 from edgerl.errors import EdgerlError
+from edgerl.learn.envs import make_env
 
 INPUT = "obs"
 OUTPUTS = ("q_values", "action")
@@ -56,7 +56,7 @@ class Sidecar:
 
     def env_spec(self) -> Any:
         """The EnvSpec of the game this policy plays."""
-        from edgerl.envs import EnvSpec
+        from edgerl.learn.envs import EnvSpec
 
         return EnvSpec(
             self.env_id,

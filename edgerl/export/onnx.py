@@ -23,7 +23,7 @@ from torch import nn
 
 from edgerl.errors import MissingDependencyError
 from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar
-from edgerl.nets import build_q_network
+from edgerl.learn.nets import build_q_network
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.atomic import fsync_dir, temp_path, write_atomic
-from edgerl.checkpoint import file_sha256
 from edgerl.export.common import (
     Agreement,
     ExportError,
@@ -30,6 +28,8 @@ from edgerl.export.common import (
     latency_us,
     sidecar_path,
 )
+from edgerl.files.atomic import fsync_dir, temp_path, write_atomic
+from edgerl.files.checkpoint import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +143,8 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
     The ONNX file and its sidecar get their names only once ONNX Runtime agreed with PyTorch on
     them: an export that fails its check or is interrupted leaves nothing under those names."""
     from edgerl.export.onnx import OnnxPolicy, export_onnx, require_onnx
+    from edgerl.learn.envs import short_env_name
     from edgerl.play import TorchPolicy
-    from edgerl.rundir import short_env_name
 
     require_onnx()  # say at once when onnx or ONNX Runtime is missing, before any work
     if req.trt:  # say at once when TensorRT or a GPU is missing, before any work

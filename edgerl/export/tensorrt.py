@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.atomic import write_atomic
 from edgerl.device import fast_fp16
 from edgerl.errors import EdgerlError
 from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, check_batch, slug
+from edgerl.files.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from edgerl.atomic import write_atomic
 from edgerl.config import HwConfig
 from edgerl.errors import HardwareError
+from edgerl.files.atomic import write_atomic
 from edgerl.hw.platform import Platform, detect, hw_path
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,11 @@ from types import TracebackType
 from typing import Any
 
 from edgerl.config import Config, HwConfig
-from edgerl.hooks import Hook, Run
+from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.hw.load_sources import LoadSource, ProcfsSource, open_source
 from edgerl.hw.tegrastats import LoadRecord, format_line
-from edgerl.metrics import TrainStats
-from edgerl.sidefiles import AppendFile, SideFiles, csv_line
+from edgerl.run.hooks import Hook, Run
+from edgerl.run.metrics import TrainStats
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,203 @@
+"""Building a training run's parts from its config: the learner ``agent.algo`` names, its memory
+(a replay for DQN, a rollout for PQN; the memory checked first), and the pipeline with its actor.
+
+The trainer, ``edgerl bench``, autotune and ``edgerl doctor`` build learners here, so what they
+measure is what trains. A new learner is a module with a class following
+:class:`~edgerl.learn.learner.Learner` and one entry in :data:`LEARNERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgerl.config import Config
+from edgerl.device import resolve_device
+from edgerl.errors import ConfigError, ReplayMemoryError
+from edgerl.learn.actor import Actor, ActorWeights
+from edgerl.learn.dqn import DQN
+from edgerl.learn.envs import EnvSpec
+from edgerl.learn.fast_update import may_compile, spare_dynamo_import
+from edgerl.learn.learner import Learner
+from edgerl.learn.nets import build_q_network
+from edgerl.learn.pipeline import (
+    Learning,
+    make_learning,
+    resolve_updates_per_launch,
+    wants_double_weights,
+)
+from edgerl.learn.pqn import PQN
+from edgerl.learn.replay import ReplayBuffer
+from edgerl.learn.replay_memory import (
+    MEMORY_SHARE,
+    MemoryPlan,
+    available_memory,
+    check_env_memory,
+    fmt_bytes,
+    plan_memory,
+)
+from edgerl.learn.replay_sample import example_batch
+from edgerl.learn.rollout import RolloutBuffer, rollout_bytes
+
+
+def replay_device(cfg: Config, device: torch.device) -> torch.device:
+    """Where the replay lives: ``replay.device``, by default the learner's device."""
+    return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+
+
+def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
+    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
+    return build_q_network(spec, cfg.agent.hidden, layer_norm=cfg.agent.algo == "pqn")
+
+
+def _dqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    return DQN(q_network(cfg, spec), cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
+
+
+def _pqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    net = q_network(cfg, spec)
+    n = cfg.env.num_envs
+    return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+
+
+# agent.algo -> the function that builds that learner
+LEARNERS: dict[str, Callable[[Config, EnvSpec, torch.device], Learner]] = {
+    "dqn": _dqn,
+    "pqn": _pqn,
+}
+
+
+def check_setup(cfg: Config, spec: EnvSpec) -> None:
+    """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
+    if cfg.agent.algo == "pqn":
+        if cfg.perf.pipeline == "async":
+            raise ConfigError(
+                "perf.pipeline=async needs agent.algo=dqn: PQN learns from each rollout before "
+                "collecting the next (set perf.pipeline to auto or sync)"
+            )
+        if cfg.perf.autotune:
+            raise ConfigError(
+                "perf.autotune balances the actor against DQN's updates; with agent.algo=pqn "
+                "set env.num_envs yourself (the preset's 128 for Atari, 32 for vector tasks)"
+            )
+        if cfg.env.batch_size:
+            raise ConfigError(
+                "env.batch_size needs agent.algo=dqn: a PQN rollout steps every environment "
+                "together (set env.batch_size to 0)"
+            )
+    if cfg.env.batch_size and not spec.has_frames:
+        raise ConfigError(
+            f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
+            f"{cfg.env.id}; set it to 0"
+        )
+
+
+def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+    """What the learner's memory (DQN's replay, PQN's rollout) needs against what is free on the
+    device it lives on, and a sentence saying so (``edgerl doctor``'s memory line)."""
+    if cfg.agent.algo == "dqn":
+        available, where = available_memory(replay_device(cfg, device))
+        plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        what = (
+            f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
+            f"({plan.bytes_per_transition:,} bytes per transition)"
+        )
+    else:
+        available, where = available_memory(device)
+        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        what = (
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(size)} (no replay)"
+        )
+    return plan, (
+        f"{what}; {fmt_bytes(available)} of {where} memory is free, edgerl uses up to "
+        f"{MEMORY_SHARE:.0%}"
+    )
+
+
+def memory_fix(cfg: Config, plan: MemoryPlan) -> str:
+    """What to change when ``plan`` does not fit."""
+    if cfg.agent.algo == "dqn":
+        return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
+    return "lower env.num_envs or pqn.rollout_steps, or free memory"
+
+
+def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
+    """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
+    one sentence each, before anything is allocated); returns the memory available."""
+    plan, _ = memory_plan(cfg, spec, device)
+    if cfg.agent.algo == "dqn":
+        plan.check()
+    elif not plan.fits:
+        raise ReplayMemoryError(
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(plan.total_bytes)} but only "
+            f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
+            f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
+        )
+    where_to = replay_device(cfg, device) if cfg.agent.algo == "dqn" else device
+    check_env_memory(spec, cfg.env.num_envs, plan, where_to)
+    return plan.available_bytes
+
+
+def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
+    if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
+        spare_dynamo_import()
+    return LEARNERS[cfg.agent.algo](cfg, spec, device)
+
+
+def build_memory(
+    cfg: Config, spec: EnvSpec, device: torch.device, available: int | None = None
+) -> Any:
+    """What the learner learns from: DQN's replay (on its device, feeding the learner on
+    ``device``) or PQN's rollout."""
+    if cfg.agent.algo == "pqn":
+        return RolloutBuffer(spec, cfg.env.num_envs, cfg.pqn.rollout_steps, device)
+    return ReplayBuffer(
+        spec,
+        cfg.replay.capacity,
+        cfg.env.num_envs,
+        replay_device(cfg, device),
+        cfg.env.seed + 1,
+        available,
+        out_device=device,
+        n_step=cfg.agent.n_step,
+        gamma=cfg.agent.gamma,
+    )
+
+
+def build_learning(
+    cfg: Config,
+    spec: EnvSpec,
+    learner: Learner,
+    memory: Any,
+    actor_rng: np.random.Generator,
+    remaining_updates: int,
+) -> Learning:
+    """Make the learner fast (DQN: a CUDA graph that samples ``perf.updates_per_launch``
+    batches per launch, or torch.compile) and wrap it, its memory and an actor in the pipeline
+    ``perf.pipeline`` asks for."""
+    device = learner.device
+    if isinstance(learner, DQN):
+        graph_samples = learner.fast.cuda_graphs and memory.device == device
+        per_launch = resolve_updates_per_launch(
+            cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
+        )
+        example = example_batch(spec, cfg.agent.batch_size, device)  # zeros: no RNG
+        learner.prepare(example, remaining_updates, memory, per_launch)
+    actor = Actor(
+        ActorWeights(learner.q, wants_double_weights(cfg.perf, device, learner.kind)),
+        spec.num_actions,
+        cfg.env.batch_size or cfg.env.num_envs,  # the rows of one step
+        actor_rng,
+        spec.obs_shape,
+        spec.obs_dtype,
+        use_graph=learner.cuda_graphs,
+    )
+    return make_learning(cfg.perf, learner, memory, actor)

@@ -1,0 +1,337 @@
+"""``edgerl bench``: each stage of training alone, then the whole loop, on this machine.
+
+Stages: env steps/s for several ``env.num_envs``; batched action selection (forward passes at
+batch 1, 8, 32); updates/s of the update variants that apply here (eager NCHW, channels_last, AMP
+and CUDA graph on a GPU), each on a fixed batch. Then the two halves of training alone, as the
+trainer runs them:
+
+* **the learner** (the learner-bound limit): sampling from a filled replay on its device and the
+  update, ``perf.updates_per_launch`` per CUDA-graph launch where one is captured. The limit is
+  ``agent.train_freq x updates/s``: no loop can beat it at that replay ratio. It is measured with
+  sampling included, for ``max(LIMIT_MIN_S, seconds / 2)`` (a one-second measurement on a shared
+  machine once gave a limit a quarter of the real one);
+* **the actor**: the real trainer before learning starts (epsilon 1), everything it does in the
+  background included, beside the raw vector env with the same environments and threads: its
+  share of the emulator's own speed and its host time per env step.
+
+Then the real trainer for a few seconds in each pipeline, with the learner's busy fraction and
+its share of the limit (from unrounded figures; a loop cannot beat the limit, so a share a
+little above 100% is noise, reported as 100% and flagged, and one far above it says the limit
+measurement was disturbed). Figures are per second and per update / per env step, so they scale
+to other devices. Last, what saving the replay costs per checkpoint
+(:mod:`edgerl.measure.bench_replay`).
+The measurements themselves are in :mod:`edgerl.measure.bench_loops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgerl.config import Config, build_layers, resolve
+from edgerl.config_presets import apply_presets, check_consistency
+from edgerl.device import configure_backends, resolve_device
+from edgerl.learn.envs import probe
+from edgerl.learn.factory import q_network
+from edgerl.learn.nets import NatureCNN
+from edgerl.learn.pipeline import resolve_pipeline
+from edgerl.learn.replay_memory import bytes_per_transition
+from edgerl.measure.autotune import calibrate
+from edgerl.measure.bench_loops import (
+    actor_loop,
+    env_steps_per_s,
+    forwards_per_s,
+    learner_limit,
+    measure_update_variant,
+    update_variants,
+    whole_loop,
+)
+from edgerl.measure.bench_replay import render_replay_save, replay_save_cost
+
+log = logging.getLogger(__name__)
+
+BENCH_SETTINGS = {  # learning starts early so a few seconds reach the learner-bound regime
+    "agent.learning_starts": 500,
+    "replay.capacity": 20_000,
+    "hw.monitor": False,
+    "display.enabled": False,
+    "train.log_every_s": 1.0,
+    "train.checkpoint_every_s": 1e6,
+    "perf.compile": "off",  # the loops use the update the limit was measured with
+    "replay.persist": False,  # the loops never checkpoint; replay_save measures its cost alone
+    "eval.every_steps": 0,  # an evaluation would take CPU from the loop it measures
+}
+
+
+LIMIT_MIN_S = 3.0  # the shortest learner-limit measurement that repeated within a few % here
+MIN_MEANINGFUL_S = 10.0  # shorter loops are dominated by start-up and scheduling noise
+SHARE_NOISE = 0.15  # a loop up to this much above the limit is within measurement noise
+ACTOR_GOAL = 0.9  # the actor loop should reach this share of the raw vector env
+
+
+def share_of_limit(steps_per_s: float, limit: float) -> tuple[float, str]:
+    """(share, note): the loop's fraction of the learner-bound limit, at most 1.0, and what to
+    say about it ("" when the figure is plain)."""
+    share = steps_per_s / limit if limit > 0 else float("nan")
+    if share <= 1.0:
+        return share, ""
+    if share <= 1.0 + SHARE_NOISE:
+        return 1.0, f"{share:.0%} measured: at the limit within noise"
+    return 1.0, (
+        f"{share:.0%} measured, which a loop cannot reach: the limit measurement was disturbed "
+        "(other load on the machine?); run again with a longer --seconds"
+    )
+
+
+@dataclass
+class BenchOptions:
+    env_id: str = "ALE/Pong-v5"
+    seconds: float = 20.0  # per whole-loop measurement; stages take a fraction of it
+    config_file: Path | None = None
+    overrides: tuple[str, ...] = ()
+    autotune: bool = False
+    compile: bool = False  # also measure the torch.compile'd CPU update (about 20 s)
+    env_sizes: tuple[int, ...] = (1, 4, 8, 16)
+    act_batches: tuple[int, ...] = (1, 8, 32)
+    actor_envs: tuple[int, ...] = (8, 32)  # the actor alone against the raw vector env
+
+
+def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
+    sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
+    cfg = resolve(
+        build_layers(
+            opts.config_file, [*sets, *opts.overrides], {"env.id": opts.env_id}, use_system=False
+        )
+    )
+    cfg = apply_presets(cfg, probe(opts.env_id).kind)
+    check_consistency(cfg)
+    return cfg
+
+
+def _stages(
+    cfg: Config, opts: BenchOptions, device: torch.device, stage_s: float
+) -> dict[str, Any]:
+    """Each stage alone: the vector env, batched action selection, the update variants."""
+    spec = probe(opts.env_id)
+    out: dict[str, Any] = {}
+    log.info("bench: env steps/s")
+    out["env_steps_per_s"] = {
+        str(n): round(env_steps_per_s(dataclasses.replace(cfg.env, num_envs=n), stage_s), 1)
+        for n in opts.env_sizes
+    }
+    log.info("bench: batched action selection")
+    net = q_network(cfg, spec).to(device).eval()
+    if isinstance(net, NatureCNN):
+        net.use_channels_last()
+    out["act_per_s"] = {}
+    for b in opts.act_batches:
+        fps = forwards_per_s(net, spec.obs_shape, spec.obs_dtype, b, device, stage_s)
+        out["act_per_s"][str(b)] = {
+            "forwards_per_s": round(fps, 1),
+            "actions_per_s": round(fps * b, 1),
+        }
+    log.info("bench: updates/s")
+    out["updates_per_s"] = {
+        name: round(measure_update_variant(cfg, spec, device, v, stage_s * 2), 2)
+        for name, v in update_variants(device, opts.compile).items()
+    }
+    return out
+
+
+def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, Any]:
+    """The learner-bound limit: the learner alone, sampling included, as the loops run it."""
+    used = (
+        f"sampling and update as the loops run them (perf.amp={cfg.perf.amp}, "
+        f"perf.cuda_graphs={cfg.perf.cuda_graphs})"
+    )
+    limit_s = max(LIMIT_MIN_S, opts.seconds / 2)
+    log.info("bench: the learner alone (the learner-bound limit), %.0f s", limit_s)
+    learner = learner_limit(cfg, probe(opts.env_id), device, limit_s)
+    ups = learner["updates_per_s"]
+    limit = learner["steps_per_s"]
+    return {
+        "update_variant": used,
+        "update": learner["describe"],
+        "measured_s": limit_s,
+        "updates_per_s": round(ups, 2),
+        "updates_per_launch": learner["updates_per_launch"],
+        "steps_per_s": round(limit, 1),
+        "steps_per_s_raw": limit,
+        "ms_per_update": round(1000 / ups, 3),
+        "ms_per_env_step": round(1000 / limit, 4),
+        "host_us_per_update": round(learner["host_us_per_update"], 1),
+    }
+
+
+def _actor(cfg: Config, opts: BenchOptions) -> list[dict[str, Any]]:
+    """The actor alone against the raw vector env, at each of ``opts.actor_envs``."""
+    out = []
+    cpus = os.cpu_count() or 1
+    for n in opts.actor_envs:
+        threads = cfg.env.threads or min(n, cpus)
+        log.info("bench: the actor alone, %d envs x %d threads, %.0f s", n, threads, opts.seconds)
+        a = actor_loop(cfg, n, threads, max(1.0, opts.seconds / 2))
+        out.append({k: round(v, 3) if isinstance(v, float) else v for k, v in a.items()})
+    return out
+
+
+def _loops(
+    cfg: Config, opts: BenchOptions, limit: float, warnings: list[str]
+) -> list[dict[str, Any]]:
+    """The whole loop in each pipeline, with its share of the limit."""
+    out = []
+    plan = [("sync", 1), ("sync", 4), ("async", 4)]
+    if cfg.agent.algo == "pqn":  # sync only, with its many environments
+        plan = [("sync", cfg.env.num_envs)]
+    for mode, n in plan:
+        log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
+        loop = whole_loop(cfg, mode, n, opts.seconds)
+        if loop.get("timed_out"):
+            warnings.append(f"loop {mode} with {n} env(s) never reached learning: left out")
+            continue
+        share, note = share_of_limit(loop.pop("steps_per_s_raw"), limit)
+        loop["share_of_limit"] = round(share, 3)
+        if note:
+            loop["share_note"] = note
+            if "disturbed" in note:
+                warnings.append(f"loop {mode} with {n} env(s): {note}")
+        out.append(loop)
+    base = out[0]["steps_per_s"] if out and out[0]["num_envs"] == 1 else 0.0
+    for loop in out:  # None when the baseline made no step (a stalled machine)
+        loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3) if base > 0 else None
+    return out
+
+
+def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.device) -> str:
+    """What ``perf.pipeline = "auto"`` picks here, and whether this run's loops agree."""
+    at4 = {lp["mode"]: lp["steps_per_s"] for lp in loops if lp["num_envs"] == 4}
+    said = f"perf.pipeline=auto picks {auto} here"
+    if "sync" not in at4 or "async" not in at4 or min(at4.values()) <= 0:
+        return said
+    other = "async" if auto == "sync" else "sync"
+    ratio = at4[other] / at4[auto]
+    if ratio <= 1.1:
+        return f"{said}, and this run agrees ({auto} {1 / ratio:.2f}x {other} at 4 envs)"
+    why = (
+        "on a CPU, auto keeps one loop: an actor thread beside the update's parallel regions "
+        "often stalls them when other programs share the cores"
+        if device.type == "cpu"
+        else "auto runs the learner on its own thread beside a GPU learner"
+    )
+    return (
+        f"{said}, but this run measured {other} {ratio:.2f}x faster at 4 envs ({why}); "
+        f"set perf.pipeline={other} to use it on this machine"
+    )
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    """Measure everything; returns the JSON document (see README "Performance")."""
+    cfg = _config(opts)
+    device = resolve_device(cfg.perf.device)
+    configure_backends(device, cfg.perf.threads)
+    spec = probe(opts.env_id)
+    stage_s = max(0.5, opts.seconds / 10)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "cpus": os.cpu_count() or 1,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "env": opts.env_id,
+        "train_freq": cfg.agent.train_freq,
+        "batch_size": cfg.agent.batch_size,
+        "n_step": cfg.agent.n_step,
+        "replay_bytes_per_transition": bytes_per_transition(spec),
+    }
+    result.update(_stages(cfg, opts, device, stage_s))
+    lim = _limit(cfg, opts, device)
+    limit = lim.pop("steps_per_s_raw")
+    result["learner_bound_limit"] = lim
+    warnings: list[str] = []
+    if opts.seconds < MIN_MEANINGFUL_S:
+        warnings.append(
+            f"--seconds {opts.seconds:g} is too short for steady figures (start-up and other "
+            f"load weigh too much): take them as rough, and use --seconds "
+            f"{MIN_MEANINGFUL_S:g} or more to compare"
+        )
+    if opts.autotune:
+        log.info("bench: autotune")
+        choice, measurements, _ = calibrate(
+            cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device)
+        )
+        result["autotune"] = {
+            **choice.to_dict(),
+            "measurements": [m.__dict__ for m in measurements],
+        }
+    if spec.has_frames and opts.actor_envs:
+        result["actor"] = _actor(cfg, opts)
+    result["loops"] = _loops(cfg, opts, limit, warnings)
+    result["auto_pipeline"] = resolve_pipeline("auto", device)
+    result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
+    log.info("bench: the replay save of a checkpoint")
+    result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
+    result["warnings"] = warnings
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    """The bench result as a short text report."""
+    lines = [
+        f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
+        f"torch threads), {result['env']}, train_freq {result['train_freq']}, batch "
+        f"{result['batch_size']}, n_step {result['n_step']}"
+    ]
+    lines.append(f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition")
+    lines.append(
+        "env steps/s:   "
+        + ", ".join(f"{n} envs {v:,.0f}" for n, v in result["env_steps_per_s"].items())
+    )
+    lines.append(
+        "actions/s:     "
+        + ", ".join(f"batch {b} {v['actions_per_s']:,.0f}" for b, v in result["act_per_s"].items())
+    )
+    lines.append(
+        "updates/s:     " + ", ".join(f"{k} {v:,.1f}" for k, v in result["updates_per_s"].items())
+    )
+    lim = result["learner_bound_limit"]
+    lines.append(
+        f"learner alone: {lim['updates_per_s']:,.1f} updates/s ({lim['ms_per_update']} ms per "
+        f"update, {lim['host_us_per_update']:,.0f} us of host CPU per update, "
+        f"{lim['updates_per_launch']} per launch; {lim['update']}): a limit of "
+        f"{lim['steps_per_s']:,.0f} env steps/s"
+    )
+    for a in result.get("actor", []):
+        if a.get("timed_out"):
+            lines.append(f"actor alone:   {a['num_envs']} envs: did not start in time")
+            continue
+        mark = "" if a["share_of_raw"] >= ACTOR_GOAL else f" (below the {ACTOR_GOAL:.0%} goal)"
+        lines.append(
+            f"actor alone:   {a['num_envs']} envs x {a['threads']} threads: "
+            f"{a['steps_per_s']:,.0f} steps/s = {a['share_of_raw']:.0%} of the raw vector env's "
+            f"{a['raw_steps_per_s']:,.0f}{mark}; host work {a['host_us_per_env_step']:.1f} us "
+            f"per env step (the loop on recorded steps; its thread with the emulator: "
+            f"{a['thread_us_per_env_step']:.1f} us)"
+        )
+    for loop in result["loops"]:
+        note = f" ({loop['share_note']})" if loop.get("share_note") else ""
+        in_loop = loop.get("ms_per_update_in_loop")
+        vs = loop["vs_sync_1_env"]
+        lines.append(
+            f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
+            f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
+            + (f"{vs:.2f}x the sync 1-env loop" if vs is not None else "no sync 1-env baseline")
+            + f", learner busy {loop['learner_busy']:.0%}"
+            + (f", {in_loop} ms per update" if in_loop is not None else "")
+        )
+    if "autotune" in result:
+        a = result["autotune"]
+        lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
+    lines.append(result["pipeline_verdict"])
+    lines.extend(render_replay_save(result["replay_save"]))
+    lines += [f"warning: {w}" for w in result.get("warnings", [])]
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""The best-evaluated policy of a run, kept beside its checkpoints, and which policy ``play`` and
+``export`` take.
+
+Like Stable-Baselines3's ``EvalCallback`` best model: every evaluation (:mod:`edgerl.run.evaluate`)
+whose mean return is at least the best so far writes the weights it evaluated to
+``<run_dir>/checkpoints/best.ckpt`` (ties go to the newer weights, trained longer), in the
+checkpoint file format (magic, SHA-256, written atomically), with the evaluation's figures. A
+policy often gets worse late in a run (a CartPole run evaluated at 500 collapsed to 95 by its
+end), so ``play`` and ``export`` take the best policy of a run by default and the newest
+checkpoint with ``--last``, and say which one they took.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgerl.errors import CheckpointError
+from edgerl.files.atomic import write_atomic
+from edgerl.files.checkpoint import CheckpointStore, encode, load
+
+log = logging.getLogger(__name__)
+
+BEST_NAME = "best.ckpt"  # not a ckpt-<seq>-step<step>.ckpt: never pruned, never resumed from
+
+
+def best_path(run_dir: Path) -> Path:
+    return run_dir / "checkpoints" / BEST_NAME
+
+
+def save_best(run_dir: Path, snapshot: dict[str, Any], evaluation: dict[str, Any]) -> Path:
+    """Write ``snapshot`` (a policy snapshot, as evaluations take them) with its ``evaluation``
+    (step, return_mean, episodes, ...) as the run's best policy; returns the path. Raises
+    OSError with the previous best policy untouched."""
+    path = best_path(run_dir)
+    state = {**snapshot, "best": dict(evaluation), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, encode(state))
+    return path
+
+
+def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
+    """The evaluation figures of the run's best policy, or None when there is none; a damaged
+    file is said in the log and counts as none (the next evaluation replaces it)."""
+    path = best_path(run_dir)
+    if not path.exists():
+        return None
+    try:
+        best = load(path).get("best")
+    except CheckpointError as e:
+        log.warning("%s; the next evaluation replaces it", e)
+        return None
+    if not isinstance(best, dict) or not isinstance(best.get("return_mean"), (int, float)):
+        log.warning("%s holds no evaluation; the next evaluation replaces it", path)
+        return None
+    return best
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The policy file a command takes from a run, and the sentence that says which and why."""
+
+    path: Path
+    sentence: str
+
+
+def choose(run_dir: Path, last: bool = False) -> Choice:
+    """The run's best-evaluated policy, or its newest valid checkpoint with ``last`` or when no
+    evaluation kept a best one; raises CheckpointError when the run has neither."""
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run directory {run_dir} does not exist")
+    found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
+    newest = found[0] if found is not None else None
+    best = None if last else best_evaluation(run_dir)
+    if best is not None:
+        later = (
+            f"; --last takes the newest checkpoint (step {newest.step:,})"
+            if newest is not None
+            else ""
+        )
+        return Choice(
+            best_path(run_dir),
+            f"the best-evaluated policy of {run_dir}: {BEST_NAME}, step "
+            f"{int(best.get('step', 0)):,}, mean return {float(best['return_mean']):.1f} over "
+            f"{int(best.get('episodes', 0))} evaluation episodes{later}",
+        )
+    if newest is None:
+        raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
+    why = "(--last)" if last else "(no evaluation has kept a best policy in this run)"
+    return Choice(newest.path, f"the newest checkpoint of {run_dir}: {newest.path.name} {why}")

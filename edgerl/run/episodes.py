@@ -1,0 +1,68 @@
+"""The episodes of a training run: those in flight (a return and a length per environment, kept
+in arrays) and those that ended (the count, the last 100 returns, a row each in episodes.csv).
+
+Only the environments whose episode ended in a step get any per-environment Python; the rest of
+a step is two array additions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from edgerl.run.metrics import EpisodeWriter
+
+RECENT_EPISODES = 100
+
+
+class Episodes:
+    """The trainer's episode bookkeeping (its count and recent returns are checkpointed)."""
+
+    def __init__(self) -> None:
+        self.count = 0  # episodes ended, over the whole run
+        self.recent: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.returns = np.zeros(0, dtype=np.float64)  # of the episodes in flight, per env
+        self.lengths = np.zeros(0, dtype=np.int64)
+        self.shown = 0  # the environment the viewer shows
+        self.shown_episode = 1  # the number its episode in flight will have
+        self._csv: EpisodeWriter | None = None
+
+    def start(self, num_envs: int, shown: int, csv: EpisodeWriter | None) -> None:
+        """Begin a session: every environment starts an episode."""
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+        self.shown, self.shown_episode = shown, self.count + 1
+        self._csv = csv
+
+    def mean_return(self) -> float:
+        """Mean return of the last 100 episodes (NaN before the first)."""
+        return float(np.mean(self.recent)) if self.recent else math.nan
+
+    def add(
+        self,
+        rewards: np.ndarray,
+        done: np.ndarray,
+        envs: np.ndarray | None,
+        step: int,
+        wall_s: float,
+    ) -> None:
+        """One step of ``envs`` (None: all, in order) with real (unclipped) ``rewards``; the
+        episodes ``done`` ended at env step ``step``."""
+        rows = slice(None) if envs is None else envs
+        self.returns[rows] += rewards
+        self.lengths[rows] += 1
+        if not done.any():
+            return
+        ended = np.flatnonzero(done) if envs is None else envs[done]
+        for i in ended.tolist():
+            ret = float(self.returns[i])
+            self.recent.append(ret)
+            self.count += 1
+            if self._csv is not None:
+                self._csv.write(step, self.count, i, ret, int(self.lengths[i]), wall_s)
+        self.returns[ended] = 0.0
+        self.lengths[ended] = 0
+        if self.shown in ended:
+            self.shown_episode = self.count + 1

@@ -1,0 +1,300 @@
+"""Training metrics: ``metrics.csv``, ``episodes.csv``, optional TensorBoard, the console
+progress line and the session's summary."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from edgerl.errors import MissingDependencyError
+from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainStats:
+    """A snapshot of a run's progress; one metrics.csv row and one progress line."""
+
+    step: int = 0
+    total_steps: int = 0
+    wall_s: float = 0.0
+    sps: float = 0.0
+    episodes: int = 0
+    return_mean: float = math.nan  # over the last 100 episodes
+    epsilon: float = 1.0
+    loss: float = math.nan
+    updates: int = 0
+    load: dict[str, Any] = field(default_factory=dict)  # newest monitor sample, flattened
+    learning_starts: int = 0  # the step learning starts at (later after a resume: the refill)
+    fill_from: int = 0  # the step the replay began filling at in this session
+    eval_return: float = math.nan  # mean return of the newest evaluation (eval.csv)
+    eval_step: int = -1  # the step of the weights it evaluated
+
+    @property
+    def filling(self) -> bool:
+        """Still filling the replay: no update has run, and the pace is not the learning one."""
+        return self.step < self.learning_starts
+
+    def filling_text(self) -> str:
+        """``filling replay 12,000/20,000: learning starts at step 20,000``."""
+        needed = max(self.learning_starts - self.fill_from, 1)
+        done = min(max(self.step - self.fill_from, 0), needed)
+        return (
+            f"filling replay {done:,}/{needed:,}: learning starts at step {self.learning_starts:,}"
+        )
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step"):
+            d.pop(key)
+        load = d.pop("load")
+        d.update(load)
+        return d
+
+
+CSV_COLUMNS = ["step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    total_steps: int
+    episodes: int
+    return_mean: float
+    wall_s: float
+    session_steps: int
+    session_s: float
+    checkpoint: Path | None
+    stopped: bool  # a stop was requested before train.steps was reached
+
+    def summary(self) -> str:
+        """One line for the end of ``edgerl train``."""
+        ret = "n/a" if math.isnan(self.return_mean) else f"{self.return_mean:.2f}"
+        sps = self.session_steps / self.session_s if self.session_s > 0 else 0.0
+        return (
+            f"step {self.step:,}/{self.total_steps:,}: {self.episodes:,} episodes, "
+            f"mean return (last 100) {ret}, {sps:,.0f} steps/s this session; "
+            f"checkpoint {self.checkpoint or 'unchanged'}"
+        )
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+def check_extras(tensorboard: bool) -> None:
+    """Raise MissingDependencyError now, before a run directory is made, when an output the
+    config asks for needs a package that is not installed."""
+    import importlib.util
+
+    if tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise MissingDependencyError("tensorboard", "tensorboard", "train.tensorboard=true")
+
+
+class MetricsWriter:
+    """Appends rows to ``<run_dir>/metrics.csv`` (and TensorBoard events if asked).
+
+    A resumed run appends to the same file. If an older edgerl wrote other columns, that file is
+    kept as ``metrics.<n>.csv`` and a new one started. Neither file stops training when it cannot
+    be written: ``side`` records the problem and rows are written once there is room again.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        columns: list[str],
+        tensorboard: bool = False,
+        side: SideFiles | None = None,
+    ) -> None:
+        self.path = run_dir / "metrics.csv"
+        self.columns = columns
+        self.side = side or SideFiles()
+        self.side.attempt(self.path.name, self._rotate_if_columns_changed)
+        self._file = AppendFile(self.path, self.side, header=csv_line(columns))
+        self._file.flush()
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise MissingDependencyError(
+                    "tensorboard", "tensorboard", "train.tensorboard=true"
+                ) from None
+            tb_dir = str(run_dir / "tensorboard")
+
+            def open_tb() -> None:
+                self._tb = SummaryWriter(tb_dir)
+
+            self.side.attempt("tensorboard", open_tb)
+
+    def _rotate_if_columns_changed(self) -> None:
+        if not self.path.is_file():
+            return
+        with self.path.open("rb") as f:  # bytes: the rest of the file may be damaged
+            header = f.readline(4096).strip().decode("utf-8", errors="replace")
+        if not header or header == ",".join(self.columns):
+            return
+        n = 1
+        while (aside := self.path.with_name(f"metrics.{n}.csv")).exists():
+            n += 1
+        self.path.rename(aside)
+        log.info("metrics.csv had other columns (or a damaged header); kept it as %s", aside.name)
+
+    def write(self, stats: TrainStats) -> None:
+        row = stats.row()
+        self._file.append(csv_line([_fmt(row.get(c)) for c in self.columns]))
+        if self._tb is not None:
+            tb = self._tb
+
+            def add() -> None:
+                for key in ("sps", "return_mean", "epsilon", "loss"):
+                    value = row.get(key)
+                    if isinstance(value, float) and not math.isnan(value):
+                        tb.add_scalar(f"train/{key}", value, stats.step)
+
+            self.side.attempt("tensorboard", add)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self.side.attempt("tensorboard", self._tb.close)
+            self._tb = None
+
+
+EPISODE_COLUMNS = ["step", "episode", "env", "return", "length", "wall_s"]
+
+
+class EpisodeWriter:
+    """Appends one row per finished episode to ``<run_dir>/episodes.csv``.
+
+    Like metrics.csv it never stops training (``side`` records a failed write and the rows are
+    written once there is room again); a resumed run appends, with the header written once.
+    """
+
+    def __init__(self, run_dir: Path, side: SideFiles | None = None) -> None:
+        self.path = run_dir / "episodes.csv"
+        self.side = side or SideFiles()
+        self._file = AppendFile(self.path, self.side, header=csv_line(EPISODE_COLUMNS))
+        self._file.flush()
+
+    def write(
+        self, step: int, episode: int, env: int, ret: float, length: int, wall_s: float
+    ) -> None:
+        cells = [str(step), str(episode), str(env), _fmt(float(ret)), str(length), f"{wall_s:.3f}"]
+        self._file.append(csv_line(cells))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def progress_fields(stats: TrainStats) -> str:
+    """The one-line summary shared by the progress bar, log lines and the service STATUS."""
+    parts = [f"{stats.sps:,.0f} steps/s", f"ep {stats.episodes:,}"]
+    if stats.filling:
+        parts.insert(0, stats.filling_text())
+    if not math.isnan(stats.return_mean):
+        parts.append(f"return {stats.return_mean:.1f}")
+    if not math.isnan(stats.eval_return):
+        parts.append(f"eval {stats.eval_return:.1f}")
+    parts.append(f"eps {stats.epsilon:.3f}")
+    if not math.isnan(stats.loss):
+        parts.append(f"loss {stats.loss:.4f}")
+    if stats.load.get("load_line"):
+        parts.append(str(stats.load["load_line"]))
+    return " | ".join(parts)
+
+
+def _time_left_column() -> Any:
+    """Rich's time-remaining column, blank while the replay fills: the filling pace says nothing
+    about the learning pace (estimates jumped from 4 h to 109 h when learning began)."""
+    from rich.progress import ProgressColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    class TimeLeftColumn(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__()
+            self._inner = TimeRemainingColumn()
+
+        def render(self, task: Any) -> Text:
+            if task.fields.get("filling"):
+                return Text("-:--:--", style="progress.remaining")
+            return self._inner.render(task)
+
+    return TimeLeftColumn()
+
+
+class ConsoleProgress:
+    """A rich progress bar on a terminal; a log line every few seconds elsewhere (journald, CI).
+
+    The step count and time left come first and the bar is short, so an 80-column terminal keeps
+    them; the summary after them is cut with an ellipsis, never wrapped.
+    """
+
+    def __init__(
+        self, total: int, start: int, stream: TextIO | None = None, quiet: bool = False
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self._progress = None
+        self._task = None
+        self._reset_speed = False
+        if not quiet and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.table import Column
+
+            self._progress = Progress(
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+                _time_left_column(),
+                BarColumn(bar_width=16),
+                TextColumn(
+                    "{task.description}",
+                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+                ),
+                console=Console(file=self.stream),
+                transient=False,
+                expand=True,
+            )
+            self._task = self._progress.add_task(
+                "starting", total=total, completed=start, filling=True
+            )
+            self._progress.start()
+
+    def update(self, stats: TrainStats) -> None:
+        if self._progress is not None and self._task is not None:
+            if not stats.filling and self._reset_speed:
+                # Learning has begun: forget the filling pace so the estimate starts afresh.
+                self._progress.reset(self._task, completed=stats.step, start=True)
+                self._reset_speed = False
+            elif stats.filling:
+                self._reset_speed = True
+            self._progress.update(
+                self._task,
+                completed=stats.step,
+                description=progress_fields(stats),
+                filling=stats.filling,
+            )
+
+    def log_line(self, stats: TrainStats) -> None:
+        """Called at each metrics row: without a bar, the same summary goes to the log."""
+        if self._progress is None and not self.quiet:
+            log.info(
+                "step %s/%s | %s",
+                f"{stats.step:,}",
+                f"{stats.total_steps:,}",
+                progress_fields(stats),
+            )
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

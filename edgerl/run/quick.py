@@ -1,0 +1,96 @@
+"""The first run (``edgerl train --quick``, ``make run``) and how long a run takes on a CPU.
+
+``--quick`` trains what shows learning within minutes on the machine at hand, as CleanRL's and
+RL Zoo's first examples do: CartPole-v1 for 60,000 steps on a CPU (its preset solves it: greedy
+return 500), and Pong with the settings of the classic fast-Pong recipes for 500,000 steps where
+a CUDA GPU is. An ``--env`` given with it keeps that game and takes the quick settings of its kind.
+
+Atari on a CPU is slow (about 100 steps/s on two cores at the default replay ratio, bound by the
+update), so a long Atari run on a CPU is said so at its start, with the hours it will take and
+the quick run instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from edgerl.config import Config, Layer
+
+QUICK_SOURCE = "--quick"
+CARTPOLE = "CartPole-v1"
+PONG = "ALE/Pong-v5"
+# 60,000 steps solve CartPole with its preset (config.PRESETS["vector"], seeds 0-4).
+QUICK_VECTOR: dict[str, Any] = {"train.steps": 60_000}
+# The "Pong against the clock" settings of docs/performance.md (an H100 went from -21 to -14 in
+# 407,736 steps, 9 minutes): one update per step, short exploration, sticky actions off.
+QUICK_FRAMES: dict[str, Any] = {
+    "train.steps": 500_000,
+    "env.num_envs": 8,
+    "env.repeat_action_probability": 0.0,
+    "agent.train_freq": 1,
+    "agent.lr": 1e-4,
+    "agent.target_update": 1_000,
+    "agent.learning_starts": 10_000,
+    "agent.eps_decay_steps": 100_000,
+    "agent.eps_end": 0.01,
+    "replay.capacity": 100_000,
+}
+# Atari (the Nature CNN) on a CPU is learner-bound: about 25 updates/s in the loop on 2 cores (98
+# env steps/s at train_freq 4 in the sync loop on the CI machine, docs/performance.md), and more
+# cores help little.
+CPU_ATARI_UPDATES_PER_S = 25.0
+LONG_RUN_S = 2 * 3600.0  # a CPU run longer than this is said to be long at its start
+
+
+def uses_cuda(perf_device: str) -> bool:
+    """Whether training would run on a CUDA GPU for ``perf.device``."""
+    if perf_device == "cpu":
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver: training says so itself
+        return False
+
+
+def quick_layer(cfg: Config) -> Layer:
+    """The settings of ``--quick`` for a config resolved without it: the game by the device
+    unless one was given, and the quick values of the game's kind (never over a key the
+    command line sets, since those layers come after this one)."""
+    from edgerl.learn.envs import ale_game
+
+    values: dict[str, Any] = {}
+    if "env.id" in cfg.explicit:
+        frames = ale_game(cfg.env.id) is not None
+    else:
+        frames = uses_cuda(cfg.perf.device)
+        values["env.id"] = PONG if frames else CARTPOLE
+    values.update(QUICK_FRAMES if frames else QUICK_VECTOR)
+    return Layer(QUICK_SOURCE, values)
+
+
+def hours(seconds: float) -> str:
+    """``seconds`` as people say a long time: ``about 28 hours``, ``about 3 days``."""
+    h = seconds / 3600
+    if h >= 72:
+        return f"about {h / 24:.0f} days"
+    return f"about {h:.0f} hours" if h >= 2 else f"about {seconds / 60:.0f} minutes"
+
+
+def long_run_warning(
+    env_id: str, frames: bool, device: torch.device, steps_left: int, train_freq: int = 4
+) -> str | None:
+    """The sentence for an Atari run on a CPU that will take hours, else None."""
+    if not frames or device.type != "cpu" or steps_left <= 0:
+        return None
+    speed = CPU_ATARI_UPDATES_PER_S * train_freq
+    seconds = steps_left / speed
+    if seconds < LONG_RUN_S:
+        return None
+    return (
+        f"{steps_left:,} steps of {env_id} on the CPU take {hours(seconds)} at the "
+        f"{speed:.0f} steps/s a CPU trains Atari at with agent.train_freq={train_freq} "
+        "(docs/training.md, How long training takes); for a first run that learns in minutes: "
+        "edgerl train --quick (CartPole-v1 on a CPU), and train Atari on a GPU"
+    )

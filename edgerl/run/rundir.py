@@ -1,0 +1,185 @@
+"""The run directory: what a run writes, one trainer at a time.
+
+Layout::
+
+    <run_dir>/config.toml        the resolved config of the newest session
+    <run_dir>/metrics.csv        one row every train.log_every_s
+    <run_dir>/checkpoints/       ckpt-<seq>-step<step>.ckpt (see checkpoint.py)
+    <run_dir>/.lock              held (flock) by the trainer using the directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import grp
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from edgerl.errors import RunDirError
+from edgerl.files.atomic import remove_stale_temps
+from edgerl.files.processes import pid_alive
+
+# What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
+PRIVATE_BITS = 0o007
+RUN_UMASK = 0o027
+
+
+@contextlib.contextmanager
+def run_umask() -> Iterator[None]:
+    """While training, create files 0640 and directories 0750 at most (a stricter umask stays):
+    checkpoints, status and metrics are readable by the owner and the run's group only."""
+    old = os.umask(RUN_UMASK)
+    os.umask(old | RUN_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def default_run_dir(short_env: str) -> Path:
+    """``runs/<env name>`` under the current directory, e.g. ``runs/Pong-v5``."""
+    return Path("runs") / short_env
+
+
+def service_state_dir() -> Path:
+    """The service's state directory: ``$STATE_DIRECTORY`` (set by systemd) or /var/lib/edgerl."""
+    env = os.environ.get("STATE_DIRECTORY")
+    return Path(env.split(":")[0]) if env else Path("/var/lib/edgerl")
+
+
+def service_run_dir(env_id: str) -> Path:
+    """Where the service trains ``env_id`` unless train.run_dir says otherwise."""
+    from edgerl.learn.envs import short_env_name
+
+    return service_state_dir() / "runs" / short_env_name(env_id)
+
+
+def share_with_group(paths: list[Path], group: str) -> bool:
+    """chgrp ``paths`` to ``group`` and add group read/traverse and setgid; False if no group."""
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        return False
+    for path in dict.fromkeys(paths):
+        try:
+            os.chown(path, -1, gid)
+            mode = path.stat().st_mode
+            os.chmod(path, mode | stat.S_ISGID | stat.S_IRGRP | stat.S_IXGRP)
+        except OSError:
+            continue
+    return True
+
+
+def trainer_of(path: Path) -> int | None:
+    """The pid of the live trainer using run directory ``path`` (the pid its lock file names,
+    if that process is still an edgerl), or None. Takes no lock: a viewer's look must never
+    make a starting trainer find the directory in use."""
+    try:
+        text = (path / ".lock").read_bytes()[:32].decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.isdigit() or not 0 < int(text) < 1 << 22:
+        return None
+    return int(text) if pid_alive(int(text)) else None
+
+
+class RunDir:
+    """A run directory held with an exclusive lock while a trainer uses it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.toml"
+
+    def move_aside(self) -> Path | None:
+        """For ``--fresh``: rename the run to ``<name>.old-<time>``; returns the new path."""
+        if not self.path.exists():
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
+        n = 1
+        while aside.exists():
+            aside = self.path.with_name(f"{self.path.name}.old-{stamp}-{n}")
+            n += 1
+        self._check_not_in_use()
+        try:
+            self.path.rename(aside)
+        except OSError as e:
+            raise RunDirError(f"cannot move {self.path} aside for --fresh: {e.strerror}") from None
+        return aside
+
+    def _check_not_in_use(self) -> None:
+        lock = self.path / ".lock"
+        if not lock.exists():
+            return
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise RunDirError(self._in_use_message(fd)) from None
+        finally:
+            os.close(fd)
+
+    def _in_use_message(self, fd: int) -> str:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        return (
+            f"run directory {self.path} is in use by another edgerl process (pid {pid}); "
+            "stop it first or use another --run-dir"
+        )
+
+    def open(self, group: str = "") -> None:
+        """Create the directory, check that it is writable and take its lock; raises RunDirError.
+
+        As root, directories created here are given to ``group`` (when it exists) with group
+        read/traverse and setgid, so its members can watch a service's run (``edgerl view``).
+        """
+        created = [p for p in (self.path.parent, self.path, self.checkpoints) if not p.exists()]
+        try:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            if e.errno == errno.ENOSPC:
+                reason = "the disk is full"
+            raise RunDirError(f"run directory {self.path} is not writable ({reason})") from None
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            message = self._in_use_message(fd)
+            os.close(fd)
+            raise RunDirError(message) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+        for directory in (self.path, self.checkpoints):
+            remove_stale_temps(directory)  # partial writes of killed trainers
+            with contextlib.suppress(OSError):  # checkpoints and status are nobody else's
+                mode = stat.S_IMODE(directory.stat().st_mode)
+                if mode & PRIVATE_BITS:
+                    os.chmod(directory, mode & ~PRIVATE_BITS)
+        if group and os.geteuid() == 0:  # the parent only if we created it (never /tmp or ~)
+            parent = [self.path.parent] if self.path.parent in created else []
+            share_with_group([*parent, self.path, self.checkpoints], group)
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None

@@ -1,0 +1,339 @@
+"""``<run_dir>/status.json``: what a running trainer is doing, rewritten every few seconds.
+
+Written by every training run (``edgerl train`` and the service) and read by ``edgerl status`` and
+``edgerl view``. Fields: ``state`` (starting, training, stopping, finished, stopped, failed),
+``step``, ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``,
+``started_at``, ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path),
+``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
+newest evaluation, see :mod:`edgerl.run.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``,
+``message``, ``write_problems`` (side files that cannot be written now, see
+:mod:`edgerl.files.sidefiles`). A reader checks every field's type and range (:func:`check_status`):
+the file may be damaged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from edgerl.errors import RunDirError
+from edgerl.files.atomic import write_atomic
+from edgerl.files.processes import pid_alive
+from edgerl.files.sidefiles import SideFiles
+from edgerl.run.hooks import Hook, Run
+from edgerl.run.metrics import TrainStats
+
+STATUS_FILE = "status.json"
+PID_MAX = 1 << 22  # Linux's largest pid (PID_MAX_LIMIT)
+WRITE_EVERY_S = 3.0
+STALE_AFTER_S = 30.0
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def _num(v: float) -> float | None:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+class StatusWriter(Hook):
+    """A trainer hook that keeps ``status.json`` current; ``clocks`` says the clocks' state."""
+
+    def __init__(
+        self,
+        clocks: Callable[[], str] = lambda: "unchanged",
+        every_s: float = WRITE_EVERY_S,
+        side: SideFiles | None = None,
+    ) -> None:
+        self.clocks = clocks
+        self.side = side or SideFiles()
+        self.every_s = every_s
+        self.started = time.time()
+        self._last = 0.0
+        self.state = "starting"
+        self.message = ""
+        self.checkpoint_error: str | None = None
+
+    def write(self, run: Run, stats: TrainStats | None = None) -> None:
+        stats = stats or run.stats
+        now = time.time()
+        doc = {
+            "state": self.state,
+            "message": self.message,
+            "env": run.cfg.env.id,
+            "run_dir": str(run.run_dir),
+            "pid": os.getpid(),
+            "step": run.step,
+            "total_steps": run.cfg.train.steps,
+            "sps": round(stats.sps, 1),
+            "episodes": run.episodes,
+            "return_mean": _num(run.return_mean()),
+            "eval_return": _num(stats.eval_return),
+            "eval_step": stats.eval_step if stats.eval_step >= 0 else None,
+            "epsilon": round(run.epsilon(), 4),
+            "updates": run.updates,
+            "started_at": _iso(self.started),
+            "updated_at": _iso(now),
+            "updated_unix": now,
+            "checkpoint": str(run.last_checkpoint) if run.last_checkpoint else None,
+            "learning_starts": stats.learning_starts,
+            "fill_from": stats.fill_from,
+            "checkpoint_error": self.checkpoint_error,
+            "load": stats.load.get("record"),
+            "load_line": stats.load.get("load_line"),
+            "clocks": self.clocks(),
+            "write_problems": self.side.problems(),
+        }
+        data = json.dumps(doc, indent=1).encode()
+        # A status file that cannot be written must not stop training (a full disk): said once.
+        self.side.attempt(STATUS_FILE, lambda: write_atomic(run.run_dir / STATUS_FILE, data))
+        self._last = time.monotonic()
+
+    # -- hook --------------------------------------------------------------------------------
+
+    def on_start(self, run: Run) -> None:
+        self.state = "training"
+        self.write(run)
+
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
+        if time.monotonic() - self._last >= self.every_s:
+            self.write(run, stats)
+
+    def on_checkpoint(self, run: Run, path: Path | None, error: str | None) -> None:
+        self.checkpoint_error = error
+
+    def on_end(self, run: Run) -> None:
+        self.state = "stopping"
+        self.write(run)
+
+    def finish(self, run: Run, state: str, message: str = "") -> None:
+        """The last write: ``finished``, ``stopped`` or ``failed``."""
+        self.state, self.message = state, message
+        self.write(run)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    running: bool
+    stale: bool
+    age_s: float
+    reason: str
+    finished: bool = False  # reached train.steps: nothing is wrong
+
+    @property
+    def exit_code(self) -> int:
+        """``edgerl status``'s: 0 while it runs or once it finished, 3 otherwise."""
+        return 0 if self.finished or (self.running and not self.stale) else 3
+
+
+def liveness(doc: dict[str, Any], now: float | None = None) -> Liveness:
+    """Is the trainer behind a (checked, see :func:`read_status`) status document running, and
+    is its status fresh?"""
+    now = time.time() if now is None else now
+    age = now - float(doc.get("updated_unix") or 0)
+    state = doc.get("state")
+    step, total = doc.get("step") or 0, doc.get("total_steps") or 0
+    if state == "finished" or (state == "stopped" and total and step >= total):
+        reason = f"finished at {doc.get('updated_at')}: step {step:,} of {total:,}"
+        return Liveness(False, False, age, reason, finished=True)
+    if state in ("stopped", "failed"):
+        return Liveness(False, False, age, f"{state} at {doc.get('updated_at')}")
+    pid = doc.get("pid") or 0
+    if not pid or not pid_alive(pid):
+        return Liveness(
+            False,
+            False,
+            age,
+            f"not running: pid {pid} is gone (last update {doc.get('updated_at')})",
+        )
+    if age > STALE_AFTER_S:
+        return Liveness(
+            True,
+            True,
+            age,
+            f"stale: pid {pid} runs but has not updated its status for {age:.0f} s; "
+            "the training loop may be hung",
+        )
+    return Liveness(True, False, age, f"running (pid {pid}, updated {age:.0f} s ago)")
+
+
+# What each field of status.json may hold (besides null), checked before anything reads it.
+COUNT = ((int,), (0, 1 << 63))
+NUMBER = ((int, float), (-1e300, 1e300))
+FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
+    **dict.fromkeys(
+        ("state", "message", "env", "run_dir", "started_at", "updated_at", "checkpoint",
+         "checkpoint_error", "load_line", "clocks"),
+        ((str,), None),
+    ),
+    **dict.fromkeys(
+        ("step", "total_steps", "episodes", "updates", "eval_step", "learning_starts",
+         "fill_from"),
+        COUNT,
+    ),
+    **dict.fromkeys(("sps", "return_mean", "eval_return", "epsilon"), NUMBER),
+    "pid": ((int,), (1, PID_MAX)),
+    "updated_unix": ((int, float), (0, 1e11)),
+    "load": ((dict,), None),
+    "write_problems": ((list,), None),
+}  # fmt: skip
+REQUIRED = ("state", "pid", "updated_unix")  # every trainer writes them
+
+
+def check_status(doc: Any, path: Path) -> dict[str, Any]:
+    """``doc`` if it is a status document whose fields have the types and ranges of
+    :data:`FIELDS` (control characters in its text shown escaped); raises RunDirError naming the
+    first field that does not."""
+
+    def damaged(why: str) -> RunDirError:
+        return RunDirError(
+            f"{path} is damaged ({why}); a running trainer rewrites it every few seconds, so try "
+            "again, or look at the run with edgerl plot"
+        )
+
+    if not isinstance(doc, dict):
+        held = "null" if doc is None else type(doc).__name__
+        raise damaged(f"it holds {held}, not an object")
+    missing = [key for key in REQUIRED if doc.get(key) is None]
+    if missing:
+        raise damaged(f"it has no {missing[0]}")
+    clean = dict(doc)
+    for key, (types, bounds) in FIELDS.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise damaged(f"{key} is {_show(value)}, not {_kind(types)}")
+        if bounds is not None and not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+            raise damaged(f"{key} is {_show(value)}, out of range")
+        if isinstance(value, str):
+            clean[key] = _printable(value)
+    problems = clean.get("write_problems") or []
+    if not all(isinstance(p, str) for p in problems):
+        raise damaged("write_problems is not a list of text")
+    clean["write_problems"] = [_printable(p) for p in problems]
+    return clean
+
+
+def _kind(types: tuple[type, ...]) -> str:
+    names = {str: "text", int: "a whole number", float: "a number", dict: "an object",
+             list: "a list"}  # fmt: skip
+    return names[types[-1]]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters shown as escapes: a file's bytes never reach the
+    terminal raw."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    """The checked status document of a run (see :func:`check_status`); raises RunDirError when
+    it is missing, unreadable or damaged."""
+    path = run_dir / STATUS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RunDirError(
+            f"{path} does not exist: no edgerl run has used {run_dir} (is the service started? "
+            "systemctl start edgerl)"
+        ) from None
+    except OSError as e:
+        raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond reason
+        raise RunDirError(
+            f"{path} is damaged (it is not JSON); a running trainer rewrites it every few "
+            "seconds, so try again, or look at the run with edgerl plot"
+        ) from None
+    return check_status(doc, path)
+
+
+def find_status_dirs(roots: list[Path]) -> list[Path]:
+    """Run directories with a status.json below ``roots``, most recently updated first."""
+    found = []
+    for root in roots:
+        if (root / STATUS_FILE).is_file():
+            found.append(root)
+        elif root.is_dir():
+            found += [p.parent for p in root.glob(f"*/{STATUS_FILE}")]
+    return sorted(set(found), key=lambda p: (p / STATUS_FILE).stat().st_mtime, reverse=True)
+
+
+def newest_checkpoint_file(run_dir: Path) -> Path | None:
+    """The run's newest checkpoint file by its sequence number (any session's), or None."""
+    from edgerl.files.checkpoint import NAME
+
+    try:
+        names = [p for p in (run_dir / "checkpoints").iterdir() if NAME.match(p.name)]
+    except OSError:
+        return None
+    return max(names, key=lambda p: int(NAME.match(p.name)["seq"]), default=None)  # type: ignore[index]
+
+
+def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -> str:
+    """A short human summary of a status document (``run_dir``: also look at its checkpoints,
+    since a new session has written none yet while the run has older ones)."""
+    ret = doc.get("return_mean")
+    evaluated = doc.get("eval_return")
+    checkpoint = doc.get("checkpoint")
+    on_disk = newest_checkpoint_file(run_dir) if run_dir is not None else None
+    if on_disk is not None and (checkpoint is None or Path(checkpoint).name < on_disk.name):
+        checkpoint = str(on_disk)
+    step, starts = doc.get("step") or 0, doc.get("learning_starts") or 0
+    filling = ""
+    if step < starts:
+        fill_from = doc.get("fill_from") or 0
+        needed = max(starts - fill_from, 1)
+        filling = (
+            f"filling replay {min(step - fill_from, needed):,}/{needed:,}: learning starts at "
+            f"step {starts:,}"
+        )
+    lines = [
+        f"{doc.get('env')} in {doc.get('run_dir')}: {live.reason}",
+        f"step {step:,}/{doc.get('total_steps') or 0:,}, {doc.get('sps') or 0:,.0f} "
+        f"steps/s, {doc.get('episodes') or 0:,} episodes, mean return "
+        f"{'n/a' if ret is None else f'{ret:.2f}'}, epsilon {doc.get('epsilon')}, "
+        f"{doc.get('updates') or 0:,} updates",
+        f"started {doc.get('started_at')}, clocks {doc.get('clocks')}",
+        f"load: {doc.get('load_line') or 'n/a'}",
+        f"checkpoint: {checkpoint or 'none yet'}",
+    ]
+    if evaluated is not None:
+        step_of = doc.get("eval_step") or 0
+        lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}")
+    if filling:
+        lines.insert(2, filling)
+    if doc.get("checkpoint_error"):
+        lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
+    for problem in doc.get("write_problems") or ():
+        lines.append(f"{problem}: training goes on, the file catches up when it can be written")
+    if doc.get("message"):
+        lines.append(doc["message"])
+    return "\n".join(lines)
+
+
+def disk_full(run_dir: Path) -> bool:
+    """True if the file system holding ``run_dir`` has no space left for edgerl's files (then
+    status.json itself may be older than the run's progress)."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0)

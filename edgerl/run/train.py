@@ -1,0 +1,500 @@
+"""The Trainer: environments, the learner and its memory, in one loop that reads top to bottom.
+
+Each iteration: one batched forward pass picks epsilon-greedy actions for all environments and
+they start their step; while ALE's threads emulate it, the step before it goes to the learner's
+memory (DQN's replay, PQN's rollout), the pipeline makes exactly the learning the learner asks for
+(DQN: its replay ratio's updates) and the viewer's frame is published. The host work per step is
+a few vectorised numpy operations; episode bookkeeping runs only for the environments whose
+episode ended. Metrics, progress and checkpoints happen on wall-clock intervals. The loop stops
+when ``train.steps`` is reached or a stop is requested (Ctrl-C, SIGTERM): the step in flight
+finishes and a checkpoint is written.
+
+A run resumes from its run directory's newest valid checkpoint (:mod:`edgerl.run.train_state`):
+the learner, counters, RNGs and (``replay.persist``) the replay, so learning goes on at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgerl.config import Config, with_values
+from edgerl.config_presets import apply_presets, check_consistency
+from edgerl.device import configure_backends, resolve_device
+from edgerl.display.stream import DisplayPublisher, FrameMeta
+from edgerl.errors import RunDirError
+from edgerl.files.atomic import write_atomic
+from edgerl.files.checkpoint import CheckpointLostError, CheckpointStore
+from edgerl.files.replay_save import SaveJob
+from edgerl.files.replay_store import ReplayStore
+from edgerl.files.sidefiles import SideFiles
+from edgerl.learn.envs import Step, VecEnv, make_env, probe
+from edgerl.learn.factory import (
+    build_learner,
+    build_learning,
+    build_memory,
+    check_memory,
+    check_setup,
+)
+from edgerl.learn.pipeline import Learning
+from edgerl.learn.replay import ReplayBuffer
+from edgerl.measure.autotune import Choice, autotune_config
+from edgerl.run.batches import Batches, overlaps_emulation, row_of
+from edgerl.run.episodes import Episodes
+from edgerl.run.hooks import TICK_EVERY_S, Hook
+from edgerl.run.metrics import (
+    CSV_COLUMNS,
+    ConsoleProgress,
+    EpisodeWriter,
+    MetricsWriter,
+    TrainResult,
+    TrainStats,
+)
+from edgerl.run.rundir import RunDir, default_run_dir
+from edgerl.run.signals import StoppedDuringSetup
+from edgerl.run.train_state import TrainerState
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
+
+
+class Trainer(TrainerState):
+    """Owns the environments, the learner, its memory and the run directory of one training run.
+
+    Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
+    raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
+    directory and environments (and writes a checkpoint if the loop crashed). ``hooks`` follow
+    the run: the Trainer is the :class:`~edgerl.run.hooks.Run` they read.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        fresh: bool = False,
+        hooks: list[Hook] | None = None,
+        quiet: bool = False,
+        side: SideFiles | None = None,
+        make_envs: Callable[..., VecEnv] = make_env,
+    ) -> None:
+        self.requested_cfg = cfg
+        self.side = side or SideFiles()
+        self._make_envs = make_envs  # edgerl bench times the loop with a stand-in here
+        self.fresh = fresh
+        self.hooks = list(hooks or [])
+        self.quiet = quiet
+        self.cfg = cfg
+        self.step = 0
+        self.book = Episodes()
+        self.last_checkpoint: Path | None = None
+        self.checkpoint_error: str | None = None  # why the newest checkpoint attempt failed
+        self.resumed_from: Path | None = None
+        self.moved_aside: Path | None = None
+        self.stats = TrainStats()
+        self.learning: Learning | None = None  # the pipeline, while run() runs
+        self.autotune: Choice | None = None  # when perf.autotune ran
+        self.display: DisplayPublisher | None = None
+        self._stop_reason: str | None = None
+        self._wall_before = 0.0
+        self._session_start = time.monotonic()
+        self._session_step0 = 0
+        self._env: VecEnv | None = None
+        self._rundir: RunDir | None = None
+        self._metrics: MetricsWriter | None = None
+        self._episodes_csv: EpisodeWriter | None = None
+        self._progress: ConsoleProgress | None = None
+        self._last_saved_step = -1
+        self.replay_store: ReplayStore | None = None  # replay.persist
+        self._pending: tuple[SaveJob, bytes, int] | None = None  # a checkpoint awaiting its replay
+
+    # ----------------------------------------------------------------------------- set-up
+
+    def __enter__(self) -> Trainer:
+        try:
+            self._open()
+        except BaseException:
+            self._close_resources()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            crashed = exc is not None and not isinstance(
+                exc, (KeyboardInterrupt, RunDirError, CheckpointLostError)
+            )
+            if self._pending is not None:
+                self._complete_checkpoint()
+            if crashed and self._env is not None and self.step != self._last_saved_step:
+                log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
+                self.save_checkpoint()
+        finally:
+            self._close_resources()
+
+    def _open(self) -> None:
+        cfg = self.requested_cfg
+        spec = probe(cfg.env.id)
+        cfg = apply_presets(cfg, spec.kind)
+        check_consistency(cfg)
+        check_setup(cfg, spec)
+        self.spec = spec
+        self.device = resolve_device(cfg.perf.device)
+        available = check_memory(cfg, spec, self.device)
+
+        run_path = (
+            Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
+        )
+        cfg = with_values(cfg, {"train.run_dir": str(run_path)})
+        self.cfg = cfg
+        self._rundir = RunDir(run_path)
+        if self.fresh:
+            self.moved_aside = self._rundir.move_aside()
+            if self.moved_aside:
+                log.info("--fresh: moved the previous run to %s", self.moved_aside)
+        self._rundir.open(group=cfg.display.group)
+        self.run_dir = run_path
+        self.checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
+        found = self.checkpoints.newest_valid()
+        if found is not None:
+            self._check_compatible(found[1], found[0].path)
+
+        self._check_stop()
+        configure_backends(self.device, cfg.perf.threads)
+        if cfg.perf.autotune:
+            cfg, self.autotune = autotune_config(cfg, spec, self.device)
+            self.cfg = cfg
+        seed = cfg.env.seed
+        torch.manual_seed(seed)
+        self.actor_rng = np.random.default_rng(seed)
+        self.memory = build_memory(cfg, spec, self.device, available)  # fills in the background
+        self.learner = build_learner(cfg, spec, self.device)
+        if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
+            store = ReplayStore(self._rundir.path / "replay", self.memory)
+            if store.check_disk(explicit="replay.persist" in cfg.explicit):
+                self.replay_store = store
+        if found is not None:
+            self._restore(found[1])
+            self.resumed_from = found[0].path
+        self._check_stop()
+        log.info("building %s environments of %s", f"{cfg.env.num_envs:,}", cfg.env.id)
+        self._env = self._make_envs(cfg.env, spec, self._check_stop)
+        self._check_stop()
+        config_toml = cfg.to_toml().encode()
+        self.side.attempt(
+            "config.toml", lambda: write_atomic(self._rundir.config_file, config_toml)
+        )
+        self.display = DisplayPublisher(cfg.display, run_path, spec)
+
+    def _check_stop(self) -> None:
+        """Abandon set-up if a stop was requested (nothing to save before the first step)."""
+        if self._stop_reason is not None:
+            raise StoppedDuringSetup(self._stop_reason)
+
+    def _close_resources(self) -> None:
+        for closer in (
+            lambda: self.display and self.display.close(),
+            lambda: self._progress and self._progress.close(),
+            lambda: self._metrics and self._metrics.close(),
+            lambda: self._episodes_csv and self._episodes_csv.close(),
+            lambda: self._env and self._env.close(),
+            lambda: self._rundir and self._rundir.close(),
+        ):
+            try:
+                closer()
+            except Exception:  # cleanup must go on
+                log.exception("error while closing the trainer")
+
+    # ----------------------------------------------------------------------------- state
+
+    def wall_s(self) -> float:
+        return self._wall_before + (time.monotonic() - self._session_start)
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def epsilon(self) -> float:
+        return self.learner.epsilon(self.step)
+
+    @property
+    def episodes(self) -> int:
+        return self.book.count
+
+    @episodes.setter
+    def episodes(self, count: int) -> None:
+        self.book.count = count
+
+    @property
+    def recent_returns(self) -> deque[float]:
+        return self.book.recent
+
+    def return_mean(self) -> float:
+        return self.book.mean_return()
+
+    def write_problems(self) -> list[str]:
+        return self.side.problems()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the loop to stop after the current step (safe from a signal handler)."""
+        self._stop_reason = reason
+        if self.learning is not None:
+            self.learning.interrupt()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_reason is not None
+
+    def add_hook(self, hook: Hook, first: bool = False) -> None:
+        """Let ``hook`` follow the run (``first``: before the hooks given so far)."""
+        self.hooks.insert(0 if first else len(self.hooks), hook)
+
+    def reconfigure(self, cfg: Config) -> None:
+        """Take a new config with changed live settings (the service's reload): the display
+        and the hooks follow it."""
+        self.cfg = cfg
+        if self.display is not None:
+            self.display.configure(cfg.display)
+        for hook in self.hooks:
+            hook.on_reconfigure(self, cfg)
+
+    # ----------------------------------------------------------------------------- the loop
+
+    def run(self) -> TrainResult:
+        """Train until ``train.steps`` or a stop request; returns a summary of the session."""
+        assert self._env is not None
+        cfg = self.cfg
+        extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
+        self._metrics = MetricsWriter(
+            self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side
+        )
+        self._episodes_csv = EpisodeWriter(self.run_dir, side=self.side)
+        self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
+        self._session_start = time.monotonic()
+        self._session_step0 = self.step
+        total = cfg.train.steps
+        if self.step >= total:
+            log.info(
+                "the run is already at step %s of %s: nothing to do", f"{self.step:,}", f"{total:,}"
+            )
+            self._progress.close()
+            return self._result(stopped=False)
+
+        remaining = (total - self.step) // cfg.agent.train_freq
+        self.learning = build_learning(
+            cfg, self.spec, self.learner, self.memory, self.actor_rng, remaining
+        )
+        log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
+        self.learning.start()
+        if self.stop_requested:
+            self.learning.interrupt()
+        try:
+            with self.learning.context():
+                return self._loop(total)
+        finally:
+            self.learning.finish(drain=False)  # stops the learner thread on every exit path
+
+    def _loop(self, total: int) -> TrainResult:
+        assert self._env is not None and self._progress is not None
+        assert self.learning is not None and self.display is not None
+        assert self._episodes_csv is not None
+        cfg, env, learning = self.cfg, self._env, self.learning
+        obs = env.reset(seed=cfg.env.seed + self.step)
+        ids = env.reset_ids  # the environments of obs's rows; None: all, in order
+        self.memory.add_first(obs, envs=ids)
+        num_envs = env.num_envs
+        shown = min(cfg.display.env_index, num_envs - 1)
+        self.book.start(num_envs, shown, self._episodes_csv)
+        self._batches = Batches(num_envs, ids)  # ALE's async mode
+        self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
+        self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
+        self._clock = dict.fromkeys(("tick", "row", "checkpoint"), time.monotonic())
+        self._row_step = self.step
+        self._started = False
+        overlap = overlaps_emulation(cfg.env, self.spec.has_frames, self.device)
+
+        # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
+        # before the one before it is recorded: the replay write, the episodes, the updates and
+        # the rest of this loop run while ALE's threads emulate, and in the sync pipeline a
+        # step's actions come from the weights before the updates of the step preceding it.
+        # Where ALE's threads take every core, that work would only take CPU from them: it
+        # runs before the next step starts instead.
+        actions = None
+        if self.step < total and not self.stop_requested:
+            actions = self._start_step(obs, ids, self.step, shown, show_now=not overlap)
+        while actions is not None:
+            result = env.recv()
+            ids = result.env_ids
+            taken = actions if ids is None else self._taken[ids]  # what led to each row
+            go_on = self.step + self._batches.steps_in(result) < total
+            actions = None
+            if go_on and overlap and not self.stop_requested:
+                after = self.step + self._batches.steps_in(result)
+                actions = self._start_step(result.obs, ids, after, shown, show_now=False)
+            if ids is None:  # every environment stepped, in order
+                self._record(taken, result, None)
+            else:
+                self._record_batch(taken, result)
+            if self._to_show is not None:
+                self._show(*self._to_show)
+            learning.after_step(self.step)
+            self._tick()
+            if go_on and not overlap and not self.stop_requested:
+                actions = self._start_step(result.obs, ids, self.step, shown, show_now=True)
+
+        learning.finish(drain=self.step >= total)  # the last updates due, then the learner stops
+        if not self._started:
+            for hook in self.hooks:
+                hook.on_start(self)
+        for hook in self.hooks:
+            hook.on_end(self)
+        now = time.monotonic()
+        self._refresh_stats(self._row_step, now - self._clock["row"])
+        self._progress.update(self.stats)
+        if self.step != self._row_step:
+            self._write_row()
+        if self._pending is not None:
+            self._complete_checkpoint()
+        if self.step != self._last_saved_step:
+            self._final_checkpoint()
+        self._progress.close()
+        return self._result(stopped=self.stop_requested and self.step < total)
+
+    def _tick(self) -> None:
+        """After each step: hooks, and on their intervals the progress line, metrics rows and
+        checkpoints."""
+        assert self._progress is not None
+        cfg, clock = self.cfg, self._clock
+        if not self._started:
+            self._started = True
+            for hook in self.hooks:
+                hook.on_start(self)
+        for hook in self.hooks:
+            hook.on_step(self)
+        now = time.monotonic()
+        if now - clock["tick"] >= TICK_EVERY_S:
+            clock["tick"] = now
+            self._refresh_stats(self._row_step, now - clock["row"])
+            self._progress.update(self.stats)
+            for hook in self.hooks:
+                hook.on_tick(self, self.stats)
+        if now - clock["row"] >= cfg.train.log_every_s:
+            self._refresh_stats(self._row_step, now - clock["row"])
+            self._write_row()
+            clock["row"], self._row_step = now, self.step
+        every = cfg.train.checkpoint_every_s
+        retry_at = now - every + min(CHECKPOINT_RETRY_S, every)  # a failed one: again soon
+        if self._pending is not None and self._pending[0].done:
+            if self._complete_checkpoint() is None:
+                clock["checkpoint"] = retry_at
+        elif self._pending is None and now - clock["checkpoint"] >= every:
+            path = self.save_checkpoint(background=True)  # None while its replay is saved
+            saved = path is not None or self._pending is not None
+            clock["checkpoint"] = now if saved else retry_at
+
+    def _start_step(
+        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int, show_now: bool
+    ) -> np.ndarray:
+        """Pick the actions for ``obs`` (the rows of environments ``ids``; None: all) at env
+        step ``step`` and send them to the environments; publishes the shown environment's
+        frame when it is due: now, or (``show_now`` false) once the step before is recorded,
+        so that its episode's return is the frame's. Returns the actions."""
+        assert self._env is not None and self.learning is not None and self.display is not None
+        show = self.display.due()
+        row = shown if ids is None else row_of(ids, shown)
+        epsilon = self.learner.epsilon(step)
+        actions, q_shown = self.learning.act(obs, epsilon, row if show else None)
+        self._env.send(actions)
+        if ids is not None:
+            self._taken[ids] = actions
+        if show and row is not None:  # now, or once the step before is recorded
+            self._to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
+            if show_now:
+                self._show(*self._to_show)
+        return actions
+
+    def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
+        """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
+        counts the env steps."""
+        rewards = result.rewards
+        if self.spec.has_frames:  # Atari rewards are clipped for learning only
+            rewards = np.minimum(np.maximum(rewards, -1.0), 1.0)
+        self.memory.add(
+            actions,
+            rewards,
+            result.terminated,
+            result.truncated,
+            result.obs,
+            result.final_obs,
+            envs=envs,
+        )
+        self.step += len(actions)
+        done = result.terminated | result.truncated
+        self.book.add(result.rewards, done, envs, self.step, self.wall_s())
+
+    def _record_batch(self, actions: np.ndarray, result: Step) -> None:
+        """Store what ALE's async mode returned (``actions``: what led to each row): first
+        observations start their environment's ring, the other rows are steps."""
+        first, stepped, stepped_actions = self._batches.split(result, actions)
+        if first is not None:
+            self.memory.add_first(*first)
+        if stepped is not None:
+            self._record(stepped_actions, stepped, stepped.env_ids)
+
+    def _result(self, stopped: bool) -> TrainResult:
+        return TrainResult(
+            step=self.step,
+            total_steps=self.cfg.train.steps,
+            episodes=self.episodes,
+            return_mean=self.return_mean(),
+            wall_s=self.wall_s(),
+            session_steps=self.step - self._session_step0,
+            session_s=time.monotonic() - self._session_start,
+            checkpoint=self.last_checkpoint,
+            stopped=stopped,
+        )
+
+    def _show(
+        self,
+        frames: np.ndarray,
+        action: int,
+        q_values: np.ndarray | None,
+        step: int,
+        epsilon: float,
+    ) -> None:
+        """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
+        shared memory, never a wait)."""
+        assert self.display is not None
+        book, stats = self.book, self.stats
+        self._to_show = None
+        ret = float(book.returns[book.shown])
+        meta = FrameMeta.of(step, book.shown_episode, ret, epsilon, action, stats.sps, stats.load)
+        if q_values is not None:
+            meta.q_values = tuple(float(q) for q in q_values)
+        self.display.publish(frames[-1], meta)
+
+    def _refresh_stats(self, row_step: int, interval_s: float) -> None:
+        s = self.stats
+        s.step, s.total_steps, s.wall_s = self.step, self.cfg.train.steps, self.wall_s()
+        s.sps = (self.step - row_step) / interval_s if interval_s > 0 else 0.0
+        s.episodes, s.return_mean = self.episodes, self.return_mean()
+        s.epsilon = self.learner.epsilon(self.step)
+        s.updates = self.learner.updates
+        s.learning_starts, s.fill_from = self.learner.learn_from[0], self._session_step0
+        loss = self.learner.losses.peek()
+        if not math.isnan(loss):  # no update since the last row: keep the last mean
+            s.loss = loss
+
+    def _write_row(self) -> None:
+        assert self._metrics is not None and self._progress is not None
+        self._metrics.write(self.stats)
+        self._progress.log_line(self.stats)
+        self.learner.losses.take()
