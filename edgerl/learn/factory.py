@@ -9,6 +9,7 @@ measure is what trains. A new learner is a module with a class following
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,11 +50,6 @@ def replay_device(cfg: Config, device: torch.device) -> torch.device:
     return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
 
 
-def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
-    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
-    return build_q_network(spec, cfg.agent.hidden, layer_norm=cfg.agent.algo == "pqn")
-
-
 def _dqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
     return DQN(q_network(cfg, spec), cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
 
@@ -64,16 +60,37 @@ def _pqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
     return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
 
 
-# agent.algo -> the function that builds that learner
-LEARNERS: dict[str, Callable[[Config, EnvSpec, torch.device], Learner]] = {
-    "dqn": _dqn,
-    "pqn": _pqn,
+@dataclass(frozen=True)
+class LearnerEntry:
+    """What edgerl needs to know of a learner to build it and what it learns from."""
+
+    build: Callable[[Config, EnvSpec, torch.device], Learner]  # a fresh learner
+    memory: str  # "replay" (a ReplayBuffer, sampled) or "rollout" (the last steps, in order)
+    layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
+
+
+# agent.algo -> its learner. A new learner: a module in edgerl/learn/ and a line here (and its
+# name in agent.algo's choices, edgerl/config.py); see docs/development.md.
+LEARNERS: dict[str, LearnerEntry] = {
+    "dqn": LearnerEntry(_dqn, memory="replay"),
+    "pqn": LearnerEntry(_pqn, memory="rollout", layer_norm=True),
 }
+
+
+def uses_replay(cfg: Config) -> bool:
+    """The learner ``cfg`` names learns from a replay (else from a rollout)."""
+    return LEARNERS[cfg.agent.algo].memory == "replay"
+
+
+def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
+    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
+    layer_norm = LEARNERS[cfg.agent.algo].layer_norm
+    return build_q_network(spec, cfg.agent.hidden, layer_norm=layer_norm)
 
 
 def check_setup(cfg: Config, spec: EnvSpec) -> None:
     """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
-    if cfg.agent.algo == "pqn":
+    if not uses_replay(cfg):
         if cfg.perf.pipeline == "async":
             raise ConfigError(
                 "perf.pipeline=async needs agent.algo=dqn: PQN learns from each rollout before "
@@ -99,7 +116,7 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
 def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
     """What the learner's memory (DQN's replay, PQN's rollout) needs against what is free on the
     device it lives on, and a sentence saying so (``edgerl doctor``'s memory line)."""
-    if cfg.agent.algo == "dqn":
+    if uses_replay(cfg):
         available, where = available_memory(replay_device(cfg, device))
         plan = plan_memory(spec, cfg.replay.capacity, available, where)
         what = (
@@ -122,7 +139,7 @@ def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[Memor
 
 def memory_fix(cfg: Config, plan: MemoryPlan) -> str:
     """What to change when ``plan`` does not fit."""
-    if cfg.agent.algo == "dqn":
+    if uses_replay(cfg):
         return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
     return "lower env.num_envs or pqn.rollout_steps, or free memory"
 
@@ -131,7 +148,7 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
     one sentence each, before anything is allocated); returns the memory available."""
     plan, _ = memory_plan(cfg, spec, device)
-    if cfg.agent.algo == "dqn":
+    if uses_replay(cfg):
         plan.check()
     elif not plan.fits:
         raise ReplayMemoryError(
@@ -140,7 +157,7 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
             f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
             f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
         )
-    where_to = replay_device(cfg, device) if cfg.agent.algo == "dqn" else device
+    where_to = replay_device(cfg, device) if uses_replay(cfg) else device
     check_env_memory(spec, cfg.env.num_envs, plan, where_to)
     return plan.available_bytes
 
@@ -149,7 +166,7 @@ def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
     """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
     if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
         spare_dynamo_import()
-    return LEARNERS[cfg.agent.algo](cfg, spec, device)
+    return LEARNERS[cfg.agent.algo].build(cfg, spec, device)
 
 
 def build_memory(
@@ -157,7 +174,7 @@ def build_memory(
 ) -> Any:
     """What the learner learns from: DQN's replay (on its device, feeding the learner on
     ``device``) or PQN's rollout."""
-    if cfg.agent.algo == "pqn":
+    if not uses_replay(cfg):
         return RolloutBuffer(spec, cfg.env.num_envs, cfg.pqn.rollout_steps, device)
     return ReplayBuffer(
         spec,

@@ -38,7 +38,7 @@ from edgerl.config import Config, build_layers, resolve
 from edgerl.config_presets import apply_presets, check_consistency
 from edgerl.device import configure_backends, resolve_device
 from edgerl.learn.envs import probe
-from edgerl.learn.factory import q_network
+from edgerl.learn.factory import q_network, uses_replay
 from edgerl.learn.nets import NatureCNN
 from edgerl.learn.pipeline import resolve_pipeline
 from edgerl.learn.replay_memory import bytes_per_transition
@@ -187,7 +187,7 @@ def _loops(
     """The whole loop in each pipeline, with its share of the limit."""
     out = []
     plan = [("sync", 1), ("sync", 4), ("async", 4)]
-    if cfg.agent.algo == "pqn":  # sync only, with its many environments
+    if not uses_replay(cfg):  # a rollout learner (PQN): sync only, with its many environments
         plan = [("sync", cfg.env.num_envs)]
     for mode, n in plan:
         log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
