@@ -36,7 +36,7 @@ def train(
     fresh: bool,
     quiet: bool,
 ) -> None:
-    """Train a DQN; resumes the run directory's newest valid checkpoint.
+    """Train an agent (DQN, or PQN with --set agent.algo=pqn); resumes the run's newest checkpoint.
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """

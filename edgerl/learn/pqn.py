@@ -7,9 +7,9 @@ Many environments step together for ``pqn.rollout_steps`` steps (the rollout,
 network and makes ``pqn.epochs`` passes of ``pqn.minibatches`` minibatches each: the mean squared
 error of Q(s, a) against the return, gradient clipping, RAdam. Then the next rollout starts.
 LayerNorm in the network (:mod:`edgerl.learn.nets`) keeps this stable without a target network.
-Memory
-is one rollout: for Pong at 128 environments about 116 MB, against 7 GB for a replay of a million
-transitions, which makes PQN the learner for boards with little memory.
+Memory is one rollout: for Pong at 128 environments 114 MiB, against 6.6 GiB for a replay of a
+million transitions (a whole training process: 0.97 GiB against 7.0 GiB peak RSS, measured by
+``scripts/bench_memory.py``), which makes PQN the learner for boards with little memory.
 
 Where this differs from the reference, and why: truncated episodes bootstrap from their final
 observation instead of counting as terminal (edgerl's environments hand that observation out);
