@@ -29,8 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No system config, no real Jetson files, cwd in a temporary directory."""
+    """No system config, no real Jetson files, no user cache, cwd in a temporary directory."""
     monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("CACHE_DIRECTORY", raising=False)
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
     monkeypatch.setenv("SDL_AUDIODRIVER", "dummy")
     monkeypatch.chdir(tmp_path)

@@ -167,3 +167,75 @@ def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministi
     assert graph.losses.take() == pytest.approx(eager.losses.take(), rel=1e-4)
     for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def compile_free_learner() -> DQN:
+    """A small CPU learner that compiles only when it pays (perf.compile=auto)."""
+    return DQN(MLP(4, 2, (8,)), AgentConfig(), CPU, PerfConfig(compile="auto"))
+
+
+def vector_batch(b: int = 16) -> Batch:
+    torch.manual_seed(1)
+    obs = torch.randn(b, 4)
+    discounts, weights = torch.full((b,), 0.99), torch.ones(b)
+    return Batch(obs, torch.randint(0, 2, (b,)), torch.randn(b), obs + 0.1, discounts, weights)
+
+
+def test_a_compile_that_did_not_pay_is_not_compiled_again(tmp_path, monkeypatch, caplog):
+    from edgerl.files.decisions import CompileDecisions
+    from edgerl.learn.fast_update import compile_key
+
+    batch = vector_batch()
+    learner = compile_free_learner()
+    decisions = learner.fast.decisions = CompileDecisions(tmp_path)
+    key = compile_key(learner.q, batch)
+    # 10 us saved per update: 10 s over a million updates, less than 30 s of compiling
+    decisions.put(key, {"eager_s": 0.010, "compiled_s": 0.00999, "compile_s": 30.0})
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("torch.compile was called")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
+    with caplog.at_level("INFO"):
+        assert not learner.fast.maybe_compile(10**6, batch)
+    assert "not compiling the update: torch.compile measured" in caplog.text
+    assert "torch.compile failed" not in caplog.text
+    # A thousand times more updates left: the same figures repay compiling, so it compiles.
+    with caplog.at_level("INFO"):
+        learner.fast.maybe_compile(10**9, batch)
+    assert "torch.compile failed (AssertionError: torch.compile was called)" in caplog.text
+
+
+def test_the_first_measurement_is_remembered_for_the_next_run(tmp_path):
+    from edgerl.files.decisions import CompileDecisions
+    from edgerl.learn.fast_update import compile_key
+
+    batch = vector_batch()
+    learner = compile_free_learner()
+    learner.fast.decisions = CompileDecisions(tmp_path)
+    learner.fast.maybe_compile(10**6, batch)  # compiles and times both (real torch.compile)
+    entry = CompileDecisions(tmp_path).get(compile_key(learner.q, batch))
+    assert entry is not None and entry["compile_s"] > 0
+    assert entry["eager_s"] > 0 and entry["compiled_s"] > 0
+
+
+def test_a_damaged_decisions_file_is_reported_moved_aside_and_measured_again(tmp_path, caplog):
+    from edgerl.files.decisions import FILE_NAME, CompileDecisions
+
+    (tmp_path / FILE_NAME).write_text('{"version": 1, "entries": ')  # cut short by a crash
+    decisions = CompileDecisions(tmp_path)
+    assert decisions.get("any") is None
+    assert "is damaged" in caplog.text and (tmp_path / (FILE_NAME + ".damaged")).exists()
+    decisions.put("k", {"eager_s": 1.0})
+    assert CompileDecisions(tmp_path).get("k") == {"eager_s": 1.0}
+
+
+def test_an_unwritable_cache_costs_only_a_warning(tmp_path, caplog):
+    from edgerl.files.decisions import CompileDecisions
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    decisions = CompileDecisions(blocked / "edgerl")  # a directory below a file: never writable
+    decisions.put("k", {"eager_s": 1.0})
+    assert "the next run measures again" in caplog.text
+    assert decisions.get("k") is None

@@ -22,7 +22,7 @@ from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.learn.actor import Actor, ActorWeights
 from edgerl.learn.dqn import DQN
 from edgerl.learn.envs import EnvSpec
-from edgerl.learn.fast_update import may_compile, spare_dynamo_import
+from edgerl.learn.fast_update import Decisions, may_compile, spare_dynamo_import
 from edgerl.learn.learner import Learner
 from edgerl.learn.nets import build_q_network
 from edgerl.learn.pipeline import (
@@ -196,12 +196,14 @@ def build_learning(
     memory: Any,
     actor_rng: np.random.Generator,
     remaining_updates: int,
+    decisions: Decisions | None = None,
 ) -> Learning:
     """Make the learner fast (DQN: a CUDA graph that samples ``perf.updates_per_launch``
-    batches per launch, or torch.compile) and wrap it, its memory and an actor in the pipeline
-    ``perf.pipeline`` asks for."""
+    batches per launch, or torch.compile, whose measurements ``decisions`` remembers) and wrap
+    it, its memory and an actor in the pipeline ``perf.pipeline`` asks for."""
     device = learner.device
     if isinstance(learner, DQN):
+        learner.fast.decisions = decisions
         graph_samples = learner.fast.cuda_graphs and memory.device == device
         per_launch = resolve_updates_per_launch(
             cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead

@@ -12,7 +12,9 @@ The update is one fixed-shape function over a batch of static shape (``DQN.updat
   a side stream after a few warm-up steps, and the weights and optimizer state are put back
   afterwards;
 * on the CPU ``torch.compile`` is tried only when the run is long enough to repay compiling
-  (``perf.compile``), and kept only if it measurably does.
+  (``perf.compile``), and kept only if it measurably does. What was measured is remembered per
+  machine, torch and update shapes (:class:`Decisions`), so a resume does not compile again
+  only to throw the result away.
 
 Either way the weights and the Adam state after :meth:`FastUpdate.prepare` are exactly those
 before it, so preparing changes speed, nothing else.
@@ -20,10 +22,13 @@ before it, so preparing changes speed, nothing else.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import platform
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -86,6 +91,61 @@ def spare_dynamo_import() -> None:
             inner.__dynamo_disable = inner  # type: ignore[attr-defined]
 
 
+class Decisions(Protocol):
+    """Where compile measurements are remembered between runs (:mod:`edgerl.files.decisions`)."""
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def compile_key(net: nn.Module, example: Batch) -> str:
+    """What the compile decision depends on: the machine, torch, its threads, the update's
+    network and batch shapes (hashed: the key of a :class:`Decisions` entry)."""
+    what = {
+        "cpu": _cpu_model(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "net": type(net).__name__,
+        "params": [list(p.shape) for p in net.parameters()],
+        "batch": [[list(t.shape), str(t.dtype)] for t in example],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _pays(measured: dict[str, Any], remaining: int, log_it: bool = False) -> bool:
+    """Whether the compiled update's gain over ``remaining`` updates repays compiling, from
+    ``measured`` seconds: ``eager_s`` and ``compiled_s`` per update, ``compile_s`` once."""
+    eager_s, compiled_s = float(measured["eager_s"]), float(measured["compiled_s"])
+    compile_s = float(measured["compile_s"])
+    saved = (eager_s - compiled_s) * remaining
+    keep = saved > compile_s
+    if log_it:
+        log.info(
+            "torch.compile: %.1f ms per update against %.1f ms eager; over %s updates %s: %s",
+            compiled_s * 1e3,
+            eager_s * 1e3,
+            f"{remaining:,}",
+            f"it would save {saved:.0f} s for {compile_s:.0f} s of compiling"
+            if saved > 0
+            else f"it would be {-saved:.0f} s slower, after {compile_s:.0f} s of compiling",
+            "keeping it" if keep else "using the eager update",
+        )
+    return keep
+
+
 class FastUpdate:
     """Runs one update step, eagerly, as a replayed CUDA graph, or compiled.
 
@@ -107,6 +167,7 @@ class FastUpdate:
         self.cuda_graphs = cuda_graphs
         self.compile_setting = compile_setting
         self.compiled = False
+        self.decisions: Decisions | None = None  # set to remember compile measurements
         self._fn: StepFn = step
         self._static: Batch | None = None  # the graph's fixed input buffers
         self._graph: torch.cuda.CUDAGraph | None = None
@@ -213,6 +274,27 @@ class FastUpdate:
         if setting == "auto" and remaining_updates < COMPILE_MIN_UPDATES:
             log.debug("not compiling: %d updates left < %d", remaining_updates, COMPILE_MIN_UPDATES)
             return False
+        key = compile_key(self.net, example) if self.decisions is not None else ""
+        known = self.decisions.get(key) if self.decisions is not None else None
+        if setting == "auto" and known is not None:
+            try:
+                keep = _pays(known, remaining_updates)
+            except (KeyError, TypeError, ValueError):
+                known = None  # an entry of another shape: measure again
+            else:
+                if not keep:
+                    log.info(
+                        "not compiling the update: torch.compile measured %.1f ms per update "
+                        "against %.1f ms eager on this machine with these shapes (%s), which does "
+                        "not repay %.0f s of compiling over %s updates; perf.compile=on compiles "
+                        "anyway",
+                        known["compiled_s"] * 1e3,
+                        known["eager_s"] * 1e3,
+                        known.get("measured_at", "earlier"),
+                        known["compile_s"],
+                        f"{remaining_updates:,}",
+                    )
+                    return False
         log.info(
             "compiling the update with torch.compile (once, about 20 s; perf.compile=off skips it)"
         )
@@ -230,20 +312,21 @@ class FastUpdate:
         finally:
             self._restore(*snapshot)
         compile_s = time.monotonic() - started
-        if setting == "auto" and not self._compile_pays(
-            compiled, example, remaining_updates, compile_s
-        ):
-            return False
+        if setting == "auto" and known is None:
+            eager_s, compiled_s = self._time_both(compiled, example)
+            measured = {"eager_s": eager_s, "compiled_s": compiled_s, "compile_s": compile_s}
+            if self.decisions is not None:
+                measured["measured_at"] = time.strftime("%Y-%m-%d")
+                self.decisions.put(key, measured)
+            if not _pays(measured, remaining_updates, log_it=True):
+                return False
         self._fn = compiled
         self.compiled = True
         log.info("update compiled in %.0f s", compile_s)
         return True
 
-    def _compile_pays(
-        self, compiled: StepFn, example: Batch, remaining: int, compile_s: float
-    ) -> bool:
-        """Time both updates on ``example`` (weights restored after); keep the compiled one only
-        if its gain over the remaining updates repays the compilation."""
+    def _time_both(self, compiled: StepFn, example: Batch) -> tuple[float, float]:
+        """Seconds per update, eager and compiled, on ``example`` (weights restored after)."""
         snapshot = self._snapshot()
 
         def per_update(fn: StepFn) -> float:
@@ -255,22 +338,9 @@ class FastUpdate:
             return (time.perf_counter() - started) / COMPILE_TIMING_UPDATES
 
         try:
-            eager_s, compiled_s = per_update(self.step), per_update(compiled)
+            return per_update(self.step), per_update(compiled)
         finally:
             self._restore(*snapshot)
-        saved = (eager_s - compiled_s) * remaining
-        keep = saved > compile_s
-        log.info(
-            "torch.compile: %.1f ms per update against %.1f ms eager; over %s updates %s: %s",
-            compiled_s * 1e3,
-            eager_s * 1e3,
-            f"{remaining:,}",
-            f"it would save {saved:.0f} s for {compile_s:.0f} s of compiling"
-            if saved > 0
-            else f"it would be {-saved:.0f} s slower, after {compile_s:.0f} s of compiling",
-            "keeping it" if keep else "using the eager update",
-        )
-        return keep
 
     def _snapshot(self) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[Any, Any]]:
         """Copies of the weights and Adam state, for :meth:`_restore`."""

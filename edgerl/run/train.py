@@ -32,6 +32,7 @@ from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import CheckpointLostError, CheckpointStore
+from edgerl.files.decisions import CompileDecisions
 from edgerl.files.replay_save import SaveJob
 from edgerl.files.replay_store import ReplayStore
 from edgerl.files.sidefiles import SideFiles
@@ -288,10 +289,9 @@ class Trainer(TrainerState):
             self._progress.close()
             return self._result(stopped=False)
 
-        remaining = (total - self.step) // cfg.agent.train_freq
-        self.learning = build_learning(
-            cfg, self.spec, self.learner, self.memory, self.actor_rng, remaining
-        )
+        remaining, decisions = (total - self.step) // cfg.agent.train_freq, CompileDecisions()
+        parts = (cfg, self.spec, self.learner, self.memory, self.actor_rng, remaining, decisions)
+        self.learning = build_learning(*parts)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
         if self.stop_requested:
