@@ -1,9 +1,7 @@
-"""Playing a learned policy: policy backends and the play loop.
+"""Playing a learned policy (see :mod:`edgerl.policies`): the play loop.
 
-A :class:`Policy` maps a batch of observations (numpy, exactly as the environment returns them) to
-Q-values and greedy actions. Backends: a PyTorch checkpoint here; ONNX Runtime and TensorRT in
-``edgerl.export`` load through :func:`load_policy`. The play loop measures the latency of each
-action selection (observation in, action out) and reports episode returns in game points.
+The play loop measures the latency of each action selection (observation in, action out) and
+reports episode returns in game points.
 With ``record``, the played episodes are also recorded (see :mod:`edgerl.record`): the colour
 screen, or the agent's own view, one frame after the reset and one after each step, each with its
 episode and score beneath it.
@@ -18,92 +16,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import torch
 
-from edgerl.config import EnvConfig, from_dict
-from edgerl.device import resolve_device
-from edgerl.errors import CheckpointError, EnvError
-from edgerl.files.checkpoint import CheckpointStore, load
-from edgerl.learn.envs import EnvSpec, VecEnv, make_env
-from edgerl.learn.nets import NatureCNN, build_q_network
+from edgerl.config import EnvConfig
+from edgerl.errors import EnvError
+from edgerl.learn.envs import VecEnv, make_env
+from edgerl.policies import Policy
 from edgerl.record import Recorder, Recording, open_recorder
 
 log = logging.getLogger(__name__)
-
-
-class Policy(Protocol):
-    backend: str
-    spec: EnvSpec
-    env_config: dict[str, Any]  # the [env] section the policy was trained with
-
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values, shape (batch, num_actions), float32."""
-        ...
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy actions, shape (batch,), int64."""
-        ...
-
-
-def newest_checkpoint(run_dir: Path) -> Path:
-    """The newest valid checkpoint of a run; raises CheckpointError if there is none."""
-    if not run_dir.is_dir():
-        raise CheckpointError(f"run directory {run_dir} does not exist")
-    found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
-    if found is None:
-        raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
-    return found[0].path
-
-
-class TorchPolicy:
-    """A PyTorch Q-network restored from an edgerl checkpoint."""
-
-    backend = "torch"
-
-    def __init__(self, state: dict[str, Any], device: str = "cpu", source: Path | None = None):
-        try:
-            self.spec = EnvSpec.from_dict(state["env"])
-            cfg = from_dict(state["config"], f"checkpoint {source}")
-            q_state = state["learner"]["q"]
-        except (KeyError, TypeError) as e:
-            raise CheckpointError(
-                f"checkpoint {source} lacks {e}; was it written by edgerl?"
-            ) from None
-        self.source = source
-        self.env_config = state["config"]["env"]
-        self.hidden = cfg.agent.hidden
-        self.layer_norm = cfg.agent.algo == "pqn"  # PQN's network normalises its layers
-        self.step = int(state.get("step", 0))
-        self._q_state = q_state
-        self.device = resolve_device(device)
-        # Built without random initial weights (they are replaced at once): an evaluation
-        # beside training must not draw from torch's global RNG, which the trainer's state holds.
-        with torch.device("meta"):
-            net = build_q_network(self.spec, cfg.agent.hidden, self.layer_norm)
-        net.load_state_dict(q_state, assign=True)
-        if isinstance(net, NatureCNN):
-            net.use_channels_last()
-        self.net = net.to(self.device).eval()
-
-    def state_dict_cpu(self) -> dict[str, Any]:
-        """The Q-network's weights as saved in the checkpoint (CPU tensors)."""
-        return self._q_state
-
-    @classmethod
-    def from_file(cls, path: Path, device: str = "cpu") -> TorchPolicy:
-        return cls(load(path), device, path)
-
-    @torch.inference_mode()
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        return self.net(torch.as_tensor(obs, device=self.device)).float().cpu().numpy()
-
-    @torch.inference_mode()
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        q = self.net(torch.as_tensor(obs, device=self.device))
-        return q.argmax(dim=1).cpu().numpy()
 
 
 @dataclass
@@ -329,39 +252,3 @@ def play(
         return PlayResult(
             policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
         )
-
-
-def load_policy(
-    *,
-    model: Path | None = None,
-    run_dir: Path | None = None,
-    checkpoint: Path | None = None,
-    backend: str = "auto",
-    device: str = "cpu",
-) -> Policy:
-    """A policy from ``--model`` (checkpoint, .onnx or .engine) or a run's checkpoint.
-
-    Raises CheckpointError / EdgerlError with a sentence when the file cannot be used.
-    """
-    if model is None:
-        if checkpoint is not None:
-            model = checkpoint
-        elif run_dir is not None:
-            model = newest_checkpoint(run_dir)
-        else:
-            raise CheckpointError("give a model with --model FILE or a run with --run-dir RUN")
-    kind = backend
-    if kind == "auto":
-        suffix = model.suffix.lower()
-        kind = {".onnx": "onnx", ".engine": "trt", ".plan": "trt"}.get(suffix, "torch")
-    if kind == "torch":
-        return TorchPolicy.from_file(model, device)
-    if kind == "onnx":
-        from edgerl.export.onnx import OnnxPolicy
-
-        return OnnxPolicy(model)
-    if kind == "trt":
-        from edgerl.export.tensorrt import TensorRTPolicy
-
-        return TensorRTPolicy(model)
-    raise CheckpointError(f"unknown backend {backend!r}; use auto, torch, onnx or trt")

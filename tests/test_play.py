@@ -233,7 +233,8 @@ PONG_BROWN = (144, 72, 17)
 
 def test_record_pong_in_colour_210x160(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
-    from edgerl.play import load_policy, play
+    from edgerl.play import play
+    from edgerl.policies import load_policy
     from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
@@ -248,7 +249,8 @@ def test_record_pong_in_colour_210x160(pong_run, tmp_path):
 
 def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
-    from edgerl.play import load_policy, play
+    from edgerl.play import play
+    from edgerl.policies import load_policy
     from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
@@ -293,11 +295,11 @@ def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_
 
 
 def test_a_ctrl_c_in_play_names_no_checkpoint(cli, monkeypatch):
-    import edgerl.play
+    import edgerl.policies
 
     def interrupted(**kwargs):
         raise KeyboardInterrupt  # as a Ctrl-C while a policy loads
 
-    monkeypatch.setattr(edgerl.play, "load_policy", interrupted)
+    monkeypatch.setattr(edgerl.policies, "load_policy", interrupted)
     r = cli("play", "--model", "policy.onnx")
     assert r.code == 130 and r.err.strip() == "interrupted"

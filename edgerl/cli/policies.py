@@ -92,8 +92,8 @@ def play(
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
-    from edgerl.play import load_policy
     from edgerl.play import play as run_play
+    from edgerl.policies import load_policy
 
     if model is not None and (run_dir is not None or checkpoint is not None):
         raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")

@@ -41,7 +41,8 @@ from edgerl.config import Config, EvalConfig
 from edgerl.errors import EdgerlError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
-from edgerl.play import PlayResult, TorchPolicy, play
+from edgerl.play import PlayResult, play
+from edgerl.policies.torch import TorchPolicy
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
 
