@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgerl.files.checkpoint import load
-from edgerl.play import TorchPolicy
+from edgerl.policies.torch import TorchPolicy
 from edgerl.run.best import BEST_NAME, best_evaluation, save_best
 
 from .conftest import run_edgerl

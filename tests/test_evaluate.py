@@ -16,7 +16,7 @@ from edgerl.config import Config, EvalConfig, build_layers, resolve
 from edgerl.files.checkpoint import load
 from edgerl.learn.envs import probe
 from edgerl.learn.nets import build_q_network
-from edgerl.play import newest_checkpoint
+from edgerl.policies import newest_checkpoint
 from edgerl.run.evaluate import EVAL_COLUMNS, eval_period, evaluate
 
 from .conftest import edgerl_cmd

@@ -20,7 +20,7 @@ from edgerl.export.common import (
     collect_observations,
     compare,
 )
-from edgerl.export.onnx import OnnxPolicy, session_providers
+from edgerl.export.onnx import session_providers
 from edgerl.export.run import ExportRequest, run_export
 from edgerl.export.tensorrt import (
     calibration_cache_path,
@@ -28,6 +28,7 @@ from edgerl.export.tensorrt import (
     flavor,
     profile_shapes,
 )
+from edgerl.policies.onnx import OnnxPolicy
 
 from .conftest import PONG_FAST
 
@@ -71,7 +72,7 @@ def test_onnx_export_is_checked_against_pytorch(cli, pong_run):
 
 def test_sidecar_contents(pong_run):
     from edgerl.files.checkpoint import file_sha256
-    from edgerl.play import newest_checkpoint
+    from edgerl.policies import newest_checkpoint
 
     ckpt = newest_checkpoint(pong_run)
     rows = run_export(ExportRequest(checkpoint=ckpt, out=pong_run / "x" / "p.onnx"))
@@ -106,8 +107,8 @@ def test_an_onnx_file_alone_knows_its_game(cli, pong_run, tmp_path):
 
 
 def test_export_fails_when_onnx_runtime_disagrees(pong_run, monkeypatch):
-    from edgerl.export.onnx import OnnxPolicy
-    from edgerl.play import newest_checkpoint
+    from edgerl.policies import newest_checkpoint
+    from edgerl.policies.onnx import OnnxPolicy
 
     real = OnnxPolicy.q_values
     monkeypatch.setattr(OnnxPolicy, "q_values", lambda self, obs: real(self, obs) + 0.05)
@@ -220,7 +221,8 @@ def test_the_agreement_check_feeds_an_engine_at_most_its_batch(cli, pong_run):
     with pytest.raises(EdgerlError, match="batches of at most 8, not 96"):
         policy.q_values(obs)  # all 96 at once, as the check used to: every --trt export failed
 
-    from edgerl.play import TorchPolicy, newest_checkpoint
+    from edgerl.policies import newest_checkpoint
+    from edgerl.policies.torch import TorchPolicy
 
     reference = TorchPolicy.from_file(newest_checkpoint(pong_run)).q_values(obs)
     agreement = check_agreement(policy, obs, reference.astype(np.float64))

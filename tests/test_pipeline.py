@@ -35,7 +35,7 @@ def test_async_replay_ratio_is_exact_and_lag_bounded(tmp_path, num_envs):
 
 def test_sync_mode_is_deterministic(tmp_path):
     from edgerl.files.checkpoint import load
-    from edgerl.play import newest_checkpoint
+    from edgerl.policies import newest_checkpoint
 
     weights = []
     for i in range(2):

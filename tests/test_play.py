@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgerl.play import Observer
+
 from .conftest import PONG_FAST, edgerl_cmd
 
 
@@ -155,6 +157,60 @@ def test_play_finds_the_newest_run_under_runs(cli, cartpole_run, tmp_path, monke
     assert json.loads(r.out.splitlines()[-1])["env"] == "CartPole-v1"
 
 
+class Seen(Observer):
+    """An observer that notes what it is told; ``end_at``: it ends playing at that step."""
+
+    def __init__(self, wants_q=False, end_at=0):
+        self.events = []
+        self.wants_q = wants_q
+        self.end_at = end_at
+
+    def on_reset(self, obs, episode):
+        self.events.append(("reset", episode))
+
+    def on_step(self, moment):
+        self.events.append(("step", moment.episode, moment.steps, moment.q is not None))
+        return moment.steps != self.end_at
+
+    def on_episode(self, episode, ret, length):
+        self.events.append(("episode", episode, ret, length))
+
+    def on_end(self, stopped):
+        self.events.append(("end", stopped))
+
+
+def test_observers_are_told_of_each_reset_step_and_episode_in_order(cartpole_run):
+    from edgerl.play import PlayOptions, play
+    from edgerl.policies import load_policy
+
+    policy = load_policy(run_dir=cartpole_run)
+    seen, with_q = Seen(), Seen(wants_q=True)
+    result = play(policy, PlayOptions(episodes=3, seed=2, max_episode_steps=5), [seen, with_q])
+    assert result.cut == 3 and result.lengths == [5, 5, 5] and result.returns == [5.0] * 3
+    expected = []
+    for episode in (1, 2, 3):
+        expected.append(("reset", episode))
+        expected += [("step", episode, 5 * (episode - 1) + i, True) for i in range(1, 6)]
+        expected.append(("episode", episode, 5.0, 5))
+    expected.append(("end", False))
+    assert with_q.events == expected  # the Q-values come to every observer when one asks
+    assert seen.events == with_q.events
+
+
+def test_an_observer_ends_playing_and_a_stop_stops_it(cartpole_run):
+    from edgerl.play import PlayOptions, play
+    from edgerl.policies import load_policy
+
+    policy = load_policy(run_dir=cartpole_run)
+    closed = Seen(end_at=3)  # as a window closed at the third step
+    result = play(policy, PlayOptions(episodes=2), [closed])
+    assert result.steps == 3 and result.returns == [] and closed.events[-1] == ("end", False)
+    stopping = Seen()
+    options = PlayOptions(episodes=2, stop=lambda: len(stopping.events) == 3)
+    result = play(policy, options, [stopping])
+    assert result.steps == 2 and stopping.events[-1] == ("end", True)
+
+
 def gif_frames(path):
     from PIL import Image
 
@@ -233,11 +289,14 @@ PONG_BROWN = (144, 72, 17)
 
 def test_record_pong_in_colour_210x160(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
-    from edgerl.play import load_policy, play
+    from edgerl.play import PlayOptions, play
+    from edgerl.play.observers import Filming
+    from edgerl.policies import load_policy
     from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
-    result = play(policy, max_steps=40, record=tmp_path / "pong.gif")
+    filming = Filming(tmp_path / "pong.gif", policy.spec)
+    result = play(policy, PlayOptions(max_steps=40), [filming])
     assert result.recording is not None and result.recording.frames == 41
     assert result.recording.seconds == pytest.approx(41 / 15)  # 60 Hz, frame skip 4
     frames = gif_frames(tmp_path / "pong.gif")
@@ -248,11 +307,14 @@ def test_record_pong_in_colour_210x160(pong_run, tmp_path):
 
 def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
-    from edgerl.play import load_policy, play
+    from edgerl.play import PlayOptions, play
+    from edgerl.play.observers import Filming
+    from edgerl.policies import load_policy
     from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
-    result = play(policy, max_steps=20, record=tmp_path / "agent.gif", record_view="agent")
+    filming = Filming(tmp_path / "agent.gif", policy.spec, "agent")
+    result = play(policy, PlayOptions(max_steps=20), [filming])
     assert result.recording is not None and result.recording.frames == 21
     frames = gif_frames(tmp_path / "agent.gif")
     game = frames[-1][: 2 * 84]
@@ -293,11 +355,11 @@ def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_
 
 
 def test_a_ctrl_c_in_play_names_no_checkpoint(cli, monkeypatch):
-    import edgerl.play
+    import edgerl.policies
 
     def interrupted(**kwargs):
         raise KeyboardInterrupt  # as a Ctrl-C while a policy loads
 
-    monkeypatch.setattr(edgerl.play, "load_policy", interrupted)
+    monkeypatch.setattr(edgerl.policies, "load_policy", interrupted)
     r = cli("play", "--model", "policy.onnx")
     assert r.code == 130 and r.err.strip() == "interrupted"

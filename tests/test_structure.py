@@ -143,3 +143,18 @@ def test_the_learning_code_knows_nothing_of_runs_files_or_commands():
         if name.startswith("edgerl.learn")
     }
     assert not any(outside.values()), {k: v for k, v in outside.items() if v}
+
+
+def test_play_and_export_share_the_policies_and_import_nothing_of_each_other():
+    """edgerl.export checks its files by playing them through edgerl.policies, as edgerl.play
+    plays them; neither imports the other."""
+    graph = import_graph()
+    crossing = {
+        name: sorted(b for b in imports if b.split(".")[:2] == ["edgerl", other])
+        for name, imports in graph.items()
+        for own, other in (("play", "export"), ("export", "play"))
+        if name.split(".")[:2] == ["edgerl", own]
+    }
+    assert not any(crossing.values()), {k: v for k, v in crossing.items() if v}
+    assert "edgerl.policies.torch" in graph["edgerl.export.run"]
+    assert "edgerl.policies" in graph["edgerl.play"]

@@ -92,8 +92,10 @@ def play(
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
-    from edgerl.play import load_policy
+    from edgerl.play import Observer, PlayOptions
     from edgerl.play import play as run_play
+    from edgerl.play.observers import EpisodeLog, Filming
+    from edgerl.policies import load_policy
 
     if model is not None and (run_dir is not None or checkpoint is not None):
         raise click.UsageError("give either --model or --run-dir/--checkpoint, not both")
@@ -106,32 +108,27 @@ def play(
     if model is None and checkpoint is None:
         checkpoint = _run_policy(run_dir, last, "playing")
     policy = load_policy(model=model, checkpoint=checkpoint, backend=backend, device=device)
+    observers: list[Observer] = [EpisodeLog()]
+    if record is not None:
+        observers.append(Filming(record, policy.spec, record_view))
     renderer = None
     if render != "none":
         from edgerl.display.render import make_renderer
 
         renderer = make_renderer(render, policy.spec, fullscreen=fullscreen)
+        observers.append(renderer)
         if fps == 0 and render == "screen":
             fps = 15.0  # the game's pace with frame skip 4 (60 Hz / 4); --fps overrides
+    options = PlayOptions(env_id=env_id, episodes=episodes, seed=seed, epsilon=epsilon, fps=fps)
     try:
-        result = run_play(
-            policy,
-            env_id=env_id,
-            episodes=episodes,
-            seed=seed,
-            epsilon=epsilon,
-            renderer=renderer,
-            fps=fps,
-            record=record,
-            record_view=record_view,
-        )
+        result = run_play(policy, options, observers)
     except KeyboardInterrupt:
         if record is None:
             raise
         click.echo(f"interrupted: nothing was written to {record}", err=True)
         raise click.exceptions.Exit(130) from None
     finally:
-        if renderer is not None and hasattr(renderer, "close"):
+        if renderer is not None:
             renderer.close()
     click.echo(json.dumps(result.to_json()) if as_json else result.describe())
     if result.recording is not None and not as_json:

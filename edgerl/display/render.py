@@ -13,6 +13,7 @@ import numpy as np
 
 from edgerl.display.stream import FrameMeta
 from edgerl.errors import EdgerlError, MissingDependencyError
+from edgerl.play import Moment, Observer
 
 PANEL_HEIGHT = 96  # the Q-value bar chart under the game
 TOP_HEIGHT = 86  # the overlay (up to 4 lines) above the game: over it, it hid Pong's left score
@@ -232,8 +233,11 @@ class DisplayUnavailable(EdgerlError):
     """No video device for a window."""
 
 
-class PlayRenderer:
-    """``edgerl play --render screen|console``: draws each step; returns False to stop playing."""
+class PlayRenderer(Observer):
+    """``edgerl play --render screen|console``: draws each step; closing the window or pressing
+    q or Escape ends playing."""
+
+    wants_q = True  # the bar chart and the console's best Q
 
     def __init__(
         self,
@@ -244,6 +248,7 @@ class PlayRenderer:
         scale: int = 6,
     ) -> None:
         self.kind = kind
+        self.window = kind == "screen"
         self.actions = action_meanings
         self.pg: Any = None
         self.screen: Any = None
@@ -258,15 +263,11 @@ class PlayRenderer:
             )
             self.pg.display.set_caption("edgerl play")
 
-    def __call__(
-        self,
-        obs: np.ndarray,
-        action: int,
-        q: np.ndarray | None,
-        ret: float,
-        episode: int,
-        step: int,
-    ) -> bool:
+    def on_step(self, moment: Moment) -> bool:
+        """Draw the observation the step's action was chosen on, with the action, its Q-values and
+        the score after it; False when the window was closed."""
+        obs, action, q = moment.obs, moment.action, moment.q
+        episode, step, ret = moment.episode, moment.steps, moment.ret
         frame = obs[-1] if obs.ndim == 3 else None
         meta = FrameMeta(
             step=step,

@@ -329,7 +329,8 @@ def check_onnx_gpu(ctx: Context, state: DeepState) -> Check:
     if not any(p in ort.get_available_providers() for p in GPU_PROVIDERS):
         return Check(name, "skip", "this ONNX Runtime has no GPU provider (see onnxruntime)")
     from edgerl.export.common import check_agreement, collect_observations
-    from edgerl.play import TorchPolicy, load_policy
+    from edgerl.policies import load_policy
+    from edgerl.policies.torch import TorchPolicy
 
     started = time.monotonic()
     policy = load_policy(model=state.onnx)

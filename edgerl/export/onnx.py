@@ -1,4 +1,4 @@
-"""ONNX export of the greedy policy, its check in ONNX Runtime, and the ONNX Runtime backend.
+"""ONNX export of the greedy policy, and how ONNX Runtime opens it (providers, engine cache).
 
 The graph takes the uint8 observation batch exactly as the environment returns it (the scaling is
 inside) and returns ``q_values`` (float32) and ``action`` (int32, the argmax; int32 because
@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -102,10 +101,10 @@ def require_onnx() -> None:
     """Raise MissingDependencyError now when onnx or ONNX Runtime is missing: an export says so
     before it plays the game for observations or builds anything."""
     _import_onnx()
-    _import_ort()
+    import_ort()
 
 
-def _import_ort() -> Any:
+def import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError:
@@ -185,37 +184,3 @@ def read_metadata(path: Path) -> Sidecar:
                 raise ExportError(f"{path} holds a damaged policy description") from None
             return Sidecar.from_dict(described, str(path))
     return Sidecar.read(path)
-
-
-class OnnxPolicy:
-    """A policy served by ONNX Runtime (TensorRT, CUDA or CPU execution provider)."""
-
-    backend = "onnx"
-
-    def __init__(self, path: Path, cpu_only: bool = False) -> None:
-        ort = _import_ort()
-        self.path = path
-        self.sidecar = s = read_metadata(path)
-        self.spec = s.env_spec()
-        self.env_config = s.env_config
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        chosen = session_providers(
-            path, ort.get_available_providers(), ort.__version__, cuda=not cpu_only
-        )
-        if any(isinstance(p, tuple) for p in chosen):
-            trt_cache_dir(path).mkdir(parents=True, exist_ok=True)
-        self.session = ort.InferenceSession(str(path), options, providers=chosen)
-        self.providers = self.session.get_providers()
-        self._dtype = np.dtype(s.obs_dtype)
-
-    def _run(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        q, action = self.session.run(None, {INPUT: np.ascontiguousarray(obs, dtype=self._dtype)})
-        return q, action
-
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        return self._run(obs)[0]
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        return self._run(obs)[1].astype(np.int64)

@@ -142,9 +142,10 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
 
     The ONNX file and its sidecar get their names only once ONNX Runtime agreed with PyTorch on
     them: an export that fails its check or is interrupted leaves nothing under those names."""
-    from edgerl.export.onnx import OnnxPolicy, export_onnx, require_onnx
+    from edgerl.export.onnx import export_onnx, require_onnx
     from edgerl.learn.envs import short_env_name
-    from edgerl.play import TorchPolicy
+    from edgerl.policies.onnx import OnnxPolicy
+    from edgerl.policies.torch import TorchPolicy
 
     require_onnx()  # say at once when onnx or ONNX Runtime is missing, before any work
     if req.trt:  # say at once when TensorRT or a GPU is missing, before any work
@@ -224,13 +225,8 @@ def _export_trt(
     import dataclasses
 
     from edgerl.export.onnx import export_onnx
-    from edgerl.export.tensorrt import (
-        Calibration,
-        TensorRTPolicy,
-        build_engine,
-        flavor,
-        import_tensorrt,
-    )
+    from edgerl.export.tensorrt import Calibration, build_engine, flavor, import_tensorrt
+    from edgerl.policies.tensorrt import TensorRTPolicy
 
     trt = import_tensorrt()
     fl = flavor(trt.__version__)

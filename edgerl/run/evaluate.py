@@ -41,7 +41,9 @@ from edgerl.config import Config, EvalConfig
 from edgerl.errors import EdgerlError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
-from edgerl.play import PlayResult, TorchPolicy, play
+from edgerl.play import Observer, PlayOptions, PlayResult, play
+from edgerl.play.observers import Filming
+from edgerl.policies.torch import TorchPolicy
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
 
@@ -141,16 +143,15 @@ def evaluate(
     policy = TorchPolicy(snapshot, "cpu")
 
     def episodes(n: int, seed: int, record: Path | None = None) -> PlayResult:
-        return play(
-            policy,
+        options = PlayOptions(
             episodes=n,
             seed=seed,
             epsilon=settings.epsilon,
             max_episode_steps=settings.max_episode_steps,
             stop=stop,
-            log_episodes=False,
-            record=record,
         )
+        observers: list[Observer] = [] if record is None else [Filming(record, policy.spec)]
+        return play(policy, options, observers)
 
     if record is None:
         return episodes(settings.episodes, seed)

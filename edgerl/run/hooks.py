@@ -71,7 +71,7 @@ class Run(Protocol):
 
     def policy_snapshot(self) -> dict[str, Any]:
         """A CPU copy of the online network's weights, laid out as a checkpoint (``step``,
-        ``env``, ``config``, ``learner.q``): ``edgerl.play.TorchPolicy`` plays it."""
+        ``env``, ``config``, ``learner.q``): ``edgerl.policies.torch.TorchPolicy`` plays it."""
         ...
 
 

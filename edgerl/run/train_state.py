@@ -103,7 +103,7 @@ class TrainerState:
 
     def policy_snapshot(self) -> dict[str, Any]:
         """A CPU copy of the online network's weights with what rebuilds it, laid out as a
-        checkpoint (``edgerl.play.TorchPolicy`` plays it); taken between updates."""
+        checkpoint (``edgerl.policies.torch.TorchPolicy`` plays it); taken between updates."""
         paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
         with paused, torch.no_grad():
             q = {k: v.detach().to("cpu", copy=True) for k, v in self.learner.q.state_dict().items()}

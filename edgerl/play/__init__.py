@@ -1,0 +1,264 @@
+"""Playing a learned policy: the episode runner, and the observers that watch it play.
+
+:func:`play` plays episodes with a :class:`~edgerl.policies.Policy` on one environment of the game
+it learned (epsilon-greedy, seeded), measures the latency of each action selection (observation
+in, action out) and reports episode returns in game points. Everything else that happens while it
+plays is an :class:`Observer` it tells of each reset, step and episode: a recording and the episode
+log (:mod:`edgerl.play.observers`), the live view of ``edgerl play --render``
+(:class:`edgerl.display.render.PlayRenderer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgerl.config import EnvConfig
+from edgerl.errors import EnvError
+from edgerl.learn.envs import VecEnv, make_env
+
+if TYPE_CHECKING:
+    from edgerl.policies import Policy
+    from edgerl.record import Recording
+
+
+@dataclass(frozen=True)
+class PlayOptions:
+    """The episode loop's own settings."""
+
+    env_id: str | None = None  # None: the game the policy learned
+    episodes: int = 1
+    seed: int = 0
+    epsilon: float = 0.0  # the chance of a random action (0: greedy)
+    max_steps: int = 0  # ends playing after this many steps in all (the episode in flight is
+    # not counted); 0: no limit
+    max_episode_steps: int = 0  # cuts an episode after this many steps (it is counted, in
+    # ``PlayResult.cut`` too); 0: no limit
+    fps: float = 0.0  # steps per second (0: as fast as possible)
+    stop: Callable[[], bool] | None = None  # asked before every step: True ends playing, which
+    # is then stopped (a recording is discarded: what it holds is cut short)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One step played, as observers see it (one environment: no batch dimension)."""
+
+    obs: np.ndarray  # the observation the action was chosen on
+    action: int
+    q: np.ndarray | None  # its Q-values, when an observer asked for them
+    next_obs: np.ndarray  # after the step (the next episode's first when the game ended one)
+    final_obs: np.ndarray | None  # the episode's last observation when the game ended it
+    ret: float  # the episode's return so far
+    episode: int  # counted from 1
+    steps: int  # steps played in all
+
+
+class Observer:
+    """What watches the episodes played. Every method does nothing unless a subclass says so."""
+
+    screens = False  # needs the environment to draw its colour screen
+    window = False  # draws in a window of its own (other screens are drawn offscreen)
+    wants_q = False  # needs each step's Q-values (the policy then computes them)
+    recording: Recording | None = None  # the file recorded, once playing ended
+
+    def on_start(self, env: VecEnv, cleanup: contextlib.ExitStack) -> None:
+        """The environment was made; what enters ``cleanup`` is left when playing ends, by an
+        exception too."""
+
+    def on_reset(self, obs: np.ndarray, episode: int) -> None:
+        """Episode ``episode`` (counted from 1) begins with ``obs``: only episodes that will be
+        played begin."""
+
+    def on_step(self, moment: Moment) -> bool:
+        """A step was played; False ends playing (not a stop: what was played counts)."""
+        return True
+
+    def on_episode(self, episode: int, ret: float, length: int) -> None:
+        """Episode ``episode`` ended (by the game or cut) with return ``ret`` after ``length``
+        steps."""
+
+    def on_end(self, stopped: bool) -> None:
+        """Playing ended without an error; ``stopped``: by ``PlayOptions.stop``."""
+
+
+@dataclass
+class PlayResult:
+    backend: str
+    env: str
+    returns: list[float]
+    steps: int
+    latencies_ns: list[int] = field(repr=False)
+    recording: Recording | None = None
+    lengths: list[int] = field(default_factory=list)  # steps of each episode in ``returns``
+    cut: int = 0  # episodes cut at ``max_episode_steps`` (counted in ``returns``)
+
+    def latency_us(self) -> dict[str, float]:
+        lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
+        if lat.size == 0:
+            return {"p50": float("nan"), "p99": float("nan"), "max": float("nan")}
+        return {
+            "p50": round(float(np.percentile(lat, 50)), 2),
+            "p99": round(float(np.percentile(lat, 99)), 2),
+            "max": round(float(lat.max()), 2),
+        }
+
+    def describe(self) -> str:
+        """One line: returns and action latency."""
+        summary = self.to_json()
+        lat = summary["latency_us"]
+        return (
+            f"{summary['env']} with {summary['backend']}: {summary['episodes']} episodes, "
+            f"mean return {summary['return_mean']:.2f} (returns {summary['returns']}); action "
+            f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        returns = [float(r) for r in self.returns]
+        summary: dict[str, Any] = {
+            "backend": self.backend,
+            "env": self.env,
+            "episodes": len(returns),
+            "returns": returns,
+            "return_mean": float(np.mean(returns)) if returns else float("nan"),
+            "latency_us": self.latency_us(),
+            "steps": self.steps,
+        }
+        if self.recording is not None:
+            rec = self.recording
+            summary["recording"] = {
+                "path": str(rec.path),
+                "frames": rec.frames,
+                "seconds": round(rec.seconds, 3),
+                "bytes": rec.bytes,
+            }
+        return summary
+
+
+def draw_offscreen() -> None:
+    """Let games that draw with pygame (gymnasium's CartPole) draw without a display.
+
+    Their first render initialises SDL's video, which probes for a display and, on a machine
+    without one, prints "error: XDG_RUNTIME_DIR is invalid or not set in the environment." on
+    stderr. A recording needs no window: SDL's dummy drivers, unless the user chose others.
+    """
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
+def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
+    """The policy's own [env] settings, on one environment (of ``env_id`` when given)."""
+    env_cfg = EnvConfig(
+        **{k: v for k, v in policy.env_config.items() if k in EnvConfig.__annotations__}
+    )
+    if env_id is not None and env_id != policy.spec.id:
+        env_cfg.id = env_id
+    env_cfg.num_envs, env_cfg.threads = 1, 1
+    return env_cfg
+
+
+def play(
+    policy: Policy, options: PlayOptions | None = None, observers: Sequence[Observer] = ()
+) -> PlayResult:
+    """Play ``options.episodes`` episodes with ``policy``, telling ``observers`` of each reset,
+    step and episode; the result holds the recording an observer made.
+
+    Raises EnvError if ``options.env_id`` does not match what the policy was trained on; what an
+    observer raises (a recording that cannot be made: RecordError, MissingDependencyError) ends
+    playing, and observers' resources are left as their ``on_start`` arranged.
+    """
+    o = options or PlayOptions()
+    env_cfg = _env_config(policy, o.env_id)
+    rng = np.random.default_rng(o.seed)
+    screens = any(w.screens for w in observers)
+    if screens and not any(w.window for w in observers):
+        draw_offscreen()
+    wants_q = any(w.wants_q for w in observers)
+    with contextlib.ExitStack() as cleanup:
+        env = make_env(env_cfg, screens=screens)
+        cleanup.callback(env.close)
+        if (
+            env.spec.obs_shape != policy.spec.obs_shape
+            or env.spec.num_actions != policy.spec.num_actions
+        ):
+            raise EnvError(
+                f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
+                f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
+            )
+        for w in observers:
+            w.on_start(env, cleanup)
+        obs = env.reset(seed=o.seed)
+        returns: list[float] = []
+        lengths: list[int] = []
+        latencies: list[int] = []
+        ret, steps, length, cut = 0.0, 0, 0, 0
+        for w in observers:
+            w.on_reset(obs[0], 1)
+        frame_s = 1.0 / o.fps if o.fps > 0 else 0.0
+        next_frame = time.perf_counter()
+        stopped = False
+        while len(returns) < o.episodes:
+            if o.stop is not None and o.stop():
+                stopped = True
+                break
+            t0 = time.perf_counter_ns()
+            if wants_q:
+                q = policy.q_values(obs)
+                action = q.argmax(axis=1)
+            else:
+                q = None
+                action = policy.act(obs)
+            latencies.append(time.perf_counter_ns() - t0)
+            if o.epsilon > 0 and rng.random() < o.epsilon:
+                action = rng.integers(policy.spec.num_actions, size=1)
+            step = env.step(np.asarray(action, dtype=np.int64))
+            ret += float(step.rewards[0])
+            steps += 1
+            length += 1
+            done = bool(step.terminated[0] or step.truncated[0])
+            final_obs = None
+            if done:
+                assert step.final_obs is not None
+                final_obs = step.final_obs[0]
+            moment = Moment(
+                obs[0],
+                int(action[0]),
+                None if q is None else q[0],
+                step.obs[0],
+                final_obs,
+                ret,
+                len(returns) + 1,
+                steps,
+            )
+            if not all([w.on_step(moment) for w in observers]):  # every observer sees it
+                break
+            if frame_s:
+                next_frame += frame_s
+                time.sleep(max(0.0, next_frame - time.perf_counter()))
+            obs = step.obs
+            if not done and o.max_episode_steps and length >= o.max_episode_steps:
+                done, cut = True, cut + 1
+                obs = env.reset(seed=o.seed + len(returns) + 1)  # the next episode, not this one
+            if done:
+                returns.append(ret)
+                lengths.append(length)
+                for w in observers:
+                    w.on_episode(len(returns), ret, length)
+                ret, length = 0.0, 0
+            if o.max_steps and steps >= o.max_steps:
+                break
+            if done and len(returns) < o.episodes:
+                for w in observers:
+                    w.on_reset(obs[0], len(returns) + 1)
+        for w in observers:
+            w.on_end(stopped)
+    recording = next((w.recording for w in observers if w.recording is not None), None)
+    return PlayResult(
+        policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
+    )

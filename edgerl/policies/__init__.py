@@ -1,0 +1,81 @@
+"""Learned policies behind one interface, and :func:`load_policy`, which opens one from a file.
+
+A :class:`Policy` maps a batch of observations (numpy, exactly as the environment returns them) to
+Q-values and greedy actions. Backends, each in a module of its own and imported only when used:
+``torch.py`` (a Q-network restored from a checkpoint), ``onnx.py`` (an exported ONNX file on ONNX
+Runtime) and ``tensorrt.py`` (a TensorRT engine). They read the files :mod:`edgerl.export` writes;
+``edgerl play`` plays them, and the export's checks compare them with each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgerl.errors import CheckpointError
+from edgerl.files.checkpoint import CheckpointStore
+from edgerl.learn.envs import EnvSpec
+
+
+class Policy(Protocol):
+    backend: str
+    spec: EnvSpec
+    env_config: dict[str, Any]  # the [env] section the policy was trained with
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values, shape (batch, num_actions), float32."""
+        ...
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy actions, shape (batch,), int64."""
+        ...
+
+
+def newest_checkpoint(run_dir: Path) -> Path:
+    """The newest valid checkpoint of a run; raises CheckpointError if there is none."""
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run directory {run_dir} does not exist")
+    found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
+    if found is None:
+        raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
+    return found[0].path
+
+
+def load_policy(
+    *,
+    model: Path | None = None,
+    run_dir: Path | None = None,
+    checkpoint: Path | None = None,
+    backend: str = "auto",
+    device: str = "cpu",
+) -> Policy:
+    """A policy from ``--model`` (checkpoint, .onnx or .engine) or a run's checkpoint.
+
+    Raises CheckpointError / EdgerlError with a sentence when the file cannot be used.
+    """
+    if model is None:
+        if checkpoint is not None:
+            model = checkpoint
+        elif run_dir is not None:
+            model = newest_checkpoint(run_dir)
+        else:
+            raise CheckpointError("give a model with --model FILE or a run with --run-dir RUN")
+    kind = backend
+    if kind == "auto":
+        suffix = model.suffix.lower()
+        kind = {".onnx": "onnx", ".engine": "trt", ".plan": "trt"}.get(suffix, "torch")
+    if kind == "torch":
+        from edgerl.policies.torch import TorchPolicy
+
+        return TorchPolicy.from_file(model, device)
+    if kind == "onnx":
+        from edgerl.policies.onnx import OnnxPolicy
+
+        return OnnxPolicy(model)
+    if kind == "trt":
+        from edgerl.policies.tensorrt import TensorRTPolicy
+
+        return TensorRTPolicy(model)
+    raise CheckpointError(f"unknown backend {backend!r}; use auto, torch, onnx or trt")
