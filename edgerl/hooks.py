@@ -8,9 +8,10 @@ Hook. The trainer calls each hook in order, from the training loop's thread, and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from edgerl.checkpoint import Checkpoint
     from edgerl.config import Config
     from edgerl.metrics import TrainStats
 
@@ -69,9 +70,9 @@ class Run(Protocol):
         """A stop (Ctrl-C, the service's stop) was requested."""
         ...
 
-    def policy_snapshot(self) -> dict[str, Any]:
-        """A CPU copy of the online network's weights, laid out as a checkpoint (``step``,
-        ``env``, ``config``, ``learner.q``): ``edgerl.play.TorchPolicy`` plays it."""
+    def policy_snapshot(self) -> Checkpoint:
+        """A CPU copy of the online network's weights, as a checkpoint without the training
+        state: ``edgerl.play.TorchPolicy`` plays it."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writes, keep-last-K, corrupt and truncated files, failed writes."""
+"""Checkpoints: the typed record and its formats, atomic writes, keep-last-K, corrupt and
+truncated files, failed writes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from edgerl.checkpoint import (
     HEADER,
+    Checkpoint,
     CheckpointStore,
     CheckpointWriteError,
     list_checkpoints,
@@ -20,35 +22,42 @@ from edgerl.checkpoint import (
 from edgerl.errors import CheckpointError
 
 
-def state(step: int) -> dict:
+def state(step: int) -> Checkpoint:
     torch.manual_seed(step)
-    return {"step": step, "weights": torch.randn(64, 64), "nested": {"ints": [1, 2, 3]}}
+    return Checkpoint(
+        kind="dqn",
+        step=step,
+        env={"id": "CartPole-v1", "kind": "vector"},
+        config={"agent": {"algo": "dqn"}},
+        learner={"q": {"w": torch.randn(64, 64)}, "nested": {"ints": [1, 2, 3]}},
+        rng={"torch": torch.get_rng_state()},
+    )
 
 
 def test_round_trip(tmp_path):
     store = CheckpointStore(tmp_path / "ck", keep=3)
-    path = store.save(state(7), step=7)
+    path = store.save(state(7))
     assert path.name == "ckpt-000001-step0000000007.ckpt"
     got = load(path)
-    assert got["step"] == 7 and got["nested"] == {"ints": [1, 2, 3]}
-    assert torch.equal(got["weights"], state(7)["weights"])
+    assert got.step == 7 and got.learner["nested"] == {"ints": [1, 2, 3]}
+    assert torch.equal(got.learner["q"]["w"], state(7).learner["q"]["w"])
     assert [p.name for p in (tmp_path / "ck").iterdir()] == [path.name]  # no temp file left
 
 
 def test_keeps_the_newest_k(tmp_path):
     store = CheckpointStore(tmp_path, keep=2)
     for step in (10, 20, 30, 40):
-        store.save(state(step), step)
+        store.save(state(step))
     assert [c.step for c in list_checkpoints(tmp_path)] == [30, 40]
     found = store.newest_valid()
-    assert found is not None and found[0].step == 40 and found[1]["step"] == 40
+    assert found is not None and found[0].step == 40 and found[1].step == 40
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
 def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage):
     store = CheckpointStore(tmp_path, keep=5)
-    store.save(state(1), 1)
-    newest = store.save(state(2), 2)
+    store.save(state(1))
+    newest = store.save(state(2))
     data = bytearray(newest.read_bytes())
     if damage == "truncate":
         data = data[: len(data) // 2]
@@ -61,7 +70,7 @@ def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage)
     newest.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING):
         found = store.newest_valid()
-    assert found is not None and found[1]["step"] == 1
+    assert found is not None and found[1].step == 1
     assert newest.name in caplog.text
     assert newest.exists()  # left in place for inspection
     with pytest.raises(CheckpointError, match=newest.name):
@@ -70,7 +79,7 @@ def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage)
 
 def test_no_valid_checkpoint_refuses(tmp_path):
     store = CheckpointStore(tmp_path, keep=5)
-    p = store.save(state(1), 1)
+    p = store.save(state(1))
     p.write_bytes(p.read_bytes()[:-10])
     with pytest.raises(CheckpointError, match=r"no valid checkpoint .* use --fresh"):
         store.newest_valid()
@@ -78,18 +87,18 @@ def test_no_valid_checkpoint_refuses(tmp_path):
 
 def test_pruning_never_deletes_a_file_that_fails_its_check(tmp_path):
     store = CheckpointStore(tmp_path, keep=1)
-    bad = store.save(state(1), 1)
+    bad = store.save(state(1))
     bad.write_bytes(bad.read_bytes()[:-1])
-    store.save(state(2), 2)
-    store.save(state(3), 3)
+    store.save(state(2))
+    store.save(state(3))
     assert bad.exists()
     assert [c.step for c in list_checkpoints(tmp_path)] == [1, 3]
 
 
 def test_sequence_continues_after_resuming_from_an_older_step(tmp_path):
     store = CheckpointStore(tmp_path, keep=5)
-    store.save(state(100), 100)
-    store.save(state(50), 50)  # e.g. resumed from an older checkpoint
+    store.save(state(100))
+    store.save(state(50))  # e.g. resumed from an older checkpoint
     assert store.newest_valid()[0].step == 50
 
 
@@ -104,13 +113,15 @@ def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
     """A real failed write (file-size limit, like a full disk): no temp file, old one intact."""
     script = textwrap.dedent(f"""
         import resource, signal, torch
-        from edgerl.checkpoint import CheckpointStore, CheckpointWriteError
+        from edgerl.checkpoint import Checkpoint, CheckpointStore, CheckpointWriteError
         store = CheckpointStore(__import__("pathlib").Path({str(tmp_path)!r}), keep=3)
-        store.save({{"w": torch.zeros(10)}}, 1)
+        def weights(n, step):
+            return Checkpoint("dqn", step, {{}}, {{}}, {{"q": {{"w": torch.zeros(n)}}}})
+        store.save(weights(10, 1))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:
-            store.save({{"w": torch.zeros(100_000)}}, 2)
+            store.save(weights(100_000, 2))
         except CheckpointWriteError as e:
             print("FAILED:", e)
     """)
@@ -119,7 +130,7 @@ def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
     assert "ckpt-000001-step0000000001.ckpt is still the newest" in out.stdout
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["ckpt-000001-step0000000001.ckpt"]
-    assert load(tmp_path / files[0])["w"].shape == (10,)
+    assert load(tmp_path / files[0]).learner["q"]["w"].shape == (10,)
 
 
 def test_write_error_reports_disk_full():
