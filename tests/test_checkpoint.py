@@ -3,10 +3,12 @@ truncated files, failed writes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
 import textwrap
+from dataclasses import fields
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ from edgerl.checkpoint import (
     list_checkpoints,
     load,
 )
+from edgerl.checkpoint_migrate import PAYLOAD_VERSION
 from edgerl.errors import CheckpointError
 
 
@@ -51,6 +54,52 @@ def test_keeps_the_newest_k(tmp_path):
     assert [c.step for c in list_checkpoints(tmp_path)] == [30, 40]
     found = store.newest_valid()
     assert found is not None and found[0].step == 40 and found[1].step == 40
+
+
+def test_every_field_comes_back_as_it_was_written():
+    ck = state(7)
+    ck.episodes, ck.wall_s, ck.recent_returns = 3, 12.5, [1.0, 2.5]
+    ck.replay = {"manifest": "manifest-step0000000007-ab.json", "learn_from": [4, 0]}
+    ck.best = {"step": 7, "return_mean": 9.5}
+    ck.saved_at = "2026-01-02T03:04:05+0000"
+    got = Checkpoint.from_bytes(ck.to_bytes(), "x.ckpt")
+    assert got.payload_version == PAYLOAD_VERSION and not got.is_snapshot
+    for f in fields(Checkpoint):
+        if f.name not in ("learner", "rng"):
+            assert getattr(got, f.name) == getattr(ck, f.name), f.name
+    assert torch.equal(got.learner["q"]["w"], ck.learner["q"]["w"])
+    assert got.rng is not None and torch.equal(got.rng["torch"], ck.rng["torch"])
+
+
+def test_a_pqn_run_s_checkpoint_says_pqn_and_plays_and_resumes(cli, tmp_path):
+    run = tmp_path / "pqn"
+    args = ["train", "--env", "CartPole-v1", "--set", "agent.algo=pqn", "--run-dir", run]
+    args += ["--set", "agent.hidden=[16,16]", "--quiet"]
+    assert cli(*args, "--steps", "500").code == 0
+    (first,) = list_checkpoints(run / "checkpoints")
+    ck = load(first.path)
+    assert ck.kind == "pqn" and ck.config["agent"]["algo"] == "pqn" and not ck.is_snapshot
+    assert "target" not in ck.learner  # PQN has no target network
+    again = Checkpoint.from_bytes(ck.to_bytes(), "again")
+    assert again.kind == "pqn" and set(again.learner) == set(ck.learner)
+    r = cli("play", "--checkpoint", first.path, "--episodes", "1", "--json")
+    assert r.code == 0, r.err  # PQN's network (with LayerNorm) is rebuilt from the kind
+    assert json.loads(r.out)["env"] == "CartPole-v1"
+    r = cli(*args, "--steps", "1000")
+    assert r.code == 0, r.err
+    assert f"resuming from step {first.step:,}" in r.err
+    assert load(list_checkpoints(run / "checkpoints")[-1].path).kind == "pqn"
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "agent.hidden=[16,16]")
+    assert r.code == 2 and "holds a run with agent.algo='pqn'" in r.err
+
+
+def test_a_policy_snapshot_does_not_resume(cli, tmp_path):
+    snapshot = state(5)
+    snapshot.rng = None  # weights only, as evaluations and best.ckpt hold them
+    path = CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).save(snapshot)
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", tmp_path / "run", "--steps", "10")
+    assert r.code == 2
+    assert f"checkpoint {path} is a policy snapshot (weights only) and cannot resume" in r.err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
