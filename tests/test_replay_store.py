@@ -381,7 +381,7 @@ def test_a_stopped_or_killed_run_resumes_with_the_replay_of_its_checkpoint(tmp_p
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {newest.step:,}" in r.stderr and "with the replay" in r.stderr
     final = load(list_checkpoints(run / "checkpoints")[-1].path)
-    assert final["step"] == newest.step + 200
+    assert final.step == newest.step + 200
     assert final.learner["updates"] == (newest.step + 200 - 200) // 4
 
 
@@ -482,7 +482,7 @@ def test_persist_false_saves_no_replay_and_fresh_moves_it_aside(cli, tmp_path):
     off = [*CARTPOLE, "--set", "replay.persist=false"]
     assert cli("train", *off, "--steps", "300", "--run-dir", run).code == 0
     assert not (run / "replay").exists()
-    assert "replay" not in load(list_checkpoints(run / "checkpoints")[-1].path)
+    assert load(list_checkpoints(run / "checkpoints")[-1].path).replay is None
     r = cli("train", *CARTPOLE, "--steps", "300", "--run-dir", run, "--fresh")
     assert r.code == 0, r.err
     assert list((run / "replay").glob("manifest-*"))
