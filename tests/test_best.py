@@ -52,7 +52,7 @@ def test_the_best_evaluation_keeps_its_weights_beside_the_checkpoints(best_run):
     assert best["episodes"] == 2
     path = run / "checkpoints" / BEST_NAME
     state = load(path)  # a checkpoint file: magic, length and SHA-256 checked
-    assert state["best"] == best
+    assert state.best == best and state.is_snapshot
     policy = TorchPolicy.from_file(path)
     assert policy.step == best["step"] and policy.spec.id == "CartPole-v1"
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp left
@@ -89,8 +89,9 @@ def test_a_resume_keeps_a_better_best_of_an_earlier_session(cli, best_run, tmp_p
     run = copy_of(best_run[0], tmp_path)
     path = run / "checkpoints" / BEST_NAME
     state = load(path)
-    kept = {**state["best"], "return_mean": 1e6}
-    save_best(run, {k: v for k, v in state.items() if k != "best"}, kept)
+    assert state.best is not None
+    kept = {**state.best, "return_mean": 1e6}
+    save_best(run, state, kept)
     r = cli(
         "train", "--run-dir", run, "--steps", "4000", "--quiet",
         "--set", "eval.every_steps=1000", "--set", "eval.episodes=2",

@@ -1,11 +1,14 @@
-"""Checkpoints: atomic writes, keep-last-K, corrupt and truncated files, failed writes."""
+"""Checkpoints: the typed record and its formats, atomic writes, keep-last-K, corrupt and
+truncated files, failed writes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
 import textwrap
+from dataclasses import fields
 
 import pytest
 import torch
@@ -13,42 +16,97 @@ import torch
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import (
     HEADER,
+    Checkpoint,
     CheckpointStore,
     CheckpointWriteError,
     list_checkpoints,
     load,
 )
+from edgerl.files.checkpoint_migrate import PAYLOAD_VERSION
 
 
-def state(step: int) -> dict:
+def state(step: int) -> Checkpoint:
     torch.manual_seed(step)
-    return {"step": step, "weights": torch.randn(64, 64), "nested": {"ints": [1, 2, 3]}}
+    return Checkpoint(
+        kind="dqn",
+        step=step,
+        env={"id": "CartPole-v1", "kind": "vector"},
+        config={"agent": {"algo": "dqn"}},
+        learner={"q": {"w": torch.randn(64, 64)}, "nested": {"ints": [1, 2, 3]}},
+        rng={"torch": torch.get_rng_state()},
+    )
 
 
 def test_round_trip(tmp_path):
     store = CheckpointStore(tmp_path / "ck", keep=3)
-    path = store.save(state(7), step=7)
+    path = store.save(state(7))
     assert path.name == "ckpt-000001-step0000000007.ckpt"
     got = load(path)
-    assert got["step"] == 7 and got["nested"] == {"ints": [1, 2, 3]}
-    assert torch.equal(got["weights"], state(7)["weights"])
+    assert got.step == 7 and got.learner["nested"] == {"ints": [1, 2, 3]}
+    assert torch.equal(got.learner["q"]["w"], state(7).learner["q"]["w"])
     assert [p.name for p in (tmp_path / "ck").iterdir()] == [path.name]  # no temp file left
 
 
 def test_keeps_the_newest_k(tmp_path):
     store = CheckpointStore(tmp_path, keep=2)
     for step in (10, 20, 30, 40):
-        store.save(state(step), step)
+        store.save(state(step))
     assert [c.step for c in list_checkpoints(tmp_path)] == [30, 40]
     found = store.newest_valid()
-    assert found is not None and found[0].step == 40 and found[1]["step"] == 40
+    assert found is not None and found[0].step == 40 and found[1].step == 40
+
+
+def test_every_field_comes_back_as_it_was_written():
+    ck = state(7)
+    ck.episodes, ck.wall_s, ck.recent_returns = 3, 12.5, [1.0, 2.5]
+    ck.replay = {"manifest": "manifest-step0000000007-ab.json", "learn_from": [4, 0]}
+    ck.best = {"step": 7, "return_mean": 9.5}
+    ck.saved_at = "2026-01-02T03:04:05+0000"
+    got = Checkpoint.from_bytes(ck.to_bytes(), "x.ckpt")
+    assert got.payload_version == PAYLOAD_VERSION and not got.is_snapshot
+    for f in fields(Checkpoint):
+        if f.name not in ("learner", "rng"):
+            assert getattr(got, f.name) == getattr(ck, f.name), f.name
+    assert torch.equal(got.learner["q"]["w"], ck.learner["q"]["w"])
+    assert got.rng is not None and torch.equal(got.rng["torch"], ck.rng["torch"])
+
+
+def test_a_pqn_run_s_checkpoint_says_pqn_and_plays_and_resumes(cli, tmp_path):
+    run = tmp_path / "pqn"
+    args = ["train", "--env", "CartPole-v1", "--set", "agent.algo=pqn", "--run-dir", run]
+    args += ["--set", "agent.hidden=[16,16]", "--quiet"]
+    assert cli(*args, "--steps", "500").code == 0
+    (first,) = list_checkpoints(run / "checkpoints")
+    ck = load(first.path)
+    assert ck.kind == "pqn" and ck.config["agent"]["algo"] == "pqn" and not ck.is_snapshot
+    assert "target" not in ck.learner  # PQN has no target network
+    again = Checkpoint.from_bytes(ck.to_bytes(), "again")
+    assert again.kind == "pqn" and set(again.learner) == set(ck.learner)
+    r = cli("play", "--checkpoint", first.path, "--episodes", "1", "--json")
+    assert r.code == 0, r.err  # PQN's network (with LayerNorm) is rebuilt from the kind
+    assert json.loads(r.out)["env"] == "CartPole-v1"
+    r = cli(*args, "--steps", "1000")
+    assert r.code == 0, r.err
+    assert f"resuming from step {first.step:,}" in r.err
+    assert load(list_checkpoints(run / "checkpoints")[-1].path).kind == "pqn"
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "agent.hidden=[16,16]")
+    assert r.code == 2 and "holds a run with agent.algo='pqn'" in r.err
+
+
+def test_a_policy_snapshot_does_not_resume(cli, tmp_path):
+    snapshot = state(5)
+    snapshot.rng = None  # weights only, as evaluations and best.ckpt hold them
+    path = CheckpointStore(tmp_path / "run" / "checkpoints", keep=3).save(snapshot)
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", tmp_path / "run", "--steps", "10")
+    assert r.code == 2
+    assert f"checkpoint {path} is a policy snapshot (weights only) and cannot resume" in r.err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
 def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage):
     store = CheckpointStore(tmp_path, keep=5)
-    store.save(state(1), 1)
-    newest = store.save(state(2), 2)
+    store.save(state(1))
+    newest = store.save(state(2))
     data = bytearray(newest.read_bytes())
     if damage == "truncate":
         data = data[: len(data) // 2]
@@ -61,7 +119,7 @@ def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage)
     newest.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING):
         found = store.newest_valid()
-    assert found is not None and found[1]["step"] == 1
+    assert found is not None and found[1].step == 1
     assert newest.name in caplog.text
     assert newest.exists()  # left in place for inspection
     with pytest.raises(CheckpointError, match=newest.name):
@@ -70,7 +128,7 @@ def test_a_corrupt_newest_is_reported_kept_and_skipped(tmp_path, caplog, damage)
 
 def test_no_valid_checkpoint_refuses(tmp_path):
     store = CheckpointStore(tmp_path, keep=5)
-    p = store.save(state(1), 1)
+    p = store.save(state(1))
     p.write_bytes(p.read_bytes()[:-10])
     with pytest.raises(CheckpointError, match=r"no valid checkpoint .* use --fresh"):
         store.newest_valid()
@@ -78,18 +136,18 @@ def test_no_valid_checkpoint_refuses(tmp_path):
 
 def test_pruning_never_deletes_a_file_that_fails_its_check(tmp_path):
     store = CheckpointStore(tmp_path, keep=1)
-    bad = store.save(state(1), 1)
+    bad = store.save(state(1))
     bad.write_bytes(bad.read_bytes()[:-1])
-    store.save(state(2), 2)
-    store.save(state(3), 3)
+    store.save(state(2))
+    store.save(state(3))
     assert bad.exists()
     assert [c.step for c in list_checkpoints(tmp_path)] == [1, 3]
 
 
 def test_sequence_continues_after_resuming_from_an_older_step(tmp_path):
     store = CheckpointStore(tmp_path, keep=5)
-    store.save(state(100), 100)
-    store.save(state(50), 50)  # e.g. resumed from an older checkpoint
+    store.save(state(100))
+    store.save(state(50))  # e.g. resumed from an older checkpoint
     assert store.newest_valid()[0].step == 50
 
 
@@ -104,13 +162,15 @@ def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
     """A real failed write (file-size limit, like a full disk): no temp file, old one intact."""
     script = textwrap.dedent(f"""
         import resource, signal, torch
-        from edgerl.files.checkpoint import CheckpointStore, CheckpointWriteError
+        from edgerl.files.checkpoint import Checkpoint, CheckpointStore, CheckpointWriteError
         store = CheckpointStore(__import__("pathlib").Path({str(tmp_path)!r}), keep=3)
-        store.save({{"w": torch.zeros(10)}}, 1)
+        def weights(n, step):
+            return Checkpoint("dqn", step, {{}}, {{}}, {{"q": {{"w": torch.zeros(n)}}}})
+        store.save(weights(10, 1))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:
-            store.save({{"w": torch.zeros(100_000)}}, 2)
+            store.save(weights(100_000, 2))
         except CheckpointWriteError as e:
             print("FAILED:", e)
     """)
@@ -119,7 +179,7 @@ def test_failed_write_leaves_the_previous_checkpoint_valid(tmp_path):
     assert "ckpt-000001-step0000000001.ckpt is still the newest" in out.stdout
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["ckpt-000001-step0000000001.ckpt"]
-    assert load(tmp_path / files[0])["w"].shape == (10,)
+    assert load(tmp_path / files[0]).learner["q"]["w"].shape == (10,)
 
 
 def test_write_error_reports_disk_full():

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from edgerl.config import Config, EvalConfig, build_layers, resolve
-from edgerl.files.checkpoint import load
+from edgerl.files.checkpoint import Checkpoint, load
 from edgerl.learn.envs import probe
 from edgerl.learn.nets import build_q_network
 from edgerl.policies import newest_checkpoint
@@ -98,14 +98,15 @@ def test_evaluation_does_not_change_training_and_off_writes_nothing(cli, tmp_pat
     assert len(rows(tmp_path / "on" / "eval.csv")) >= 1
     assert not (tmp_path / "off" / "eval.csv").exists()
     on, off = (load(newest_checkpoint(tmp_path / name)) for name in ("on", "off"))
-    assert on["learner"]["updates"] == off["learner"]["updates"] == (1200 - 200) // 2
-    assert on["episodes"] == off["episodes"]
-    for name, tensor in off["learner"]["q"].items():
-        assert torch.equal(on["learner"]["q"][name], tensor), name
-    assert torch.equal(on["rng"]["torch"], off["rng"]["torch"])
+    assert on.learner["updates"] == off.learner["updates"] == (1200 - 200) // 2
+    assert on.episodes == off.episodes
+    for name, tensor in off.learner["q"].items():
+        assert torch.equal(on.learner["q"][name], tensor), name
+    assert on.rng is not None and off.rng is not None
+    assert torch.equal(on.rng["torch"], off.rng["torch"])
 
 
-def always_left() -> dict:
+def always_left() -> Checkpoint:
     """A CartPole policy snapshot whose network picks action 0 (push left) whatever it sees."""
     spec = probe("CartPole-v1")
     cfg = Config()
@@ -115,7 +116,13 @@ def always_left() -> dict:
         for p in net.parameters():
             p.zero_()
         net.net[-1].bias[0] = 1.0
-    return {"env": spec.to_dict(), "config": cfg.to_dict(), "learner": {"q": net.state_dict()}}
+    return Checkpoint(
+        kind="dqn",
+        step=0,
+        env=spec.to_dict(),
+        config=cfg.to_dict(),
+        learner={"q": net.state_dict()},
+    )
 
 
 def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():

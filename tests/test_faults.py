@@ -150,7 +150,7 @@ def test_partial_writes_of_killed_writers_are_removed_at_start_and_live_ones_kep
         assert f"removed {partial} (3,000,000 bytes): a partial write by pid {killed.pid}" in r.err
         assert not partial.exists()
         assert live_partial.exists()  # its writer still runs: never touched
-        assert good.path.exists() and load(good.path)["step"] == 200
+        assert good.path.exists() and load(good.path).step == 200
         assert [c.step for c in list_checkpoints(run / "checkpoints")] == [200, 400]
     finally:
         live.kill()
@@ -290,7 +290,7 @@ def test_a_full_disk_keeps_training_says_so_and_every_file_catches_up(tmp_path, 
             widths = {len(row) for row in csv.reader(f)}
         assert widths == {10}
         newest = list_checkpoints(run / "checkpoints")[-1]
-        assert load(newest.path)["step"] == status_doc(run)["step"] and not temp_files(run)
+        assert load(newest.path).step == status_doc(run)["step"] and not temp_files(run)
 
 
 # ------------------------------------------------------------------ 3. the last checkpoint
@@ -355,7 +355,7 @@ def test_the_last_checkpoint_is_retried_until_the_disk_has_room(tmp_path):
         rc, err = t.finish()
     assert rc == 0, err
     (ck,) = list_checkpoints(run / "checkpoints")
-    assert load(ck.path)["step"] == 300
+    assert load(ck.path).step == 300
 
 
 # ------------------------------------------------------------------ 4. many environments

@@ -43,8 +43,8 @@ def test_sync_mode_is_deterministic(tmp_path):
         with Trainer(cfg, quiet=True) as trainer:
             trainer.run()
         state = load(newest_checkpoint(tmp_path / str(i) / "run"))
-        weights.append(state["learner"]["q"])
-        assert state["learner"]["updates"] == (800 - 400) // 4
+        weights.append(state.learner["q"])
+        assert state.learner["updates"] == (800 - 400) // 4
     for name in weights[0]:
         assert torch.equal(weights[0][name], weights[1][name]), name
 

@@ -370,7 +370,7 @@ def test_a_stopped_or_killed_run_resumes_with_the_replay_of_its_checkpoint(tmp_p
         assert proc.returncode != 0 and "Traceback" not in err, err
     newest = list_checkpoints(run / "checkpoints")[-1]
     state = load(newest.path)
-    assert (run / "replay" / state["replay"]["manifest"]).is_file(), err
+    assert (run / "replay" / state.replay["manifest"]).is_file(), err
 
     restored = trainer_replay(CARTPOLE, run, newest.step + 200)
     want = reference_replay(CARTPOLE, tmp_path / "reference", newest.step)
@@ -381,8 +381,8 @@ def test_a_stopped_or_killed_run_resumes_with_the_replay_of_its_checkpoint(tmp_p
     assert r.returncode == 0, r.stderr
     assert f"resuming from step {newest.step:,}" in r.stderr and "with the replay" in r.stderr
     final = load(list_checkpoints(run / "checkpoints")[-1].path)
-    assert final["step"] == newest.step + 200
-    assert final["learner"]["updates"] == (newest.step + 200 - 200) // 4
+    assert final.step == newest.step + 200
+    assert final.learner["updates"] == (newest.step + 200 - 200) // 4
 
 
 def test_pong_resumes_with_its_frames(cli, tmp_path):
@@ -397,7 +397,7 @@ def test_pong_resumes_with_its_frames(cli, tmp_path):
     assert r.code == 0, r.err
     assert "with the replay of that checkpoint" in r.err
     state = load(list_checkpoints(run / "checkpoints")[-1].path)
-    assert state["learner"]["updates"] == (1000 - 100) // 16  # no refill pause
+    assert state.learner["updates"] == (1000 - 100) // 16  # no refill pause
 
 
 def test_a_replay_save_killed_half_way_leaves_the_previous_pair(tmp_path):
@@ -440,7 +440,7 @@ def test_a_damaged_replay_file_is_named_and_the_run_resumes_empty(cli, tmp_path)
     run = tmp_path / "cartpole"
     assert cli("train", *CARTPOLE, "--steps", "400", "--run-dir", run).code == 0
     state = load(list_checkpoints(run / "checkpoints")[-1].path)
-    manifest = run / "replay" / state["replay"]["manifest"]
+    manifest = run / "replay" / state.replay["manifest"]
     manifest.write_text(manifest.read_text().replace('"step', '"stop', 1))
     r = cli("train", *CARTPOLE, "--steps", "800", "--run-dir", run)
     assert r.code == 0, r.err
@@ -449,14 +449,14 @@ def test_a_damaged_replay_file_is_named_and_the_run_resumes_empty(cli, tmp_path)
     assert "Traceback" not in r.err
     final = load(list_checkpoints(run / "checkpoints")[-1].path)
     # The empty replay refilled for learning_starts steps before learning went on.
-    assert final["learner"]["updates"] == state["learner"]["updates"] + (800 - 600) // 4
+    assert final.learner["updates"] == state.learner["updates"] + (800 - 600) // 4
 
 
 def test_a_manifest_that_lies_with_a_valid_hash_is_named_and_the_run_resumes_empty(cli, tmp_path):
     run = tmp_path / "cartpole"
     assert cli("train", *CARTPOLE, "--steps", "400", "--run-dir", run).code == 0
     state = load(list_checkpoints(run / "checkpoints")[-1].path)
-    manifest = run / "replay" / state["replay"]["manifest"]
+    manifest = run / "replay" / state.replay["manifest"]
     lie = inner(manifest)
     del lie["num_envs"]
     rewrite(manifest, lie)
@@ -469,11 +469,11 @@ def test_a_manifest_that_lies_with_a_valid_hash_is_named_and_the_run_resumes_emp
 def test_a_new_replay_ratio_counts_from_the_resume(cli, tmp_path):
     run = tmp_path / "cartpole"
     assert cli("train", *CARTPOLE, "--steps", "400", "--run-dir", run).code == 0
-    before = load(list_checkpoints(run / "checkpoints")[-1].path)["learner"]["updates"]
+    before = load(list_checkpoints(run / "checkpoints")[-1].path).learner["updates"]
     assert before == (400 - 200) // 4
     r = cli("train", *CARTPOLE, "--set", "agent.train_freq=8", "--steps", "800", "--run-dir", run)
     assert r.code == 0 and "with the replay of that checkpoint" in r.err
-    after = load(list_checkpoints(run / "checkpoints")[-1].path)["learner"]["updates"]
+    after = load(list_checkpoints(run / "checkpoints")[-1].path).learner["updates"]
     assert after == before + (800 - 400) // 8
 
 
@@ -482,7 +482,7 @@ def test_persist_false_saves_no_replay_and_fresh_moves_it_aside(cli, tmp_path):
     off = [*CARTPOLE, "--set", "replay.persist=false"]
     assert cli("train", *off, "--steps", "300", "--run-dir", run).code == 0
     assert not (run / "replay").exists()
-    assert "replay" not in load(list_checkpoints(run / "checkpoints")[-1].path)
+    assert load(list_checkpoints(run / "checkpoints")[-1].path).replay is None
     r = cli("train", *CARTPOLE, "--steps", "300", "--run-dir", run, "--fresh")
     assert r.code == 0, r.err
     assert list((run / "replay").glob("manifest-*"))

@@ -50,9 +50,9 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
     assert 'id = "ALE/Pong-v5"' in config and "batch_size = 8" in config
     (ck,) = list_checkpoints(run / "checkpoints")
     state = load(ck.path)
-    assert state["step"] == 600 and state["env"]["id"] == "ALE/Pong-v5"
-    assert set(state["learner"]) == {"q", "target", "optimizer", "updates"}
-    assert set(state["rng"]) == {"actor", "replay", "torch", "cuda"}
+    assert state.step == 600 and state.env["id"] == "ALE/Pong-v5" and state.kind == "dqn"
+    assert set(state.learner) == {"q", "target", "optimizer", "updates"}
+    assert state.rng is not None and set(state.rng) == {"actor", "replay", "torch", "cuda"}
 
     r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
     assert r.code == 0, r.err
@@ -63,12 +63,12 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
     assert min(steps) > 600
     newest = list_checkpoints(run / "checkpoints")[-1]
     state2 = load(newest.path)
-    assert state2["step"] == 1000 and newest.seq == 2
+    assert state2.step == 1000 and newest.seq == 2
     # the replay was restored: learning went on at once, at 1 per 16 as if it had never stopped
     assert "with the replay of that checkpoint" in r.err
-    assert state2["learner"]["updates"] == (1000 - 100) // 16
+    assert state2.learner["updates"] == (1000 - 100) // 16
     assert not torch.equal(
-        state2["learner"]["q"]["head.2.weight"], state["learner"]["q"]["head.2.weight"]
+        state2.learner["q"]["head.2.weight"], state.learner["q"]["head.2.weight"]
     )
 
     r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)

@@ -268,7 +268,7 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
 
 def _checkpoint(state: DeepState) -> Path:
     """A real checkpoint of the eager learner after its updates, as training writes one."""
-    from edgerl.files.checkpoint import CheckpointStore
+    from edgerl.files.checkpoint import Checkpoint, CheckpointStore
 
     if state.checkpoint is not None:
         return state.checkpoint
@@ -276,13 +276,14 @@ def _checkpoint(state: DeepState) -> Path:
     eager = state.outcomes.get("eager")
     if eager is None:
         raise RuntimeError("no learner to export: the update/eager check did not run")
-    payload = {
-        "step": UPDATES,
-        "learner": eager.learner.state_dict(),
-        "config": state.cfg.to_dict(),
-        "env": state.spec.to_dict(),
-    }
-    state.checkpoint = CheckpointStore(state.workdir / "checkpoints", keep=1).save(payload, UPDATES)
+    checkpoint = Checkpoint(
+        kind=eager.learner.kind,
+        step=UPDATES,
+        env=state.spec.to_dict(),
+        config=state.cfg.to_dict(),
+        learner=eager.learner.state_dict(),
+    )
+    state.checkpoint = CheckpointStore(state.workdir / "checkpoints", keep=1).save(checkpoint)
     return state.checkpoint
 
 

@@ -1,13 +1,26 @@
-"""Checkpoints: atomic writes, integrity checks, keep-last-K, newest-valid lookup.
+"""Checkpoints: one typed record (:class:`Checkpoint`), its file format, atomic writes,
+keep-last-K, newest-valid lookup.
 
-File format (``ckpt-<seq>-step<step>.ckpt`` under ``<run_dir>/checkpoints/``)::
+A checkpoint is a :class:`Checkpoint`: a training run's state to resume, or a policy snapshot
+(the online network's weights with what rebuilds it, for evaluations, ``best.ckpt``, ``play`` and
+``export``). :meth:`Checkpoint.to_bytes` and :meth:`Checkpoint.from_bytes` are the one writer and
+the one reader of its file; nothing else reads the payload.
+
+File format (``ckpt-<seq>-step<step>.ckpt`` under ``<run_dir>/checkpoints/``, and ``best.ckpt``)::
 
     8 bytes   magic b"EDGERLCK"
-    4 bytes   format version (little-endian uint32)
+    4 bytes   container version (little-endian uint32), 1
     4 bytes   reserved (zero)
     8 bytes   payload length (little-endian uint64)
     32 bytes  SHA-256 of the payload
-    payload   torch.save() of the state dict (load it with :func:`load`)
+    payload   torch.save() of a dict of plain types and tensors: the Checkpoint's fields
+
+Two versions, for two things. The *container version* is the layout of the bytes above: header,
+hash and a ``torch.save`` payload; it changes only if that layout does. The *payload format*
+(``payload_version`` in the payload, :data:`~edgerl.files.checkpoint_migrate.PAYLOAD_VERSION`) is
+what the dict holds: payloads of older formats are brought up to date on reading, one step per
+format (:mod:`edgerl.files.checkpoint_migrate`), and a payload of a newer format is refused with a
+sentence that says to upgrade edgerl.
 
 A truncated or bit-flipped file is detected by its length and hash, reported by name, and never
 used or deleted: the previous valid checkpoint is used instead. Writing goes to a temporary file in
@@ -26,19 +39,21 @@ import logging
 import re
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from edgerl import __version__
 from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
+from edgerl.files.checkpoint_migrate import PAYLOAD_VERSION, CheckpointTooNewError, migrate
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"EDGERLCK"
-VERSION = 1
+CONTAINER_VERSION = 1  # the header's version: the file's layout, not the payload's
 HEADER = struct.Struct("<8sII Q 32s")
 NAME = re.compile(r"^ckpt-(?P<seq>\d{6,})-step(?P<step>\d+)\.ckpt$")
 
@@ -48,6 +63,102 @@ class CheckpointFile:
     path: Path
     seq: int
     step: int
+
+
+@dataclass
+class Checkpoint:
+    """A training run's state, or a policy snapshot: the same record with only the weights.
+
+    A snapshot has ``learner == {"q": weights}`` and no ``rng``; it plays and exports, but does
+    not resume (:meth:`require_training_state`).
+    """
+
+    kind: str  # the learner: "dqn", "pqn" (edgerl.learn.learner.Learner.kind)
+    step: int  # env steps trained
+    env: dict[str, Any]  # EnvSpec.to_dict() of the game
+    config: dict[str, Any]  # Config.to_dict() of the run
+    learner: dict[str, Any]  # Learner.state_dict(); "q" holds the policy network's weights
+    episodes: int = 0
+    wall_s: float = 0.0  # training time across sessions
+    recent_returns: list[float] = field(default_factory=list)  # the last 100 episodes'
+    rng: dict[str, Any] | None = None  # actor, replay, torch, cuda; None in a policy snapshot
+    replay: dict[str, Any] | None = None  # the replay files it resumes with (replay.persist)
+    best: dict[str, Any] | None = None  # best.ckpt: the evaluation that kept these weights
+    edgerl_version: str = __version__  # of the edgerl that wrote it
+    saved_at: str = ""  # local time, ISO 8601
+    # The payload format: always the newest once read (older ones are migrated on reading).
+    payload_version: int = field(default=PAYLOAD_VERSION, init=False)
+
+    @property
+    def is_snapshot(self) -> bool:
+        """Only the policy's weights: plays and exports, does not resume."""
+        return self.rng is None
+
+    def require_training_state(self, name: str) -> None:
+        """Raises CheckpointError when this is a policy snapshot, which cannot resume training."""
+        if self.is_snapshot:
+            raise CheckpointError(
+                f"checkpoint {name} is a policy snapshot (weights only) and cannot resume "
+                "training; play or export it, or move it out of the run's checkpoints"
+            )
+
+    def to_bytes(self) -> bytes:
+        """The bytes of a checkpoint file holding this record."""
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        data = buf.getvalue()
+        digest = hashlib.sha256(data).digest()
+        return HEADER.pack(MAGIC, CONTAINER_VERSION, 0, len(data), digest) + data
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str) -> Checkpoint:
+        """The record in a checkpoint file's bytes, of any payload format up to this edgerl's;
+        raises CheckpointError saying what is wrong (CheckpointTooNewError for a newer format)."""
+        return cls._from_payload(migrate(_payload(data, name), name), name)
+
+    @classmethod
+    def _from_payload(cls, payload: dict[str, Any], name: str) -> Checkpoint:
+        values = {}
+        for f in fields(cls):
+            if not f.init:
+                continue
+            if f.name not in payload:
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise CheckpointError(
+                        f"checkpoint {name} lacks its {f.name!r}; was it written by edgerl?"
+                    )
+                continue
+            value = payload[f.name]
+            if not isinstance(value, FIELD_TYPES[f.name]):
+                raise CheckpointError(
+                    f"checkpoint {name} has a damaged {f.name!r} (a {type(value).__name__}); was "
+                    "it written by edgerl?"
+                )
+            values[f.name] = value
+        if not isinstance(values["learner"].get("q"), dict):
+            raise CheckpointError(
+                f"checkpoint {name} lacks the policy network's weights; was it written by edgerl?"
+            )
+        return cls(**values)
+
+
+# What each field of a payload must be (after migration).
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "kind": str,
+    "step": int,
+    "env": dict,
+    "config": dict,
+    "learner": dict,
+    "episodes": int,
+    "wall_s": (int, float),
+    "recent_returns": list,
+    "rng": (dict, type(None)),
+    "replay": (dict, type(None)),
+    "best": (dict, type(None)),
+    "edgerl_version": str,
+    "saved_at": str,
+}
 
 
 def list_checkpoints(directory: Path) -> list[CheckpointFile]:
@@ -62,24 +173,17 @@ def list_checkpoints(directory: Path) -> list[CheckpointFile]:
     return sorted(found, key=lambda c: c.seq)
 
 
-def encode(state: dict[str, Any]) -> bytes:
-    """The bytes of a checkpoint file holding ``state``."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    payload = buf.getvalue()
-    return HEADER.pack(MAGIC, VERSION, 0, len(payload), hashlib.sha256(payload).digest()) + payload
-
-
-def decode(data: bytes, name: str) -> dict[str, Any]:
-    """The state in a checkpoint file's bytes; raises CheckpointError saying what is wrong."""
+def _payload(data: bytes, name: str) -> dict[str, Any]:
+    """The payload dict in a checkpoint file's bytes, as written (checked against the header)."""
     if len(data) < HEADER.size:
         raise CheckpointError(f"checkpoint {name} is truncated ({len(data)} bytes, no header)")
     magic, version, _, length, digest = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CheckpointError(f"checkpoint {name} is not an edgerl checkpoint (bad magic)")
-    if version != VERSION:
+    if version != CONTAINER_VERSION:
         raise CheckpointError(
-            f"checkpoint {name} has format version {version}; this edgerl reads version {VERSION}"
+            f"checkpoint {name} has container version {version}; this edgerl reads version "
+            f"{CONTAINER_VERSION}"
         )
     payload = memoryview(data)[HEADER.size :]
     if len(payload) != length:
@@ -97,8 +201,9 @@ def decode(data: bytes, name: str) -> dict[str, Any]:
     return state
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and verify one checkpoint file; raises CheckpointError if missing or corrupt."""
+def load(path: str | Path) -> Checkpoint:
+    """Read and verify one checkpoint file; raises CheckpointError if missing or corrupt, and
+    CheckpointTooNewError if a newer edgerl wrote it."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -108,7 +213,7 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is a directory, not a file") from None
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
-    return decode(data, str(path))
+    return Checkpoint.from_bytes(data, str(path))
 
 
 def file_sha256(path: Path) -> str:
@@ -147,12 +252,13 @@ class CheckpointStore:
     def files(self) -> list[CheckpointFile]:
         return list_checkpoints(self.directory)
 
-    def save(self, state: dict[str, Any], step: int) -> Path:
+    def save(self, checkpoint: Checkpoint) -> Path:
         """Write a new checkpoint and prune old ones; raises CheckpointWriteError on failure."""
-        return self.save_encoded(encode(state), step)
+        return self.save_encoded(checkpoint.to_bytes(), checkpoint.step)
 
     def save_encoded(self, data: bytes, step: int) -> Path:
-        """Like :meth:`save`, for bytes from :func:`encode` (made while the learner was paused)."""
+        """Like :meth:`save`, for bytes from :meth:`Checkpoint.to_bytes` (made while the learner
+        was paused)."""
         existing = self.files()
         seq = existing[-1].seq + 1 if existing else 1
         path = self.directory / f"ckpt-{seq:06d}-step{step:010d}.ckpt"
@@ -181,17 +287,20 @@ class CheckpointStore:
             with contextlib.suppress(FileNotFoundError):
                 old.path.unlink()
 
-    def newest_valid(self) -> tuple[CheckpointFile, dict[str, Any]] | None:
-        """The newest checkpoint that verifies, with its state; None if there is none at all.
+    def newest_valid(self) -> tuple[CheckpointFile, Checkpoint] | None:
+        """The newest checkpoint that verifies, with its record; None if there is none at all.
 
         Corrupt ones are logged by name and left in place. Raises CheckpointError if checkpoints
-        exist but none is valid.
+        exist but none is valid, and CheckpointTooNewError for one written by a newer edgerl (an
+        older one must not be taken in its place: the newer run would go on from behind it).
         """
         files = self.files()
         problems = []
         for ck in reversed(files):
             try:
                 state = load(ck.path)
+            except CheckpointTooNewError:
+                raise
             except CheckpointError as e:
                 log.warning("%s; leaving it in place and trying the previous one", e)
                 self._reported.add(ck.path)

@@ -12,8 +12,9 @@ import torch
 from edgerl.config import from_dict
 from edgerl.device import resolve_device
 from edgerl.errors import CheckpointError
-from edgerl.files.checkpoint import load
+from edgerl.files.checkpoint import Checkpoint, load
 from edgerl.learn.envs import EnvSpec
+from edgerl.learn.factory import LEARNERS
 from edgerl.learn.nets import NatureCNN, build_q_network
 
 
@@ -22,20 +23,36 @@ class TorchPolicy:
 
     backend = "torch"
 
-    def __init__(self, state: dict[str, Any], device: str = "cpu", source: Path | None = None):
+    def __init__(self, checkpoint: Checkpoint, device: str = "cpu", source: Path | None = None):
         try:
-            self.spec = EnvSpec.from_dict(state["env"])
-            cfg = from_dict(state["config"], f"checkpoint {source}")
-            q_state = state["learner"]["q"]
-        except (KeyError, TypeError) as e:
+            self.spec = EnvSpec.from_dict(checkpoint.env)
+        except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(
-                f"checkpoint {source} lacks {e}; was it written by edgerl?"
+                f"checkpoint {source} has a damaged game description ({e}); was it written by "
+                "edgerl?"
             ) from None
+        env_config = checkpoint.config.get("env")
+        if not isinstance(env_config, dict):
+            raise CheckpointError(
+                f"checkpoint {source} lacks its [env] settings; was it written by edgerl?"
+            )
+        entry = LEARNERS.get(checkpoint.kind)
+        if entry is None:
+            raise CheckpointError(
+                f"checkpoint {source} holds a {checkpoint.kind!r} learner, which this edgerl does "
+                f"not know (it knows {', '.join(sorted(LEARNERS))})"
+            )
+        cfg = from_dict(checkpoint.config, f"checkpoint {source}")
         self.source = source
-        self.env_config = state["config"]["env"]
+        self.env_config = env_config
         self.hidden = cfg.agent.hidden
-        self.layer_norm = cfg.agent.algo == "pqn"  # PQN's network normalises its layers
-        self.step = int(state.get("step", 0))
+        self.layer_norm = entry.layer_norm  # PQN's network normalises its layers
+        self.step = checkpoint.step
+        q_state = checkpoint.learner.get("q")
+        if not isinstance(q_state, dict):
+            raise CheckpointError(
+                f"checkpoint {source} holds no policy network; was it written by edgerl?"
+            )
         self._q_state = q_state
         self.device = resolve_device(device)
         # Built without random initial weights (they are replaced at once): an evaluation

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
-from edgerl.files.checkpoint import CheckpointStore, encode, load
+from edgerl.files.checkpoint import Checkpoint, CheckpointStore, load
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,14 @@ def best_path(run_dir: Path) -> Path:
     return run_dir / "checkpoints" / BEST_NAME
 
 
-def save_best(run_dir: Path, snapshot: dict[str, Any], evaluation: dict[str, Any]) -> Path:
+def save_best(run_dir: Path, snapshot: Checkpoint, evaluation: dict[str, Any]) -> Path:
     """Write ``snapshot`` (a policy snapshot, as evaluations take them) with its ``evaluation``
     (step, return_mean, episodes, ...) as the run's best policy; returns the path. Raises
     OSError with the previous best policy untouched."""
     path = best_path(run_dir)
-    state = {**snapshot, "best": dict(evaluation), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    best = replace(snapshot, best=dict(evaluation), saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, encode(state))
+    write_atomic(path, best.to_bytes())
     return path
 
 
@@ -49,11 +49,11 @@ def best_evaluation(run_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        best = load(path).get("best")
+        best = load(path).best
     except CheckpointError as e:
         log.warning("%s; the next evaluation replaces it", e)
         return None
-    if not isinstance(best, dict) or not isinstance(best.get("return_mean"), (int, float)):
+    if best is None or not isinstance(best.get("return_mean"), (int, float)):
         log.warning("%s holds no evaluation; the next evaluation replaces it", path)
         return None
     return best

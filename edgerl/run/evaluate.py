@@ -33,12 +33,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from edgerl.config import Config, EvalConfig
 from edgerl.errors import EdgerlError
+from edgerl.files.checkpoint import Checkpoint
 from edgerl.files.csvread import CsvReader, number
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.play import Observer, PlayOptions, PlayResult, play
@@ -126,7 +126,7 @@ class Evaluation:
 
 
 def evaluate(
-    snapshot: dict[str, Any],
+    snapshot: Checkpoint,
     settings: EvalConfig,
     seed: int,
     stop: Callable[[], bool] | None = None,
@@ -307,7 +307,7 @@ class Evaluator(Hook):
         )
         self._thread.start()
 
-    def _run(self, snapshot: dict[str, Any], step: int, wall_s: float, seed: int) -> None:
+    def _run(self, snapshot: Checkpoint, step: int, wall_s: float, seed: int) -> None:
         started = time.monotonic()
         try:
             result = self._evaluate(snapshot, step, seed)
@@ -343,7 +343,7 @@ class Evaluator(Hook):
             if not self._closed and (self.best is None or ev.return_mean >= self.best):
                 self._keep_best(snapshot, ev)
 
-    def _keep_best(self, snapshot: dict[str, Any], ev: Evaluation) -> None:
+    def _keep_best(self, snapshot: Checkpoint, ev: Evaluation) -> None:
         """Keep the evaluated weights as the run's best policy (a failed write is logged; the
         previous best stays)."""
         from edgerl.run.best import save_best
@@ -360,7 +360,7 @@ class Evaluator(Hook):
         self.best = ev.return_mean
         log.info("best policy so far%s: step %s, kept in %s", previous, f"{ev.step:,}", path)
 
-    def _evaluate(self, snapshot: dict[str, Any], step: int, seed: int) -> PlayResult:
+    def _evaluate(self, snapshot: Checkpoint, step: int, seed: int) -> PlayResult:
         """One evaluation; every ``eval.record``-th of the run records its first episode."""
         record = None
         if self._record and (self.count + 1) % self._record == 0:

@@ -8,10 +8,11 @@ Hook. The trainer calls each hook in order, from the training loop's thread, and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from edgerl.config import Config
+    from edgerl.files.checkpoint import Checkpoint
     from edgerl.run.metrics import TrainStats
 
 # How often the trainer calls on_tick (and refreshes its progress line): a few times a second.
@@ -69,9 +70,9 @@ class Run(Protocol):
         """A stop (Ctrl-C, the service's stop) was requested."""
         ...
 
-    def policy_snapshot(self) -> dict[str, Any]:
-        """A CPU copy of the online network's weights, laid out as a checkpoint (``step``,
-        ``env``, ``config``, ``learner.q``): ``edgerl.policies.torch.TorchPolicy`` plays it."""
+    def policy_snapshot(self) -> Checkpoint:
+        """A CPU copy of the online network's weights, as a checkpoint without the training
+        state: ``edgerl.policies.torch.TorchPolicy`` plays it."""
         ...
 
 

@@ -25,14 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgerl import __version__
 from edgerl.config import Config
 from edgerl.errors import RunDirError
 from edgerl.files.checkpoint import (
+    Checkpoint,
     CheckpointLostError,
     CheckpointStore,
     CheckpointWriteError,
-    encode,
 )
 from edgerl.files.replay_save import SaveJob
 from edgerl.files.replay_store import ReplayFileError, ReplayStore
@@ -45,12 +44,13 @@ from edgerl.run.metrics import TrainStats
 log = logging.getLogger(__name__)
 
 FINAL_RETRY_EVERY_S = 5.0  # the last checkpoint of a session is retried this often
-# Config keys a resumed run must share with its checkpoint (they shape the network).
-SHAPING_KEYS = ("env.id", "agent.hidden", "agent.algo")
+# Config keys a resumed run must share with its checkpoint (they shape the network); the learner
+# (agent.algo) is checked against the checkpoint's kind.
+SHAPING_KEYS = ("env.id", "agent.hidden")
 
 
 class TrainerState:
-    """Checkpoints of a Trainer: :meth:`state_dict`, :meth:`save_checkpoint` and the resume.
+    """Checkpoints of a Trainer: :meth:`checkpoint`, :meth:`save_checkpoint` and the resume.
 
     A base of :class:`~edgerl.run.train.Trainer`, which sets the attributes below and has
     ``wall_s()``.
@@ -80,39 +80,41 @@ class TrainerState:
 
     # ----------------------------------------------------------------------------- saving
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a checkpoint holds (plain types and tensors only)."""
+    def checkpoint(self) -> Checkpoint:
+        """Everything a checkpoint holds, now (its replay entry is added by the save)."""
         cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        return {
-            "edgerl_version": __version__,
-            "step": self.step,
-            "episodes": self.episodes,
-            "wall_s": self.wall_s(),
-            "recent_returns": [float(r) for r in self.recent_returns],
-            "learner": self.learner.state_dict(),
-            "rng": {
+        return Checkpoint(
+            kind=self.learner.kind,
+            step=self.step,
+            env=self.spec.to_dict(),
+            config=self.cfg.to_dict(),
+            learner=self.learner.state_dict(),
+            episodes=self.episodes,
+            wall_s=self.wall_s(),
+            recent_returns=[float(r) for r in self.recent_returns],
+            rng={
                 "actor": self.actor_rng.bit_generator.state,
                 "replay": self.memory.rng_state(),
                 "torch": torch.get_rng_state(),
                 "cuda": cuda_rng,
             },
-            "config": self.cfg.to_dict(),
-            "env": self.spec.to_dict(),
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+            saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
 
-    def policy_snapshot(self) -> dict[str, Any]:
-        """A CPU copy of the online network's weights with what rebuilds it, laid out as a
-        checkpoint (``edgerl.policies.torch.TorchPolicy`` plays it); taken between updates."""
+    def policy_snapshot(self) -> Checkpoint:
+        """A CPU copy of the online network's weights with what rebuilds it, as a checkpoint
+        without the training state (``edgerl.policies.torch.TorchPolicy`` plays it); taken between
+        updates."""
         paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
         with paused, torch.no_grad():
             q = {k: v.detach().to("cpu", copy=True) for k, v in self.learner.q.state_dict().items()}
-        return {
-            "step": self.step,
-            "env": self.spec.to_dict(),
-            "config": self.cfg.to_dict(),
-            "learner": {"q": q},
-        }
+        return Checkpoint(
+            kind=self.learner.kind,
+            step=self.step,
+            env=self.spec.to_dict(),
+            config=self.cfg.to_dict(),
+            learner={"q": q},
+        )
 
     def save_checkpoint(self, background: bool = False) -> Path | None:
         """Write a checkpoint now; returns its path, or None if writing failed (logged).
@@ -126,17 +128,17 @@ class TrainerState:
         paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
         job = None
         with paused:  # a consistent learner state, encoded in memory; the disk write is outside
-            state = self.state_dict()
+            checkpoint = self.checkpoint()
             if self.replay_store is not None:
                 actor = self.learning.context() if self.learning else contextlib.nullcontext()
                 with actor:  # on CUDA: ordered after the actor's replay writes
                     job = self.replay_store.snapshot(self.step)
-                state["replay"] = {
+                checkpoint.replay = {
                     "manifest": job.result.manifest,
                     "learn_from": list(self.learner.learn_from),
                     "train_freq": self.cfg.agent.train_freq,
                 }
-            data = encode(state)
+            data = checkpoint.to_bytes()
         if job is None:
             return self._write_checkpoint(data, self.step)
         self._pending = (job, data, self.step)
@@ -220,19 +222,21 @@ class TrainerState:
 
     # ----------------------------------------------------------------------------- resuming
 
-    def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
-        old_env = state.get("env", {})
-        old_cfg = state.get("config", {})
+    def _check_compatible(self, checkpoint: Checkpoint, path: Path) -> None:
+        """Raises CheckpointError for a policy snapshot, RunDirError for another game, learner
+        or network shape."""
+        checkpoint.require_training_state(str(path))
+        found = {"agent.algo": checkpoint.kind}
         for key in SHAPING_KEYS:
             section, name = key.split(".")
-            old = old_cfg.get(section, {}).get(name)
+            old_section = checkpoint.config.get(section)
+            found[key] = old_section.get(name) if isinstance(old_section, dict) else None
+        if checkpoint.env.get("kind") != "vector":  # hidden widths shape only the MLP
+            del found["agent.hidden"]
+        for key, old in found.items():
             new = self.cfg.get(key)
             if isinstance(new, tuple):
                 new = list(new)
-            if key == "agent.hidden" and old_env.get("kind") != "vector":
-                continue
-            if key == "agent.algo" and old is None and old_cfg:  # before agent.algo: DQN
-                old = "dqn"
             if old is not None and old != new:
                 raise RunDirError(
                     f"run directory {self.run_dir} holds a run with {key}={old!r} "
@@ -240,13 +244,14 @@ class TrainerState:
                     "the old run aside"
                 )
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state["learner"])
-        self.step = int(state["step"])
-        self.episodes = int(state["episodes"])
-        self._wall_before = float(state["wall_s"])
-        self.recent_returns.extend(float(r) for r in state["recent_returns"])
-        rng = state["rng"]
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        self.learner.load_state_dict(checkpoint.learner)
+        self.step = checkpoint.step
+        self.episodes = checkpoint.episodes
+        self._wall_before = float(checkpoint.wall_s)
+        self.recent_returns.extend(float(r) for r in checkpoint.recent_returns)
+        rng = checkpoint.rng
+        assert rng is not None  # _check_compatible refused a policy snapshot
         self.actor_rng.bit_generator.state = rng["actor"]
         self.memory.set_rng_state(rng["replay"])
         torch.set_rng_state(rng["torch"])
@@ -255,7 +260,7 @@ class TrainerState:
                 torch.cuda.set_rng_state(rng["cuda"], self.device)
         self._last_saved_step = self.step
         self._session_step0 = self.step
-        restored = self._restore_replay(state.get("replay"))
+        restored = self._restore_replay(checkpoint.replay)
         if restored is not None:
             starts = self.learner.learn_from[0]
             learning = (
