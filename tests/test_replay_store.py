@@ -1,5 +1,5 @@
 """The replay saved with its checkpoints and restored on resume (replay_store.py, replay_save.py,
-and the Trainer's resume in train_state.py).
+and the Trainer's resume in checkpointer.py).
 
 Unit tests run the store against the reference model of test_replay.py; the end-to-end tests run
 real CartPole and Pong processes, stop or kill them, and compare the resumed replay with the one a

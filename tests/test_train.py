@@ -1,4 +1,4 @@
-"""`edgerl train` end to end on real Pong (train.py, train_state.py): metrics, checkpoints, resume,
+"""`edgerl train` end to end on real Pong (train.py, checkpointer.py): metrics, checkpoints, resume,
 signals, errors."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ episode ended. Metrics, progress and checkpoints happen on wall-clock intervals.
 when ``train.steps`` is reached or a stop is requested (Ctrl-C, SIGTERM): the step in flight
 finishes and a checkpoint is written.
 
-A run resumes from its run directory's newest valid checkpoint (:mod:`edgerl.run.train_state`):
+A run resumes from its run directory's newest valid checkpoint (:mod:`edgerl.run.checkpointer`):
 the learner, counters, RNGs and (``replay.persist``) the replay, so learning goes on at once.
 """
 
@@ -31,9 +31,8 @@ from edgerl.device import configure_backends, resolve_device
 from edgerl.display.stream import DisplayPublisher, FrameMeta
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
-from edgerl.files.checkpoint import CheckpointLostError, CheckpointStore
+from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
 from edgerl.files.decisions import CompileDecisions
-from edgerl.files.replay_save import SaveJob
 from edgerl.files.replay_store import ReplayStore
 from edgerl.files.sidefiles import SideFiles
 from edgerl.learn.envs import Step, VecEnv, make_env, probe
@@ -48,6 +47,7 @@ from edgerl.learn.pipeline import Learning
 from edgerl.learn.replay import ReplayBuffer
 from edgerl.measure.autotune import Choice, autotune_config
 from edgerl.run.batches import Batches, overlaps_emulation, row_of
+from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.episodes import Episodes
 from edgerl.run.hooks import TICK_EVERY_S, Hook
 from edgerl.run.metrics import (
@@ -60,20 +60,20 @@ from edgerl.run.metrics import (
 )
 from edgerl.run.rundir import RunDir, default_run_dir
 from edgerl.run.signals import StoppedDuringSetup
-from edgerl.run.train_state import TrainerState
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
+RATE_WINDOW_S = 1.0  # steps/s is measured over at least this long
 
 
-class Trainer(TrainerState):
+class Trainer:
     """Owns the environments, the learner, its memory and the run directory of one training run.
 
     Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
     raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
     directory and environments (and writes a checkpoint if the loop crashed). ``hooks`` follow
-    the run: the Trainer is the :class:`~edgerl.run.hooks.Run` they read.
+    the run: the Trainer is the :class:`~edgerl.run.hooks.Run` they read. Its checkpoints are
+    its :class:`~edgerl.run.checkpointer.Checkpointer`'s (``self.saver``).
     """
 
     def __init__(
@@ -95,8 +95,7 @@ class Trainer(TrainerState):
         self.cfg = cfg
         self.step = 0
         self.book = Episodes()
-        self.last_checkpoint: Path | None = None
-        self.checkpoint_error: str | None = None  # why the newest checkpoint attempt failed
+        self.saver: Checkpointer | None = None  # once the run directory is open
         self.resumed_from: Path | None = None
         self.moved_aside: Path | None = None
         self.stats = TrainStats()
@@ -104,7 +103,7 @@ class Trainer(TrainerState):
         self.autotune: Choice | None = None  # when perf.autotune ran
         self.display: DisplayPublisher | None = None
         self._stop_reason: str | None = None
-        self._wall_before = 0.0
+        self.wall_before = 0.0  # seconds trained before this session
         self._session_start = time.monotonic()
         self._session_step0 = 0
         self._env: VecEnv | None = None
@@ -112,9 +111,6 @@ class Trainer(TrainerState):
         self._metrics: MetricsWriter | None = None
         self._episodes_csv: EpisodeWriter | None = None
         self._progress: ConsoleProgress | None = None
-        self._last_saved_step = -1
-        self.replay_store: ReplayStore | None = None  # replay.persist
-        self._pending: tuple[SaveJob, bytes, int] | None = None  # a checkpoint awaiting its replay
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -133,11 +129,11 @@ class Trainer(TrainerState):
             crashed = exc is not None and not isinstance(
                 exc, (KeyboardInterrupt, RunDirError, CheckpointLostError)
             )
-            if self._pending is not None:
-                self._complete_checkpoint()
-            if crashed and self._env is not None and self.step != self._last_saved_step:
-                log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
-                self.save_checkpoint()
+            if self.saver is not None:
+                self.saver.wait_pending()
+                if crashed and self._env is not None and self.saver.unsaved:
+                    log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
+                    self.saver.save()
         finally:
             self._close_resources()
 
@@ -163,10 +159,11 @@ class Trainer(TrainerState):
                 log.info("--fresh: moved the previous run to %s", self.moved_aside)
         self._rundir.open(group=cfg.display.group)
         self.run_dir = run_path
-        self.checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
-        found = self.checkpoints.newest_valid()
+        checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
+        found = checkpoints.newest_valid()
+        self.saver = Checkpointer(self, checkpoints, replay_store=None)
         if found is not None:
-            self._check_compatible(found[1], found[0].path)
+            self.saver.check_compatible(found[1], found[0].path)
 
         self._check_stop()
         configure_backends(self.device, cfg.perf.threads)
@@ -181,9 +178,10 @@ class Trainer(TrainerState):
         if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
-                self.replay_store = store
+                self.saver.replay_store = store
         if found is not None:
-            self._restore(found[1])
+            self.saver.resume(found[1])
+            self._session_step0 = self.step
             self.resumed_from = found[0].path
         self._check_stop()
         log.info("building %s environments of %s", f"{cfg.env.num_envs:,}", cfg.env.id)
@@ -217,7 +215,15 @@ class Trainer(TrainerState):
     # ----------------------------------------------------------------------------- state
 
     def wall_s(self) -> float:
-        return self._wall_before + (time.monotonic() - self._session_start)
+        return self.wall_before + (time.monotonic() - self._session_start)
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        return self.saver.last_path if self.saver is not None else None
+
+    def policy_snapshot(self) -> Checkpoint:
+        assert self.saver is not None
+        return self.saver.policy_snapshot()
 
     @property
     def updates(self) -> int:
@@ -305,7 +311,7 @@ class Trainer(TrainerState):
     def _loop(self, total: int) -> TrainResult:
         assert self._env is not None and self._progress is not None
         assert self.learning is not None and self.display is not None
-        assert self._episodes_csv is not None
+        assert self._episodes_csv is not None and self.saver is not None
         cfg, env, learning = self.cfg, self._env, self.learning
         obs = env.reset(seed=cfg.env.seed + self.step)
         ids = env.reset_ids  # the environments of obs's rows; None: all, in order
@@ -316,7 +322,8 @@ class Trainer(TrainerState):
         self._batches = Batches(num_envs, ids)  # ALE's async mode
         self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
         self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
-        self._clock = dict.fromkeys(("tick", "row", "checkpoint"), time.monotonic())
+        self._clock = dict.fromkeys(("tick", "row"), time.monotonic())
+        self.saver.restart_clock()
         self._row_step = self.step
         self._started = False
         overlap = overlaps_emulation(cfg.env, self.spec.has_frames, self.device)
@@ -361,17 +368,14 @@ class Trainer(TrainerState):
         self._progress.update(self.stats)
         if self.step != self._row_step:
             self._write_row()
-        if self._pending is not None:
-            self._complete_checkpoint()
-        if self.step != self._last_saved_step:
-            self._final_checkpoint()
+        self.saver.finish()
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
 
     def _tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
         checkpoints."""
-        assert self._progress is not None
+        assert self._progress is not None and self.saver is not None
         cfg, clock = self.cfg, self._clock
         if not self._started:
             self._started = True
@@ -390,15 +394,7 @@ class Trainer(TrainerState):
             self._refresh_stats(self._row_step, now - clock["row"])
             self._write_row()
             clock["row"], self._row_step = now, self.step
-        every = cfg.train.checkpoint_every_s
-        retry_at = now - every + min(CHECKPOINT_RETRY_S, every)  # a failed one: again soon
-        if self._pending is not None and self._pending[0].done:
-            if self._complete_checkpoint() is None:
-                clock["checkpoint"] = retry_at
-        elif self._pending is None and now - clock["checkpoint"] >= every:
-            path = self.save_checkpoint(background=True)  # None while its replay is saved
-            saved = path is not None or self._pending is not None
-            clock["checkpoint"] = now if saved else retry_at
+        self.saver.after_step(now)
 
     def _start_step(
         self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int, show_now: bool
@@ -484,7 +480,11 @@ class Trainer(TrainerState):
     def _refresh_stats(self, row_step: int, interval_s: float) -> None:
         s = self.stats
         s.step, s.total_steps, s.wall_s = self.step, self.cfg.train.steps, self.wall_s()
-        s.sps = (self.step - row_step) / interval_s if interval_s > 0 else 0.0
+        if interval_s >= RATE_WINDOW_S:
+            s.sps = (self.step - row_step) / interval_s
+        else:  # a shorter window holds a burst (PQN's rollouts, one vector step), not a rate
+            session_s = time.monotonic() - self._session_start
+            s.sps = (self.step - self._session_step0) / session_s if session_s > 0 else 0.0
         s.episodes, s.return_mean = self.episodes, self.return_mean()
         s.epsilon = self.learner.epsilon(self.step)
         s.updates = self.learner.updates

@@ -1,4 +1,4 @@
-"""The Trainer's saved state: what a checkpoint holds, writing it, and resuming from it.
+"""A run's checkpoints: what a checkpoint holds, writing it, and resuming from it.
 
 A checkpoint holds the learner (network, target network, optimizer, its schedules' position), the
 step and episode counts, the recent returns and every RNG. With ``replay.persist`` it also names
@@ -9,8 +9,10 @@ logged and reported to the hooks, and training goes on; the last checkpoint of a
 retried for ``train.final_checkpoint_retry_s`` before the steps since the previous one are
 declared lost.
 
-:class:`TrainerState` is the part of :class:`~edgerl.run.train.Trainer` that does this; the training
-loop in ``train.py`` calls it at its checkpoints, at its end and on resume.
+:class:`Checkpointer` does this for a :class:`~edgerl.run.train.Trainer`, which holds one: it
+reads the trainer's state through :class:`TrainingState` (the few attributes it needs), owns the
+checkpoint files, the replay files and the checkpoint clock, and the training loop calls it after
+each step, at its end and on resume.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ import logging
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from edgerl.config import Config
 from edgerl.errors import RunDirError
 from edgerl.files.checkpoint import (
     Checkpoint,
@@ -38,63 +39,109 @@ from edgerl.files.replay_store import ReplayFileError, ReplayStore
 from edgerl.learn.envs import EnvSpec
 from edgerl.learn.learner import Learner
 from edgerl.learn.pipeline import Learning
-from edgerl.run.hooks import TICK_EVERY_S, Hook
-from edgerl.run.metrics import TrainStats
+from edgerl.run.hooks import TICK_EVERY_S, Hook, Run
 
 log = logging.getLogger(__name__)
 
+RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
 FINAL_RETRY_EVERY_S = 5.0  # the last checkpoint of a session is retried this often
 # Config keys a resumed run must share with its checkpoint (they shape the network); the learner
 # (agent.algo) is checked against the checkpoint's kind.
 SHAPING_KEYS = ("env.id", "agent.hidden")
 
 
-class TrainerState:
-    """Checkpoints of a Trainer: :meth:`checkpoint`, :meth:`save_checkpoint` and the resume.
+class TrainingState(Run, Protocol):
+    """What the checkpointing part reads of a trainer (the Run its hooks read), and sets on
+    resume."""
 
-    A base of :class:`~edgerl.run.train.Trainer`, which sets the attributes below and has
-    ``wall_s()``.
-    """
-
-    cfg: Config
     spec: EnvSpec
     device: torch.device
-    run_dir: Path
     learner: Learner
     memory: Any  # the learner's: a ReplayBuffer or a RolloutBuffer
     actor_rng: np.random.Generator
-    learning: Learning | None
+    learning: Learning | None  # the pipeline, while the loop runs
     hooks: list[Hook]
-    stats: TrainStats
     step: int
     episodes: int
-    recent_returns: deque[float]
-    checkpoints: CheckpointStore
-    last_checkpoint: Path | None
-    checkpoint_error: str | None
-    replay_store: ReplayStore | None
-    _pending: tuple[SaveJob, bytes, int] | None
-    _last_saved_step: int
-    _session_step0: int
-    _wall_before: float
+    wall_before: float  # seconds trained before this session
+
+    @property
+    def recent_returns(self) -> deque[float]: ...
+
+
+class Checkpointer:
+    """The checkpoints of one run: :meth:`save`, :meth:`after_step` (on the clock), :meth:`finish`
+    (the session's last one) and :meth:`resume`.
+
+    ``run`` is the trainer whose state is saved; ``store`` holds the checkpoint files and
+    ``replay_store`` (with ``replay.persist``) the replay files saved with them.
+    """
+
+    def __init__(
+        self, run: TrainingState, store: CheckpointStore, replay_store: ReplayStore | None
+    ) -> None:
+        self.run = run
+        self.store = store
+        self.replay_store = replay_store
+        self.last_path: Path | None = None  # the newest checkpoint written
+        self.error: str | None = None  # why the newest attempt failed
+        self.saved_step = -1  # the step of the newest checkpoint written or resumed from
+        self._pending: tuple[SaveJob, bytes, int] | None = None  # awaiting its replay files
+        self._clock = time.monotonic()  # when the newest checkpoint was due
+
+    @property
+    def unsaved(self) -> bool:
+        """Steps were made since the newest checkpoint."""
+        return self.run.step != self.saved_step
+
+    def restart_clock(self) -> None:
+        """The next checkpoint is due ``train.checkpoint_every_s`` from now (the loop starts)."""
+        self._clock = time.monotonic()
+
+    def after_step(self, now: float) -> None:
+        """After a step of the loop: write the checkpoint whose replay save ended, or start one
+        when one is due (in the background while its replay is saved). A failed one is tried
+        again within ``RETRY_S``."""
+        every = self.run.cfg.train.checkpoint_every_s
+        retry_at = now - every + min(RETRY_S, every)
+        if self._pending is not None and self._pending[0].done:
+            if self._complete() is None:
+                self._clock = retry_at
+        elif self._pending is None and now - self._clock >= every:
+            path = self.save(background=True)  # None while its replay is saved
+            saved = path is not None or self._pending is not None
+            self._clock = now if saved else retry_at
+
+    def wait_pending(self) -> None:
+        """Write the checkpoint whose replay is being saved, once it is (nothing if none)."""
+        if self._pending is not None:
+            self._complete()
+
+    def finish(self) -> None:
+        """The session's end: the pending checkpoint, then one of the steps since, retried for
+        ``train.final_checkpoint_retry_s``; raises CheckpointLostError saying what is lost."""
+        self.wait_pending()
+        if self.unsaved:
+            self._final()
 
     # ----------------------------------------------------------------------------- saving
 
-    def checkpoint(self) -> Checkpoint:
+    def capture(self) -> Checkpoint:
         """Everything a checkpoint holds, now (its replay entry is added by the save)."""
-        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        run = self.run
+        cuda_rng = torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None
         return Checkpoint(
-            kind=self.learner.kind,
-            step=self.step,
-            env=self.spec.to_dict(),
-            config=self.cfg.to_dict(),
-            learner=self.learner.state_dict(),
-            episodes=self.episodes,
-            wall_s=self.wall_s(),
-            recent_returns=[float(r) for r in self.recent_returns],
+            kind=run.learner.kind,
+            step=run.step,
+            env=run.spec.to_dict(),
+            config=run.cfg.to_dict(),
+            learner=run.learner.state_dict(),
+            episodes=run.episodes,
+            wall_s=run.wall_s(),
+            recent_returns=[float(r) for r in run.recent_returns],
             rng={
-                "actor": self.actor_rng.bit_generator.state,
-                "replay": self.memory.rng_state(),
+                "actor": run.actor_rng.bit_generator.state,
+                "replay": run.memory.rng_state(),
                 "torch": torch.get_rng_state(),
                 "cuda": cuda_rng,
             },
@@ -105,50 +152,52 @@ class TrainerState:
         """A CPU copy of the online network's weights with what rebuilds it, as a checkpoint
         without the training state (``edgerl.policies.torch.TorchPolicy`` plays it); taken between
         updates."""
-        paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+        run = self.run
+        paused = run.learning.paused() if run.learning is not None else contextlib.nullcontext()
         with paused, torch.no_grad():
-            q = {k: v.detach().to("cpu", copy=True) for k, v in self.learner.q.state_dict().items()}
+            q = {k: v.detach().to("cpu", copy=True) for k, v in run.learner.q.state_dict().items()}
         return Checkpoint(
-            kind=self.learner.kind,
-            step=self.step,
-            env=self.spec.to_dict(),
-            config=self.cfg.to_dict(),
+            kind=run.learner.kind,
+            step=run.step,
+            env=run.spec.to_dict(),
+            config=run.cfg.to_dict(),
             learner={"q": q},
         )
 
-    def save_checkpoint(self, background: bool = False) -> Path | None:
+    def save(self, background: bool = False) -> Path | None:
         """Write a checkpoint now; returns its path, or None if writing failed (logged).
 
         With a saved replay, the checkpoint file is written only once the replay files it names
         are on disk; ``background`` lets the actor go on meanwhile (returns None; the training
-        loop finishes it with :meth:`_complete_checkpoint`).
+        loop finishes it with :meth:`after_step`).
         """
+        run = self.run
         if self._pending is not None:  # one replay save at a time, checkpoints in order
-            self._complete_checkpoint()
-        paused = self.learning.paused() if self.learning is not None else contextlib.nullcontext()
+            self._complete()
+        paused = run.learning.paused() if run.learning is not None else contextlib.nullcontext()
         job = None
         with paused:  # a consistent learner state, encoded in memory; the disk write is outside
-            checkpoint = self.checkpoint()
+            checkpoint = self.capture()
             if self.replay_store is not None:
-                actor = self.learning.context() if self.learning else contextlib.nullcontext()
+                actor = run.learning.context() if run.learning else contextlib.nullcontext()
                 with actor:  # on CUDA: ordered after the actor's replay writes
-                    job = self.replay_store.snapshot(self.step)
+                    job = self.replay_store.snapshot(run.step)
                 checkpoint.replay = {
                     "manifest": job.result.manifest,
-                    "learn_from": list(self.learner.learn_from),
-                    "train_freq": self.cfg.agent.train_freq,
+                    "learn_from": list(run.learner.learn_from),
+                    "train_freq": run.cfg.agent.train_freq,
                 }
             data = checkpoint.to_bytes()
         if job is None:
-            return self._write_checkpoint(data, self.step)
-        self._pending = (job, data, self.step)
+            return self._write(data, run.step)
+        self._pending = (job, data, run.step)
         if background:
             job.start()
             return None
         job.run()
-        return self._complete_checkpoint()
+        return self._complete()
 
-    def _complete_checkpoint(self) -> Path | None:
+    def _complete(self) -> Path | None:
         """Write the pending checkpoint once its replay save ended (waits for it)."""
         assert self._pending is not None and self.replay_store is not None
         job, data, step = self._pending
@@ -167,33 +216,35 @@ class TrainerState:
                 r.save_s,
                 r.pause_s * 1e3,
             )
-        path = self._write_checkpoint(data, step)
+        path = self._write(data, step)
         if path is not None and job.error is None:
             self.replay_store.commit(job)
-        self.replay_store.collect({c.step for c in self.checkpoints.files()})
+        self.replay_store.collect({c.step for c in self.store.files()})
         return path
 
-    def _write_checkpoint(self, data: bytes, step: int) -> Path | None:
+    def _write(self, data: bytes, step: int) -> Path | None:
+        run = self.run
         try:
-            path = self.checkpoints.save_encoded(data, step)
+            path = self.store.save_encoded(data, step)
         except CheckpointWriteError as e:
             log.error("%s", e)
-            self.checkpoint_error = str(e)
-            for hook in self.hooks:
-                hook.on_checkpoint(self, None, str(e))
+            self.error = str(e)
+            for hook in run.hooks:
+                hook.on_checkpoint(run, None, str(e))
             return None
-        self.last_checkpoint = path
-        self._last_saved_step = step
-        self.checkpoint_error = None
-        for hook in self.hooks:
-            hook.on_checkpoint(self, path, None)
+        self.last_path = path
+        self.saved_step = step
+        self.error = None
+        for hook in run.hooks:
+            hook.on_checkpoint(run, path, None)
         return path
 
-    def _final_checkpoint(self) -> None:
+    def _final(self) -> None:
         """The session's last checkpoint, retried for ``train.final_checkpoint_retry_s`` (a full
         disk may get room); raises CheckpointLostError saying which steps are lost."""
-        deadline = time.monotonic() + self.cfg.train.final_checkpoint_retry_s
-        while self.save_checkpoint() is None:
+        run = self.run
+        deadline = time.monotonic() + run.cfg.train.final_checkpoint_retry_s
+        while self.save() is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise CheckpointLostError(self._lost_sentence())
@@ -201,18 +252,19 @@ class TrainerState:
             wait_until = time.monotonic() + min(FINAL_RETRY_EVERY_S, left)
             while time.monotonic() < wait_until:
                 time.sleep(min(TICK_EVERY_S, max(0.0, wait_until - time.monotonic())))
-                for hook in self.hooks:  # the service's watchdog and status go on meanwhile
-                    hook.on_tick(self, self.stats)
+                for hook in run.hooks:  # the service's watchdog and status go on meanwhile
+                    hook.on_tick(run, run.stats)
 
     def _lost_sentence(self) -> str:
-        error = self.checkpoint_error or "unknown error"
-        seconds = self.cfg.train.final_checkpoint_retry_s
-        since = self._last_saved_step
+        run = self.run
+        error = self.error or "unknown error"
+        seconds = run.cfg.train.final_checkpoint_retry_s
+        since = self.saved_step
         if since < 0:
-            lost = f"all {self.step:,} steps of this run are lost (no checkpoint was ever written)"
+            lost = f"all {run.step:,} steps of this run are lost (no checkpoint was ever written)"
         else:
             lost = (
-                f"steps {since:,} to {self.step:,} are lost and the next run resumes from step "
+                f"steps {since:,} to {run.step:,} are lost and the next run resumes from step "
                 f"{since:,}"
             )
         return (
@@ -222,9 +274,10 @@ class TrainerState:
 
     # ----------------------------------------------------------------------------- resuming
 
-    def _check_compatible(self, checkpoint: Checkpoint, path: Path) -> None:
+    def check_compatible(self, checkpoint: Checkpoint, path: Path) -> None:
         """Raises CheckpointError for a policy snapshot, RunDirError for another game, learner
         or network shape."""
+        run = self.run
         checkpoint.require_training_state(str(path))
         found = {"agent.algo": checkpoint.kind}
         for key in SHAPING_KEYS:
@@ -234,65 +287,66 @@ class TrainerState:
         if checkpoint.env.get("kind") != "vector":  # hidden widths shape only the MLP
             del found["agent.hidden"]
         for key, old in found.items():
-            new = self.cfg.get(key)
+            new = run.cfg.get(key)
             if isinstance(new, tuple):
                 new = list(new)
             if old is not None and old != new:
                 raise RunDirError(
-                    f"run directory {self.run_dir} holds a run with {key}={old!r} "
+                    f"run directory {run.run_dir} holds a run with {key}={old!r} "
                     f"({path.name}), not {new!r}; use another --run-dir, or --fresh to move "
                     "the old run aside"
                 )
 
-    def _restore(self, checkpoint: Checkpoint) -> None:
-        self.learner.load_state_dict(checkpoint.learner)
-        self.step = checkpoint.step
-        self.episodes = checkpoint.episodes
-        self._wall_before = float(checkpoint.wall_s)
-        self.recent_returns.extend(float(r) for r in checkpoint.recent_returns)
+    def resume(self, checkpoint: Checkpoint) -> None:
+        run = self.run
+        run.learner.load_state_dict(checkpoint.learner)
+        run.step = checkpoint.step
+        run.episodes = checkpoint.episodes
+        run.wall_before = float(checkpoint.wall_s)
+        run.recent_returns.extend(float(r) for r in checkpoint.recent_returns)
         rng = checkpoint.rng
-        assert rng is not None  # _check_compatible refused a policy snapshot
-        self.actor_rng.bit_generator.state = rng["actor"]
-        self.memory.set_rng_state(rng["replay"])
+        assert rng is not None  # check_compatible refused a policy snapshot
+        run.actor_rng.bit_generator.state = rng["actor"]
+        run.memory.set_rng_state(rng["replay"])
         torch.set_rng_state(rng["torch"])
-        if self.device.type == "cuda" and rng.get("cuda") is not None:
+        if run.device.type == "cuda" and rng.get("cuda") is not None:
             with contextlib.suppress(RuntimeError):
-                torch.cuda.set_rng_state(rng["cuda"], self.device)
-        self._last_saved_step = self.step
-        self._session_step0 = self.step
+                torch.cuda.set_rng_state(rng["cuda"], run.device)
+        self.saved_step = run.step
         restored = self._restore_replay(checkpoint.replay)
         if restored is not None:
-            starts = self.learner.learn_from[0]
+            starts = run.learner.learn_from[0]
             learning = (
                 "learning continues at once"
-                if starts <= self.step
+                if starts <= run.step
                 else f"learning starts at step {starts:,} (the checkpoint was taken while the "
                 "replay was still filling)"
             )
             log.info(
                 "resuming from step %s (%s episodes) with the replay of that checkpoint "
                 "(%s transitions); %s",
-                f"{self.step:,}",
-                f"{self.episodes:,}",
+                f"{run.step:,}",
+                f"{run.episodes:,}",
                 f"{restored:,}",
                 learning,
             )
             return
-        refill = min(self.cfg.agent.learning_starts, self.memory.capacity)
-        self.learner.resume_at(self.step, refill)
+        refill = min(run.cfg.agent.learning_starts, run.memory.capacity)
+        run.learner.resume_at(run.step, refill)
         log.info(
             "resuming from step %s (%s episodes); learning continues after %s steps refill the "
             "replay",
-            f"{self.step:,}",
-            f"{self.episodes:,}",
-            f"{self.learner.learn_from[0] - self.step:,}",
+            f"{run.step:,}",
+            f"{run.episodes:,}",
+            f"{run.learner.learn_from[0] - run.step:,}",
         )
 
     def _restore_replay(self, saved: dict[str, Any] | None) -> int | None:
         """Refill the replay from the checkpoint's replay files and continue the replay ratio
         where it was; the transitions restored, or None (empty replay, reason logged)."""
+        run = self.run
         if self.replay_store is None or not saved:
-            if saved and not self.cfg.replay.persist:
+            if saved and not run.cfg.replay.persist:
                 log.info("replay.persist is false: resuming with an empty replay")
             return None
         started = time.monotonic()
@@ -301,12 +355,12 @@ class TrainerState:
         except ReplayFileError as e:
             log.warning("%s; resuming with an empty replay", e)
             return None
-        if saved.get("train_freq") == self.cfg.agent.train_freq:
+        if saved.get("train_freq") == run.cfg.agent.train_freq:
             # The replay ratio counts on from where it started: updates the async learner still
             # owed at the checkpoint are made at once.
             start_step, start_updates = saved["learn_from"]
-            self.learner.learn_from = (int(start_step), int(start_updates))
+            run.learner.learn_from = (int(start_step), int(start_updates))
         else:  # a new ratio counts from here
-            self.learner.resume_at(self.step, 0)
+            run.learner.resume_at(run.step, 0)
         log.info("replay restored in %.1f s", time.monotonic() - started)
         return restored
