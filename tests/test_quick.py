@@ -64,6 +64,14 @@ def test_how_long_an_atari_run_on_a_cpu_takes(steps, said):
     assert quick.long_run_warning("ALE/Pong-v5", True, torch.device("cuda", 0), steps) is None
 
 
+def test_a_pqn_run_on_a_cpu_is_timed_at_pqns_speed_not_at_dqns():
+    """PQN's speed does not follow agent.train_freq: 10M steps at about 200 steps/s."""
+    cpu = torch.device("cpu")
+    sentence = quick.long_run_warning("ALE/Pong-v5", True, cpu, 10_000_000, 4, "pqn")
+    assert sentence is not None and "about 14 hours" in sentence and "with PQN" in sentence
+    assert quick.long_run_warning("ALE/Pong-v5", True, cpu, 1_000_000, 4, "pqn") is None
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="says so on a CPU only")
 def test_ten_million_pong_steps_on_a_cpu_are_said_to_take_hours(tmp_path):
     """What `edgerl train` (Pong, 10M steps) says at its start on a CPU; stopped once said."""

@@ -74,6 +74,7 @@ def train(
                     trainer.device,
                     left,
                     trainer.cfg.agent.train_freq,
+                    trainer.cfg.agent.algo,
                 )
                 if slow:
                     log.warning("%s", slow)

@@ -41,6 +41,9 @@ QUICK_FRAMES: dict[str, Any] = {
 # env steps/s at train_freq 4 in the sync loop on the CI machine, docs/performance.md), and more
 # cores help little.
 CPU_ATARI_UPDATES_PER_S = 25.0
+# PQN (no replay, 128 envs x 32-step rollouts) trains Pong at about 200 env steps/s on one core of
+# the CI machine (212 over a 30-minute run, docs/training.md); its speed does not follow train_freq.
+CPU_PQN_ATARI_STEPS_PER_S = 200.0
 LONG_RUN_S = 2 * 3600.0  # a CPU run longer than this is said to be long at its start
 
 
@@ -79,18 +82,26 @@ def hours(seconds: float) -> str:
 
 
 def long_run_warning(
-    env_id: str, frames: bool, device: torch.device, steps_left: int, train_freq: int = 4
+    env_id: str,
+    frames: bool,
+    device: torch.device,
+    steps_left: int,
+    train_freq: int = 4,
+    algo: str = "dqn",
 ) -> str | None:
     """The sentence for an Atari run on a CPU that will take hours, else None."""
     if not frames or device.type != "cpu" or steps_left <= 0:
         return None
-    speed = CPU_ATARI_UPDATES_PER_S * train_freq
+    if algo == "pqn":
+        speed, how = CPU_PQN_ATARI_STEPS_PER_S, "with PQN"
+    else:
+        speed, how = CPU_ATARI_UPDATES_PER_S * train_freq, f"with agent.train_freq={train_freq}"
     seconds = steps_left / speed
     if seconds < LONG_RUN_S:
         return None
     return (
         f"{steps_left:,} steps of {env_id} on the CPU take {hours(seconds)} at the "
-        f"{speed:.0f} steps/s a CPU trains Atari at with agent.train_freq={train_freq} "
+        f"{speed:.0f} steps/s a CPU trains Atari at {how} "
         "(docs/training.md, How long training takes); for a first run that learns in minutes: "
         "edgerl train --quick (CartPole-v1 on a CPU), and train Atari on a GPU"
     )
