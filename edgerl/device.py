@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 
 import psutil
 import torch
 
+from edgerl.cpus import CpuLoad, cpu_load
 from edgerl.errors import ConfigError, DeviceError
 from edgerl.versions import check_torch
 
@@ -69,35 +69,6 @@ def integrated_gpu(device: torch.device) -> bool:
         return bool(torch.cuda.get_device_properties(device).is_integrated)
     except Exception:  # an old torch without the field, or a driver problem: assume separate
         return False
-
-
-@dataclass(frozen=True)
-class CpuLoad:
-    """This machine's CPUs and how busy they are: what PyTorch's thread count is judged by."""
-
-    cpus: int  # CPUs this process may run on (its affinity)
-    load: float  # the 1-minute load average: runnable tasks of every user
-
-    @property
-    def free(self) -> int:
-        """CPUs the load leaves free, rounded (0 when it takes them all)."""
-        return max(0, round(self.cpus - self.load))
-
-    def describe(self) -> str:
-        return f"{self.cpus} CPUs, load average {self.load:.1f}"
-
-
-def cpu_load() -> CpuLoad:
-    """The CPUs this process may use and the load average now (0 where the OS has none)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return CpuLoad(cpus, load)
 
 
 def torch_default_threads() -> int:

@@ -4,11 +4,15 @@ the grad scaler on old torch, and PyTorch's CPU threads against the machine's lo
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from edgerl.config import PerfConfig
+from edgerl.cpus import CpuSample, cpu_load, others_busy
 from edgerl.device import (
     CpuLoad,
     configure_backends,
@@ -85,6 +89,34 @@ def test_auto_threads_are_the_cpus_the_load_leaves_free(monkeypatch):
     assert resolve_threads(3, CpuLoad(2, 3.0)) == 3  # a number is what the user asked for
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert 1 <= resolve_threads(0, CpuLoad(64, 0.0)) <= 64  # the physical cores
+
+
+def test_other_programs_cpu_use_is_the_machines_less_this_process_over_the_window():
+    """Over 2 s the machine was busy 3.5 CPU-seconds, 1.5 of them this process's own."""
+    start, end = CpuSample(10.0, 100.0, 5.0), CpuSample(12.0, 103.5, 6.5)
+    assert others_busy(start, end) == pytest.approx(1.0)
+    assert others_busy(start, CpuSample(10.2, 100.1, 5.0)) is None  # too short to say
+    assert others_busy(start, CpuSample(12.0, 101.0, 6.5)) == 0.0  # never below zero
+
+
+def test_a_busy_program_is_seen_at_once_not_a_minute_later(monkeypatch):
+    """The load average lags a minute behind; the window from the mark sees a busy loop that
+    started after it, and this process's own work is not counted."""
+    import edgerl.cpus as cpus
+
+    monkeypatch.setattr(cpus, "_mark", None)
+    assert cpu_load().measured_s == 0.0  # no mark: the load average
+    cpus.mark()
+    busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+    try:
+        time.sleep(2.0)
+        load = cpu_load()
+    finally:
+        busy.kill()
+        busy.wait(timeout=60)
+    assert load.measured_s >= 2.0
+    assert load.load >= 0.5, load  # the loop's CPU, and whatever else runs on this machine
+    assert "busy with other work" in load.describe()
 
 
 def test_oversubscription_is_named_with_the_fix():

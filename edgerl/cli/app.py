@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from edgerl import __version__
+from edgerl import __version__, cpus
 from edgerl.errors import EdgerlError
 from edgerl.files.logs import setup_logging
 
@@ -43,6 +43,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (never raises for user errors)."""
+    cpus.mark()  # other programs' CPU use is measured from here (perf.threads=0)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:

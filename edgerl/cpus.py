@@ -1,0 +1,104 @@
+"""How busy this machine's CPUs are with other work: what PyTorch's thread count is judged by.
+
+The 1-minute load average lags: it still says "busy" for a minute after another job ended (a
+previous training run, a benchmark, another test), and a run that starts then would take one
+thread where it could have two (Pong on 2 cores: 82 steps/s with one thread, 120 with two). So the
+command line marks the CPU time at its start (:func:`mark`, before torch is imported), and
+:func:`cpu_load` measures how many CPUs *other* programs kept busy since then: the machine's busy
+CPU time less this process's own, over the wall time between. Without a mark, or over less than
+half a second, it falls back to the load average. No torch here: the mark is taken before
+PyTorch's import.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+MIN_WINDOW_S = 0.5  # a shorter window says too little: the load average is used instead
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """The CPU time spent at one moment: the machine's busy seconds (all CPUs) and this
+    process's own (all its threads)."""
+
+    wall: float  # time.monotonic()
+    busy: float
+    own: float
+
+    @classmethod
+    def now(cls) -> CpuSample:
+        times = psutil.cpu_times()
+        total = sum(times)
+        # Linux counts guest time inside user time too (psutil's cpu_percent does the same).
+        total -= getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
+        busy = total - times.idle - getattr(times, "iowait", 0.0)
+        mine = psutil.Process().cpu_times()
+        return cls(time.monotonic(), busy, mine.user + mine.system)
+
+
+def others_busy(start: CpuSample, end: CpuSample) -> float | None:
+    """CPUs other programs kept busy between two samples, or None for a window under
+    ``MIN_WINDOW_S``."""
+    wall = end.wall - start.wall
+    if wall < MIN_WINDOW_S:
+        return None
+    return max(0.0, (end.busy - start.busy) - (end.own - start.own)) / wall
+
+
+_mark: CpuSample | None = None
+
+
+def mark() -> None:
+    """Start the window :func:`cpu_load` measures other programs' work over (the CLI's start)."""
+    global _mark
+    try:
+        _mark = CpuSample.now()
+    except (OSError, psutil.Error):  # no /proc: the load average then
+        _mark = None
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """This machine's CPUs and how busy other work keeps them."""
+
+    cpus: int  # CPUs this process may run on (its affinity)
+    load: float  # CPUs kept busy by other work (or the 1-minute load average: runnable tasks)
+    measured_s: float = 0.0  # the window ``load`` was measured over; 0: it is the load average
+
+    @property
+    def free(self) -> int:
+        """CPUs the load leaves free, rounded (0 when it takes them all)."""
+        return max(0, round(self.cpus - self.load))
+
+    def describe(self) -> str:
+        if self.measured_s > 0:
+            return f"{self.cpus} CPUs, {self.load:.1f} busy with other work"
+        return f"{self.cpus} CPUs, load average {self.load:.1f}"
+
+
+def cpu_load() -> CpuLoad:
+    """The CPUs this process may use and how busy other work keeps them now: measured since
+    :func:`mark` where it was called at least ``MIN_WINDOW_S`` ago, else the load average (0
+    where the OS has none)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if _mark is not None:
+        try:
+            end = CpuSample.now()
+        except (OSError, psutil.Error):
+            end = None
+        busy = others_busy(_mark, end) if end is not None else None
+        if busy is not None and end is not None:
+            return CpuLoad(cpus, busy, end.wall - _mark.wall)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return CpuLoad(cpus, load)
