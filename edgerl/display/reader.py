@@ -36,6 +36,7 @@ from edgerl.display.stream import (
 )
 from edgerl.errors import EdgerlError
 from edgerl.files.processes import pid_alive
+from edgerl.files.regular import FileTooLargeError, NotRegularFileError, read_regular
 
 
 @dataclass
@@ -53,6 +54,7 @@ class StreamPermissionError(EdgerlError):
     """The viewer may not read the stream or its pointer file."""
 
 
+MAX_POINTER_BYTES = 64 * 1024  # display.json is a few hundred bytes
 MAX_SLOTS = 1024
 MAX_SIDE = 4096
 PID_MAX = 1 << 22  # Linux's largest pid
@@ -78,11 +80,13 @@ def read_pointer(run_dir: Path) -> dict[str, Any]:
     it."""
     path = run_dir / POINTER_FILE
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_POINTER_BYTES)
     except PermissionError:
         raise _permission_error(path) from None
     except IsADirectoryError:
         raise StreamError(f"{path} is a directory, not a frame stream pointer") from None
+    except (NotRegularFileError, FileTooLargeError) as e:
+        raise StreamError(f"{path} is damaged: {e.strerror}") from None
     try:
         pointer = json.loads(data)
     except (ValueError, RecursionError):  # not UTF-8, not JSON

@@ -15,6 +15,7 @@ import numpy as np
 from edgerl import __version__
 from edgerl.config import EnvConfig
 from edgerl.errors import EdgerlError
+from edgerl.files.regular import read_regular
 from edgerl.learn.envs import make_env
 
 INPUT = "obs"
@@ -93,7 +94,7 @@ class Sidecar:
         """The sidecar ``<file>.json`` of a policy file; raises ExportError when missing."""
         path = sidecar_path(policy_file)
         try:
-            return cls.from_dict(json.loads(path.read_text()), str(path))
+            return cls.from_dict(json.loads(read_regular(path, MAX_SIDECAR_BYTES)), str(path))
         except FileNotFoundError:
             raise ExportError(
                 f"{path} is missing: it says which game {policy_file.name} plays; export again "
@@ -104,6 +105,8 @@ class Sidecar:
         except OSError as e:
             raise ExportError(f"cannot read {path}: {e.strerror or e}") from None
 
+
+MAX_SIDECAR_BYTES = 1 << 20  # a sidecar is about 1 KiB
 
 # The types of the fields a policy's use reads (a sidecar may be damaged).
 SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -49,6 +49,7 @@ from edgerl import __version__
 from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint_migrate import PAYLOAD_VERSION, CheckpointTooNewError, migrate
+from edgerl.files.regular import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ def load(path: str | Path) -> Checkpoint:
     CheckpointTooNewError if a newer edgerl wrote it."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} does not exist") from None
     except IsADirectoryError:

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from edgerl.files.regular import open_regular
+
 MAX_LINE = 64 * 1024  # edgerl's rows are under 300 bytes; a longer line is damage
 CHUNK = 1 << 20
 
@@ -39,9 +41,10 @@ class CsvReader:
 
     def rows(self) -> Iterator[list[str]]:
         """The cells of each data row, in file order. Raises OSError when the file cannot be
-        opened or read (FileNotFoundError when it does not exist)."""
+        opened or read (FileNotFoundError when it does not exist, NotRegularFileError for a
+        FIFO or a device in its place)."""
         number = 0
-        with self.path.open("rb") as f:
+        with open_regular(self.path) as f:
             for piece in _pieces(f):
                 for line in _decode(piece):
                     number += 1

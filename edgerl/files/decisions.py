@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from edgerl.files.atomic import write_atomic
+from edgerl.files.regular import read_regular
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "compile-decisions.json"
 VERSION = 1
+MAX_BYTES = 1 << 20  # 64 entries are a few KiB
 MAX_ENTRIES = 64  # the newest kept: shapes and torch versions come and go
 
 
@@ -46,20 +48,20 @@ class CompileDecisions:
 
     def _read(self) -> dict[str, Any]:
         try:
-            text = self.path.read_text()
+            data_bytes = read_regular(self.path, MAX_BYTES)
         except (FileNotFoundError, NotADirectoryError):
             return {}  # nothing remembered yet
         except OSError as e:
             self._warn(f"cannot read {self.path}: {e.strerror or e}")
             return {}
         try:
-            data = json.loads(text)
+            data = json.loads(data_bytes)  # bytes that are not UTF-8: a ValueError
             if not isinstance(data, dict) or data.get("version") != VERSION:
                 raise ValueError("not a decisions file of this edgerl")
             entries = data["entries"]
             if not isinstance(entries, dict):
                 raise ValueError("its entries are not a map")
-        except (ValueError, KeyError) as e:
+        except (ValueError, KeyError, RecursionError) as e:
             aside = self.path.with_name(self.path.name + ".damaged")
             try:
                 self.path.replace(aside)

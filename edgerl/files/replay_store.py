@@ -57,6 +57,7 @@ import torch
 
 from edgerl.errors import EdgerlError
 from edgerl.files.atomic import fsync_dir, write_atomic
+from edgerl.files.regular import read_regular
 from edgerl.files.replay_restore import (
     DELTA,
     MAGIC,
@@ -360,7 +361,7 @@ class ReplayStore:
                     p.unlink()
                 continue
             try:
-                body = json.loads(json.loads(p.read_bytes())["manifest"])
+                body = json.loads(json.loads(read_regular(p))["manifest"])
                 keep |= {d["file"] for d in body["deltas"]}
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # damaged: reported if ever used; its deltas may go

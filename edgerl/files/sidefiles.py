@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from edgerl.files.regular import require_regular
+
 log = logging.getLogger(__name__)
 
 # Rows waiting for a disk with room, per file: about 80,000 metrics.csv rows (4 days at 5 s).
@@ -138,9 +140,12 @@ class AppendFile:
 
     def _write(self) -> None:
         if self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+            # Not blocking: a FIFO in the file's place would hold the trainer in open() or,
+            # once its buffer is full, in write().
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
             try:
-                size = os.fstat(fd).st_size
+                st = require_regular(fd, self.path)
+                size = st.st_size
                 if self.header and size == 0:
                     self._pending[:0] = self.header
                 elif size and os.pread(fd, 1, size - 1) != b"\n":

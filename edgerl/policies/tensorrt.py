@@ -17,6 +17,7 @@ import numpy as np
 from edgerl.errors import EdgerlError
 from edgerl.export.common import INPUT, OUTPUTS, ExportError, Sidecar, check_batch
 from edgerl.export.tensorrt import TrtLogger, flavor, import_tensorrt
+from edgerl.files.regular import read_regular
 
 
 class TensorRTPolicy:
@@ -35,9 +36,9 @@ class TensorRTPolicy:
         self._logger = TrtLogger.make(trt)
         runtime = trt.Runtime(self._logger)
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as e:
-            raise ExportError(f"cannot read {path}: {e.strerror}") from None
+            raise ExportError(f"cannot read {path}: {e.strerror or e}") from None
         engine = runtime.deserialize_cuda_engine(data)
         if engine is None:
             raise ExportError(

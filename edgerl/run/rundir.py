@@ -23,6 +23,7 @@ from pathlib import Path
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
 from edgerl.files.processes import pid_alive
+from edgerl.files.regular import read_regular
 
 # What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
 PRIVATE_BITS = 0o007
@@ -80,7 +81,7 @@ def trainer_of(path: Path) -> int | None:
     if that process is still an edgerl), or None. Takes no lock: a viewer's look must never
     make a starting trainer find the directory in use."""
     try:
-        text = (path / ".lock").read_bytes()[:32].decode("ascii").strip()
+        text = read_regular(path / ".lock", 64).decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
     if not text.isdigit() or not 0 < int(text) < 1 << 22:

@@ -26,11 +26,13 @@ from typing import Any
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.processes import pid_alive
+from edgerl.files.regular import read_regular
 from edgerl.files.sidefiles import SideFiles
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
 
 STATUS_FILE = "status.json"
+MAX_STATUS_BYTES = 1 << 20  # a status document is about 1 KiB
 PID_MAX = 1 << 22  # Linux's largest pid (PID_MAX_LIMIT)
 WRITE_EVERY_S = 3.0
 STALE_AFTER_S = 30.0
@@ -247,7 +249,7 @@ def read_status(run_dir: Path) -> dict[str, Any]:
     it is missing, unreadable or damaged."""
     path = run_dir / STATUS_FILE
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_STATUS_BYTES)
     except FileNotFoundError:
         raise RunDirError(
             f"{path} does not exist: no edgerl run has used {run_dir} (is the service started? "
