@@ -407,7 +407,7 @@ def build_layers(
     """The layers above the built-in defaults, in order, from files and command-line options."""
     layers: list[Layer] = []
     system = system_config_path() if use_system else None
-    if system is not None and system.is_file():
+    if system is not None and system.exists():  # not a plain file there: said, not skipped
         layers.append(Layer(str(system), flatten(parse_toml_file(system), str(system), SECTIONS)))
     if config_file is not None:
         path = Path(config_file)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgerl.errors import ConfigError
+from edgerl.files.regular import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -105,18 +106,33 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
 
 
+MAX_CONFIG_BYTES = 1 << 20  # edgerl's configs are a few KiB
+
+
 def parse_toml_file(path: Path) -> dict[str, Any]:
-    """Read a TOML config file; raises ConfigError naming the file (and line) when it fails."""
+    """Read a TOML config file; raises ConfigError naming the file (and line) when it fails:
+    missing, not a plain file, not UTF-8 text, not TOML, nested beyond reason or too large."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {e.start:,} cannot be read)"
+        ) from None
+    return parse_toml_text(text, f"config file {path}")
+
+
+def parse_toml_text(text: str, what: str) -> dict[str, Any]:
+    """The TOML document ``text``; raises ConfigError naming ``what`` when it is not one."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        raise ConfigError(f"{what} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} is not a config: its values nest too deeply") from None
 
 
 def parse_override(
@@ -136,7 +152,7 @@ def parse_override(
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # a plain string, checked by its field
         value = raw
     return key, value
 
