@@ -31,7 +31,7 @@ from edgerl.hw.monitor import LoadMonitor, judge
 from edgerl.hw.platform import detect
 
 from .conftest import FIXTURES, PONG_FAST, edgerl_cmd
-from .damage import WRONG_DOCUMENTS, damaged_json, dumps
+from .damage import RANDOM_4K, WRONG_DOCUMENTS, damaged_json, dumps
 
 BOARDS = FIXTURES / "boards"
 
@@ -182,14 +182,26 @@ def killed_after_maxing() -> Path:
 
 @pytest.mark.parametrize(
     "config",
-    ["[env", "[hw]\nmonitor_interval_ms = 1\n", "[agent]\nlr = nan\n", "[nope]\n"],
+    [
+        b"[env",
+        b"[hw]\nmonitor_interval_ms = 1\n",
+        b"[agent]\nlr = nan\n",
+        b"[nope]\n",
+        RANDOM_4K,  # not UTF-8
+        b"[env]\nid = " + b"[" * 100_000 + b"]" * 100_000 + b"\n",  # nested beyond reason
+        "fifo",
+    ],
+    ids=lambda c: c if isinstance(c, str) else repr(c[:20]),
 )
 def test_restore_needs_only_the_marker_whatever_the_config_holds(
     fake_jetson, tmp_path, cli, monkeypatch, config
 ):
     killed_after_maxing()
     broken = tmp_path / "edgerl.toml"
-    broken.write_text(config)
+    if config == "fifo":
+        os.mkfifo(broken)  # would block a reader that opened it as a file
+    else:
+        broken.write_bytes(config)
     monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", str(broken))
     r = cli("hw", "clocks", "restore")
     assert r.code == 0 and "clocks restored" in r.out, r.err
@@ -228,6 +240,9 @@ GOOD_MARKER = {
         dumps({**GOOD_MARKER, "previous_mode": "1"}),
         dumps({**GOOD_MARKER, "previous_mode": 10**30}),
         dumps({**GOOD_MARKER, "nvpmodel": ["x"]}),
+        dumps({**GOOD_MARKER, "nvpmodel": "/x\0"}),  # no program's name holds a NUL
+        dumps({**GOOD_MARKER, "jetson_clocks": "/bin/\ud800"}),  # nor a lone surrogate
+        dumps({**GOOD_MARKER, "store": "/x\ud800"}),
     ],
 )
 def test_a_damaged_marker_restores_the_clocks_stored_beside_it(fake_jetson, cli, damage):
@@ -237,6 +252,40 @@ def test_a_damaged_marker_restores_the_clocks_stored_beside_it(fake_jetson, cli,
     assert r.code == 0 and "clocks restored" in r.out, r.err
     assert f"{marker} was damaged" in r.err and "nvpmodel -q shows it" in r.err
     assert not (fake_jetson.state / "clocks.maxed").exists() and not marker.exists()
+
+
+def test_an_unreadable_config_that_may_name_the_state_dir_is_not_nothing_to_restore(
+    fake_jetson, tmp_path, cli, monkeypatch
+):
+    elsewhere = tmp_path / "hw-state"
+    MaxClocks(HwConfig(state_dir=str(elsewhere)), elsewhere).start()
+    broken = tmp_path / "edgerl.toml"
+    broken.write_text(f'[hw]\nstate_dir = "{elsewhere}"\n[env')
+    monkeypatch.setenv("EDGERL_SYSTEM_CONFIG", str(broken))
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 2 and "internal error" not in r.err
+    assert "--state-dir DIR" in r.err.strip().splitlines()[-1]
+    r = cli("hw", "clocks", "restore", "--state-dir", elsewhere)
+    assert r.code == 0 and "clocks restored" in r.out, r.err
+    assert not (fake_jetson.state / "clocks.maxed").exists()
+
+
+@pytest.mark.parametrize("place", ["fifo", "device", "huge"])
+def test_something_else_than_a_marker_in_its_place_restores_the_clocks_beside_it(
+    fake_jetson, cli, place
+):
+    marker = left_maxed(fake_jetson)
+    marker.unlink()
+    if place == "fifo":
+        os.mkfifo(marker)
+    elif place == "device":
+        marker.symlink_to("/dev/zero")
+    else:
+        marker.write_bytes(b" " * (1 << 20) + json.dumps(GOOD_MARKER).encode())
+    r = cli("hw", "clocks", "restore")
+    assert r.code == 0 and "clocks restored" in r.out, r.err
+    assert f"{marker} was damaged" in r.err
+    assert not (fake_jetson.state / "clocks.maxed").exists()
 
 
 def test_a_damaged_marker_without_stored_clocks_says_what_to_run(fake_jetson, cli):

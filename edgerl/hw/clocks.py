@@ -35,6 +35,7 @@ from typing import Any
 from edgerl.config import HwConfig
 from edgerl.errors import HardwareError
 from edgerl.files.atomic import write_atomic
+from edgerl.files.regular import read_regular
 from edgerl.hw.platform import Platform, detect, hw_path
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ STORE_FILE = "jetson_clocks.store"
 # Root's clock state (below EDGERL_HW_ROOT, as every hardware path): see the module docstring.
 ROOT_STATE_DIR = Path("/run/edgerl-clocks")
 MAX_POWER_MODE = 1000
+MAX_MARKER_BYTES = 64 * 1024  # a marker is a few hundred bytes
 
 # "cpu0: Online=1 Governor=schedutil MinFreq=... MaxFreq=... CurrentFreq=..." (TX1: "Gonvernor=")
 SHOW_CPU = re.compile(
@@ -129,6 +131,8 @@ def run_tool(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> str:
         raise ToolError(f"{argv[0]} was not found") from None
     except OSError as e:  # a directory, a file that is not executable
         raise ToolError(f"{argv[0]} cannot be run ({e.strerror or e})") from None
+    except ValueError as e:  # a NUL byte or a lone surrogate in an argument
+        raise ToolError(f"{argv[0]!r} cannot be run ({e})") from None
     except subprocess.TimeoutExpired:
         raise ToolError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
     if done.returncode != 0:
@@ -292,17 +296,27 @@ def parse_marker(data: bytes) -> Marker:
     if not isinstance(info, dict):
         raise MarkerError(f"it holds {type(info).__name__ if info is not None else 'null'}")
     for key in ("jetson_clocks", "store"):
-        value = info.get(key)
-        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
-            raise MarkerError(f"{key} is {_shown(value)}, not an absolute path")
+        if not _is_absolute_path(info.get(key)):
+            raise MarkerError(f"{key} is {_shown(info.get(key))}, not an absolute path")
     nvpmodel, mode = info.get("nvpmodel"), info.get("previous_mode")
-    if nvpmodel is not None and (not isinstance(nvpmodel, str) or not nvpmodel.startswith("/")):
+    if nvpmodel is not None and not _is_absolute_path(nvpmodel):
         raise MarkerError(f"nvpmodel is {_shown(nvpmodel)}, not an absolute path")
     if mode is not None and (
         isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= MAX_POWER_MODE
     ):
         raise MarkerError(f"previous_mode is {_shown(mode)}, not a power mode id")
     return Marker(info["jetson_clocks"], info["store"], nvpmodel, mode)
+
+
+def _is_absolute_path(value: Any) -> bool:
+    """Whether ``value`` is a string a program can be given as an absolute path."""
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        return False
+    try:
+        os.fsencode(value)  # a lone surrogate (JSON allows "\\ud800") names no file
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _shown(value: Any) -> str:
@@ -339,12 +353,14 @@ def restore_from_marker(marker: Path, timeout: float = TOOL_TIMEOUT_S) -> bool:
     written. Never raises.
     """
     try:
-        data = marker.read_bytes()
+        data = read_regular(marker, MAX_MARKER_BYTES)
     except FileNotFoundError:
         return False
-    except OSError as e:
+    except PermissionError as e:
         log.error("cannot read %s (%s); %s", marker, e.strerror or e, UNDO)
         return False
+    except OSError as e:  # a FIFO, a device or megabytes in its place: damaged
+        return _restore_beside(marker, e.strerror or str(e), timeout)
     if os.geteuid() == 0 and (why := untrusted(marker)) is not None:
         log.error("%s is not used: %s; %s", marker, why, UNDO)
         return False

@@ -127,12 +127,19 @@ def clocks_max(hw: HwConfig, service: bool = False) -> str:
     return f"clocks at maximum; undo with: edgerl hw clocks restore ({clocks.marker})"
 
 
-def clocks_restore(state_dirs: list[Path]) -> str:
+def clocks_restore(state_dirs: list[Path], config_unread: bool = False) -> str:
     """Restore what edgerl stored in any of ``state_dirs`` (only their marker files are read);
     a no-op when it changed nothing. Raises HardwareError when a marker is there and the clocks
-    could not be restored (the log says why and what to run)."""
+    could not be restored (the log says why and what to run), and when there is none but
+    ``config_unread`` (the config could not be read, so a ``hw.state_dir`` it sets is unknown)."""
     dirs = list(dict.fromkeys(state_dirs))
-    markers = [d / MARKER for d in dirs if (d / MARKER).exists()]
+    markers = [d / MARKER for d in dirs if os.path.lexists(d / MARKER)]
+    if not markers and config_unread:
+        raise HardwareError(
+            f"no stored clocks in {dirs[-1]}, and the config cannot be read, so where a "
+            "hw.state_dir in it keeps them is unknown: if it sets one, run sudo edgerl hw "
+            "clocks restore --state-dir DIR with that directory"
+        )
     if not markers:
         return f"nothing to restore: edgerl has not changed the clocks (no {dirs[0] / MARKER})"
     failed = [m for m in markers if not restore_from_marker(m)]
