@@ -36,6 +36,14 @@ log = logging.getLogger(__name__)
 MAX_POINTS = 2000  # per curve: more than a PNG's width in pixels or a terminal's in columns
 BATCH = 8192  # rows buffered before they are turned into points
 WINDOW = 100  # episodes in the moving mean, as metrics.csv's return_mean
+# No step, time, return or rate of a run comes near this: a larger number is damage, and one
+# of 1e308 would overflow the means and make the axes' ranges infinite.
+PLOTTABLE = 1e15
+
+
+def plottable(x: float) -> bool:
+    """Whether ``x`` can be a point of a curve: a number of magnitude below PLOTTABLE."""
+    return -PLOTTABLE < x < PLOTTABLE
 
 
 class Series:
@@ -218,7 +226,6 @@ def read_curves(
     """
     reader = CsvReader(path)
     rows, last = 0, -math.inf
-    isfinite = math.isfinite
     wall_of = wall if wall is not None else _no_wall
     try:
         columns: list[tuple[int, Sink]] | None = None
@@ -237,7 +244,7 @@ def read_curves(
                 w = float(cells[i_wall]) if i_wall is not None else wall_of(step)
             except ValueError:
                 continue
-            if not (isfinite(step) and (isfinite(w) or i_wall is None)):
+            if not (plottable(step) and (plottable(w) or i_wall is None)):
                 continue
             if step < last:
                 for series in curves.values():
@@ -249,7 +256,7 @@ def read_curves(
                     y = float(cells[i])
                 except ValueError:
                     continue  # empty: not known at this row
-                if isfinite(y):
+                if plottable(y):
                     series.add(step, w, y)
     except FileNotFoundError:
         return 0

@@ -19,6 +19,7 @@ CSV_TAILS = {
     "NUL bytes": b"\0" * 64 + b"\n",
     "a badly quoted line": b'1,"2\n',
     "inf and nan": b"inf,nan,-inf,1e999,inf,inf,inf,inf,inf,inf\n",
+    "the largest finite numbers": b"1e308,-1e308,1e308,-1e308,1e308,-1e308,1e308,1e308,1e308\n",
 }
 
 # status.json, display.json, clocks.json: documents of the wrong kind altogether.
@@ -63,7 +64,9 @@ def damaged_csv(draw: st.DrawFn, good: bytes) -> bytes:
     """``good`` (a CSV file's bytes) with random bytes, one of :data:`CSV_TAILS` or numbers
     no reader expects put in at a random place."""
     cut = draw(st.integers(min_value=0, max_value=len(good)))
-    numbers = st.sampled_from(["inf", "-inf", "nan", "1e999", "9" * 400, "-0", "", "x", '"'])
+    numbers = st.sampled_from(
+        ["inf", "-inf", "nan", "1e999", "9" * 400, "1e308", "-1e308", "-0", "", "x", '"']
+    )
     junk = draw(
         st.binary(max_size=200)
         | st.sampled_from(list(CSV_TAILS.values()))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edgerl.cli import main
 
@@ -316,3 +317,104 @@ def test_a_damaged_config_toml_of_a_run_is_no_game(tmp_path, saved):
     assert run_game(tmp_path) is None
     code, _, err = run_cli("config", "--set", f"train.run_dir={tmp_path}")
     assert code == 0 and "internal error" not in err, err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    data=st.binary(max_size=300)
+    | st.sampled_from([b"[env", RANDOM_4K, b"[env]\nid = " + b"[" * 50_000 + b"]" * 50_000])
+    | st.text(alphabet="[]{}=.\"'\n abcenvid0123", max_size=200).map(str.encode)
+)
+def test_any_config_file_is_read_or_refused_in_a_sentence(tmp_path_factory, data):
+    config = tmp_path_factory.mktemp("config") / "edgerl.toml"
+    config.write_bytes(data)
+    code, _, err = run_cli("config", "--config", config)
+    assert code == 0 or one_sentence(code, err) is None, err
+
+
+@pytest.mark.parametrize("value", ["[" * 5000, "{" * 5000, "[" * 5000 + "]" * 5000])
+def test_a_set_value_nested_beyond_reason_is_one_sentence(value):
+    code, _, err = run_cli("config", "--set", f"env.id={value}")
+    one_sentence(code, err)
+
+
+def extreme_rows(run: Path) -> None:
+    """The largest finite numbers (not inf: those are skipped) in every curve's file."""
+    with (run / "episodes.csv").open("ab") as f:
+        f.write(b"-1e308,91,0,1,1,1\n1e308,92,0,1e308,1,1e308\n95,93,0,-1e308,1,1\n")
+    with (run / "metrics.csv").open("ab") as f:
+        f.write(b"1e308,-1e308,1e308,1,1e308,0.5,1e308,1\n300,3.0,-1e308,3,1e308,0.5,,1\n")
+    with (run / "eval.csv").open("ab") as f:
+        f.write(b"300,3.0,2,1e308,0,-1e308,1e308,20,0,0.1\n")
+
+
+@pytest.mark.parametrize("out", ["--terminal", "curve.png"])
+def test_a_plot_of_the_largest_finite_numbers_leaves_them_out(tmp_path, out):
+    run = write_run(tmp_path)
+    extreme_rows(run)
+    args = ["--terminal"] if out == "--terminal" else ["-o", run / out]
+    code, stdout, err = run_cli("plot", "--run-dir", run, *args)
+    assert code == 0 and "internal error" not in err and "Warning" not in err, err
+    assert "e+307" not in stdout and "e+308" not in stdout
+
+
+# Something else than a file where a run file should be: a FIFO blocks a reader in open(), and a
+# link to /dev/zero feeds it for ever. Each reader must name it (or skip a side file) and go on.
+NOT_FILES = ["status.json", "metrics.csv", "episodes.csv", "eval.csv", "config.toml"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("trained") / "cp"
+    r = run_edgerl("train", *CARTPOLE, "--run-dir", run, "--steps", "1000", "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (run / "checkpoints" / "best.ckpt").is_file()
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_no_reader_waits_on_something_else_than_a_file(trained_run, tmp_path, kind):
+    import shutil
+
+    run = tmp_path / "cp"
+    shutil.copytree(trained_run, run)
+    for name in [*NOT_FILES, "checkpoints/best.ckpt"]:
+        (run / name).unlink()
+        if kind == "fifo":
+            os.mkfifo(run / name)
+        else:
+            (run / name).symlink_to(kind)
+
+    def run_it(*args: object) -> tuple[int, str]:
+        r = run_edgerl(*[str(a) for a in args], timeout=240)  # a hang fails here
+        assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        return r.returncode, r.stderr
+
+    code, err = run_it("status", "--run-dir", run)
+    assert code == 2 and f"cannot read {run / 'status.json'}: it is " in err, err
+    code, err = run_it("plot", "--run-dir", run, "--terminal")
+    assert code == 2 and "cannot read" in err and "not a file" in err, err
+    code, err = run_it("play", "--run-dir", run, "--episodes", "1")
+    assert code in (0, 2) and "best.ckpt" in err, err
+    # The resume: side files are named and skipped, training goes on to its end.
+    code, err = run_it("train", *CARTPOLE, "--run-dir", run, "--steps", "1200", "--quiet")
+    assert code == 0, err[-3000:]
+    assert "eval.csv" in err and "metrics.csv" in err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(eval_csv=damaged_csv(PLOT_FILES["eval.csv"]), metrics=damaged_csv(PLOT_FILES["metrics.csv"]))
+def test_what_a_resume_reads_of_any_eval_or_metrics_csv_never_stops_it(
+    tmp_path_factory, eval_csv, metrics
+):
+    from edgerl.config import EvalConfig
+    from edgerl.files.sidefiles import SideFiles
+    from edgerl.run.evaluate import Evaluator
+    from edgerl.run.metrics import CSV_COLUMNS, MetricsWriter
+
+    run = tmp_path_factory.mktemp("run")
+    (run / "eval.csv").write_bytes(eval_csv)
+    (run / "metrics.csv").write_bytes(metrics)
+    evaluator = Evaluator(run, 500, EvalConfig())  # counts the evaluations of earlier sessions
+    assert evaluator.count >= 0
+    MetricsWriter(run, CSV_COLUMNS, False, side=SideFiles()).close()  # sets damaged ones aside
