@@ -230,6 +230,7 @@ def restores_or_says_why(directory: Path, name: str) -> str | None:
         (lambda m: m["deltas"][0].update(file="../../../etc/passwd"), "not a delta file"),
         (lambda m: m.update(written=[10**30, 1]), "written[0] is"),
         (lambda m: m.update(count=[m["count"][1], m["count"][0] + 1]), "positions disagree"),
+        (lambda m: m.update(deltas=[]), "its deltas leave"),  # positions with nothing behind
     ],
 )
 def test_a_manifest_with_a_valid_hash_and_wrong_content_is_named(tmp_path, change, says):

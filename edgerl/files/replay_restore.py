@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from edgerl.files.regular import read_regular
 from edgerl.learn.replay import ReplayBuffer
 
 VERSION = 1
@@ -162,9 +163,10 @@ def shape_mismatch(saved: tuple[Any, ...], replay: ReplayBuffer) -> str:
     )
 
 
-def apply_delta(data: bytes, replay: ReplayBuffer) -> None:
-    """Write a delta file's slots into ``replay``; raises _Doubt before writing anything when
-    its index does not fit the file or the ring."""
+def apply_delta(data: bytes, replay: ReplayBuffer) -> list[tuple[int, int, int]]:
+    """Write a delta file's slots into ``replay``; returns the (env, start, length) ranges it
+    wrote. Raises _Doubt before writing anything when its index does not fit the file or the
+    ring."""
     if len(data) < TRAILER.size:
         raise _Doubt("it is shorter than its trailer")
     length, magic = TRAILER.unpack_from(data, len(data) - TRAILER.size)
@@ -191,6 +193,7 @@ def apply_delta(data: bytes, replay: ReplayBuffer) -> None:
             frames = np.frombuffer(raw, dtype=item_dtype).reshape(m, *item_shape)
             replay.items[env, at : at + m] = torch.from_numpy(frames.copy()).to(replay.items.device)
             at += m
+    return [(env, start, n) for env, start, n, _, _ in parts]
 
 
 def _check_index(
@@ -260,6 +263,7 @@ def restore(directory: Path, name: str, replay: ReplayBuffer) -> list[dict[str, 
         raise ReplayFileError(f"replay file {path}: {e}") from None
     except _Doubt as e:
         raise ReplayFileError(f"replay file {path} is damaged ({e})") from None
+    covered = np.zeros((replay.num_envs, replay.slots), dtype=bool)
     for d in m.deltas:
         delta = directory / d["file"]
         data = _read(delta)
@@ -269,9 +273,18 @@ def restore(directory: Path, name: str, replay: ReplayBuffer) -> list[dict[str, 
                 f"expected {d['bytes']:,} with a matching SHA-256)"
             )
         try:
-            apply_delta(data, replay)
+            for env, start, n in apply_delta(data, replay):
+                covered[env, start : start + n] = True
         except (_Doubt, struct.error) as e:
             raise ReplayFileError(f"replay file {delta} cannot be read ({e})") from None
+    for env, count in enumerate(m.count):
+        # Fewer than `slots` writes fill the ring from slot 0; a full ring is all of it.
+        if not covered[env, :count].all():
+            missing = int(count - covered[env, :count].sum())
+            raise ReplayFileError(
+                f"replay file {path} is damaged (its deltas leave {missing:,} of environment "
+                f"{env}'s {count:,} transitions unwritten)"
+            )
     replay.head[:] = m.head
     replay.count[:] = m.count
     replay.written[:] = m.written
@@ -280,7 +293,7 @@ def restore(directory: Path, name: str, replay: ReplayBuffer) -> list[dict[str, 
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except FileNotFoundError:
         raise ReplayFileError(f"replay file {path} is missing") from None
     except OSError as e:
