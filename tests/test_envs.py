@@ -25,6 +25,14 @@ def test_pong_frames_are_preprocessed_stacks():
         np.testing.assert_array_equal(step.obs[:, 2], obs[:, 3])  # the stack shifts
 
 
+@pytest.mark.parametrize("seed", [2**31 - 1, 2**31 + 5, 10**12])
+def test_every_atari_environment_starts_at_any_seed_a_run_reaches(seed):
+    # env.seed may be up to 2**31 - 1 and a resume reseeds at env.seed plus the step; ALE adds
+    # each environment's index to an int32 seed.
+    with make_env(EnvConfig(id="ALE/Pong-v5", num_envs=3)) as env:
+        assert env.reset(seed=seed).shape == (3, 4, 84, 84)
+
+
 def test_atari_returns_real_rewards_and_final_observations():
     cfg = EnvConfig(id="ALE/Pong-v5", num_envs=1, max_episode_frames=400)
     with make_env(cfg) as env:

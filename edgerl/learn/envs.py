@@ -327,7 +327,9 @@ class AleVecEnv(VecEnv):
         )
 
     def reset(self, seed: int) -> np.ndarray:
-        seed = int(seed) % (1 << 31)  # ALE takes an int32: env.seed plus the step can exceed it
+        # ALE seeds environment i with seed + i, an int32: env.seed plus the step (a resume
+        # reseeds at it) plus the environment's index must stay below 2**31.
+        seed = int(seed) % ((1 << 31) - self.num_envs)
         obs, info = self._env.reset(seed=seed)
         self.reset_ids = np.asarray(info["env_id"], dtype=np.int64) if self._batched else None
         if self._screens is not None:
