@@ -90,7 +90,7 @@ PONG_FAST = [
     "--set",
     "train.log_every_s=0.2",
     "--set",
-    "perf.compile=off",  # long runs would first try torch.compile (~20 s)
+    "perf.compile=off",  # long runs would first try torch.compile (20-50 s)
 ]
 
 

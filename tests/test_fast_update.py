@@ -4,6 +4,7 @@ and torch.compile changes speed only."""
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -204,6 +205,22 @@ def test_a_compile_that_did_not_pay_is_not_compiled_again(tmp_path, monkeypatch,
     with caplog.at_level("INFO"):
         learner.fast.maybe_compile(10**9, batch)
     assert "torch.compile failed (AssertionError: torch.compile was called)" in caplog.text
+    assert "(once: it took 30 s when measured here;" in caplog.text  # not a guess
+
+
+def test_a_decision_holds_whatever_thread_count_the_machine_s_load_chose():
+    from edgerl.learn.fast_update import compile_key
+
+    batch, learner = vector_batch(), compile_free_learner()
+    before = torch.get_num_threads()
+    try:
+        keys = set()
+        for threads in (1, 2):
+            torch.set_num_threads(threads)  # what perf.threads=0 picks on an idle or a busy day
+            keys.add(compile_key(learner.q, batch))
+    finally:
+        torch.set_num_threads(before)
+    assert len(keys) == 1
 
 
 def test_the_first_measurement_is_remembered_for_the_next_run(tmp_path):
@@ -228,6 +245,10 @@ def test_a_damaged_decisions_file_is_reported_moved_aside_and_measured_again(tmp
     assert "is damaged" in caplog.text and (tmp_path / (FILE_NAME + ".damaged")).exists()
     decisions.put("k", {"eager_s": 1.0})
     assert CompileDecisions(tmp_path).get("k") == {"eager_s": 1.0}
+    (tmp_path / FILE_NAME).write_bytes(b"\xff\xfe" + b"[" * 100_000)  # not text, nested
+    assert CompileDecisions(tmp_path).get("k") is None
+    os.mkfifo(tmp_path / FILE_NAME)  # replaced by a FIFO: read without waiting on it
+    assert CompileDecisions(tmp_path).get("k") is None
 
 
 def test_an_unwritable_cache_costs_only_a_warning(tmp_path, caplog):

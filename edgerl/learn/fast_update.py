@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -111,13 +112,17 @@ def _cpu_model() -> str:
 
 
 def compile_key(net: nn.Module, example: Batch) -> str:
-    """What the compile decision depends on: the machine, torch, its threads, the update's
-    network and batch shapes (hashed: the key of a :class:`Decisions` entry)."""
+    """What the compile decision depends on: the machine (its processor and how many), torch,
+    the update's network and batch shapes (hashed: the key of a :class:`Decisions` entry).
+
+    Not torch's thread count: with ``perf.threads = 0`` it follows the machine's load, and a key
+    that changed with it would measure again (20-50 s) on the same machine and run.
+    """
     what = {
         "cpu": _cpu_model(),
         "machine": platform.machine(),
+        "cpus": os.cpu_count(),
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
         "net": type(net).__name__,
         "params": [list(p.shape) for p in net.parameters()],
         "batch": [[list(t.shape), str(t.dtype)] for t in example],
@@ -295,8 +300,14 @@ class FastUpdate:
                         f"{remaining_updates:,}",
                     )
                     return False
+        took = (
+            f"{float(known['compile_s']):.0f} s when measured here"
+            if known is not None and isinstance(known.get("compile_s"), (int, float))
+            else "20-50 s on a CPU"
+        )
         log.info(
-            "compiling the update with torch.compile (once, about 20 s; perf.compile=off skips it)"
+            "compiling the update with torch.compile (once: it took %s; perf.compile=off skips it)",
+            took,
         )
         snapshot = self._snapshot()
         started = time.monotonic()

@@ -96,7 +96,7 @@ class BenchOptions:
     config_file: Path | None = None
     overrides: tuple[str, ...] = ()
     autotune: bool = False
-    compile: bool = False  # also measure the torch.compile'd CPU update (about 20 s)
+    compile: bool = False  # also measure the torch.compile'd CPU update (20-50 s)
     env_sizes: tuple[int, ...] = (1, 4, 8, 16)
     act_batches: tuple[int, ...] = (1, 8, 32)
     actor_envs: tuple[int, ...] = (8, 32)  # the actor alone against the raw vector env
