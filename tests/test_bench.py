@@ -49,6 +49,7 @@ def test_bench_json(cli):
         )
     assert doc["pipeline_verdict"].startswith("perf.pipeline=auto picks")
     assert any("--seconds 1 is too short for steady figures" in w for w in doc["warnings"])
+    assert doc["others_busy_cpus"] is None or doc["others_busy_cpus"] >= 0
     assert [(lp["mode"], lp["num_envs"]) for lp in doc["loops"]] == [
         ("sync", 1),
         ("sync", 4),
@@ -88,3 +89,41 @@ def test_a_loops_share_of_the_limit_is_at_most_one(sps, limit, share, says):
 
     got, note = share_of_limit(sps, limit)
     assert got == pytest.approx(share) and (says in note if says else note == "")
+
+
+def loops_at_4(sync: float, async_: float) -> list[dict[str, object]]:
+    return [
+        {"mode": "sync", "num_envs": 1, "steps_per_s": sync / 2},
+        {"mode": "sync", "num_envs": 4, "steps_per_s": sync},
+        {"mode": "async", "num_envs": 4, "steps_per_s": async_},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sync", "async_", "says"),
+    [
+        (100.0, 90.0, "and this run agrees (sync 1.11x async at 4 envs)"),
+        (100.0, 108.0, "async 1.08x sync at 4 envs, within the 10%"),
+        (100.0, 179.0, "but this run measured async 1.79x faster at 4 envs"),
+    ],
+)
+def test_what_auto_picks_and_what_bench_measured_agree_or_the_report_says_why(sync, async_, says):
+    import torch
+
+    from edgerl.measure.bench import pipeline_verdict
+
+    verdict = pipeline_verdict(loops_at_4(sync, async_), "sync", torch.device("cpu"))
+    assert verdict.startswith("perf.pipeline=auto picks sync here") and says in verdict
+    if "faster" in says:  # the way to use what was measured, and why auto does not
+        assert "set perf.pipeline=async" in verdict and "often stalls them" in verdict
+
+
+def test_a_busy_or_oversubscribed_machine_is_named_in_the_report():
+    from edgerl.measure.bench import machine_warnings
+
+    assert machine_warnings(2, 0.1, 2) == []  # a quiet machine
+    busy = machine_warnings(2, 1.6, 1)
+    assert len(busy) == 1 and "other programs kept 1.6 of the 2 CPUs busy" in busy[0]
+    both = machine_warnings(2, 1.6, 2)  # two torch threads, one CPU free
+    assert len(both) == 2 and "PyTorch runs 2 threads but 2 CPUs, 1.6 busy" in both[1]
+    assert machine_warnings(2, None, 2) == []  # not measured: nothing said
