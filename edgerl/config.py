@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -33,6 +33,7 @@ from edgerl.config_parse import (
     parse_toml_file,
     unknown_key,
 )
+from edgerl.learn.registry import LEARNERS
 
 SYSTEM_CONFIG = Path("/etc/edgerl/edgerl.toml")
 
@@ -50,7 +51,7 @@ def setting(
     default: Any,
     doc: str,
     *,
-    choices: tuple[Any, ...] | None = None,
+    choices: Collection[Any] | None = None,
     min: float | None = None,
     max: float | None = None,
     live: bool = False,
@@ -99,7 +100,7 @@ class AgentConfig:
         "dqn",
         "the learner: dqn (Double DQN with a replay memory) or pqn (Q(lambda) without one: "
         "for boards with little memory; its own keys are in [pqn])",
-        choices=("dqn", "pqn"),
+        choices=LEARNERS.keys(),  # a view: a learner registered later is a choice too
     )
     lr: float = setting(1e-4, "Adam learning rate", min=0.0, max=1.0)
     lr_end: float = setting(

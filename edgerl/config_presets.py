@@ -7,6 +7,7 @@ from typing import Any
 
 from edgerl.config import MAX_HIDDEN, Config, with_values
 from edgerl.errors import ConfigError
+from edgerl.learn.registry import learner_info
 
 # Values for keys nobody set, by observation kind. "frames" are the field defaults above, so that a
 # bare `edgerl train` (Pong) needs no preset; "vector" is for small control tasks like CartPole,
@@ -35,41 +36,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# On top of PRESETS when agent.algo = "pqn". Frames: the reference's Atari settings (CleanRL's
-# pqn_atari_envpool.py, purejaxql): 128 environments, rollouts of 32 steps, 2 epochs of 32
-# minibatches, lr 2.5e-4 annealed to 0, lambda 0.65, exploration over the first tenth of the
-# default 10M steps. Vector: CartPole-sized, measured in edgerl's suite.
-PQN_PRESETS: dict[str, dict[str, Any]] = {
-    "frames": {
-        "env.num_envs": 128,
-        "agent.lr": 2.5e-4,
-        "agent.lr_end": 0.0,
-        "agent.eps_end": 0.01,
-        "agent.eps_decay_steps": 1_000_000,
-        "perf.pipeline": "sync",
-    },
-    "vector": {
-        "env.num_envs": 32,
-        "agent.lr": 1e-3,
-        "agent.lr_end": 0.0,
-        "agent.eps_end": 0.05,
-        "agent.eps_decay_steps": 50_000,
-        "pqn.rollout_steps": 16,
-        "pqn.lam": 0.9,
-        "pqn.epochs": 4,
-        "pqn.minibatches": 4,
-        "train.steps": 500_000,
-        "perf.pipeline": "sync",
-    },
-}
-
-
 def apply_presets(cfg: Config, obs_kind: str) -> Config:
     """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector") and
     the learner ``agent.algo`` names."""
-    preset = dict(PRESETS[obs_kind])
-    if cfg.agent.algo == "pqn":
-        preset.update(PQN_PRESETS[obs_kind])
+    preset = {**PRESETS[obs_kind], **learner_info(cfg.agent.algo).presets.get(obs_kind, {})}
     return with_values(cfg, {k: v for k, v in preset.items() if k not in cfg.explicit})
 
 

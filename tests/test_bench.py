@@ -127,3 +127,24 @@ def test_a_busy_or_oversubscribed_machine_is_named_in_the_report():
     both = machine_warnings(2, 1.6, 2)  # two torch threads, one CPU free
     assert len(both) == 2 and "PyTorch runs 2 threads but 2 CPUs, 1.6 busy" in both[1]
     assert machine_warnings(2, None, 2) == []  # not measured: nothing said
+
+
+def test_the_learner_limit_of_a_rollout_learner_counts_whole_rollouts():
+    import torch
+
+    from edgerl.config import Config, with_values
+    from edgerl.config_presets import apply_presets
+    from edgerl.learn.envs import probe
+    from edgerl.measure.bench_loops import learner_limit
+
+    spec = probe("CartPole-v1")
+    cfg = with_values(Config(), {"env.id": "CartPole-v1", "agent.algo": "pqn"})
+    cfg = apply_presets(cfg, spec.kind)
+    limit = learner_limit(cfg, spec, torch.device("cpu"), 0.5)
+    per_rollout = cfg.pqn.epochs * cfg.pqn.minibatches  # gradient updates in one rollout
+    assert "PQN" in limit["describe"] and limit["updates_per_launch"] == 1
+    # Env steps stand for whole rollouts: num_envs x rollout_steps per epochs x minibatches.
+    rollout = cfg.env.num_envs * cfg.pqn.rollout_steps
+    assert limit["steps_per_s"] == pytest.approx(
+        limit["updates_per_s"] * rollout / per_rollout, rel=1e-6
+    )

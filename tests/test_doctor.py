@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -274,6 +275,25 @@ def test_deep_runs_real_updates_and_checks_the_onnx_export():
         assert checks["tensorrt engine"]["status"] == "skip"
         assert checks["onnx on the gpu"]["status"] == "skip"
         assert not any(name.startswith("update/graph") for name in checks)
+
+
+def test_deep_with_pqn_learns_from_a_real_rollout_and_exports_its_network():
+    from edgerl.config import Config, with_values
+    from edgerl.doctor.core import Context
+    from edgerl.doctor.deep import check_onnx_export, check_rollout
+
+    cfg = with_values(Config(), {"agent.algo": "pqn"})
+    ctx = Context(cfg, device=torch.device("cpu"), torch_ok=True)
+    state = DeepState(torch.device("cpu"))
+    with tempfile.TemporaryDirectory() as tmp:
+        state.workdir = Path(tmp)
+        rollout = check_rollout(ctx, state)
+        assert rollout.status == "pass", rollout.found
+        assert "PQN" in rollout.found and rollout.data["moved"] > 0  # built as training builds it
+        exported = check_onnx_export(ctx, state)
+        assert exported.status == "pass", exported.found  # the LayerNorm network, in ORT
+        assert exported.data["agreement"]["ok"]
+    assert "replay" not in state.outcomes and "eager" not in state.outcomes
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
@@ -108,3 +109,37 @@ def test_optimizer_state_from_a_capturable_optimizer_loads_on_the_cpu():
     assert isinstance(here.optimizer.param_groups[0]["lr"], float)
     assert not here.optimizer.param_groups[0]["capturable"]
     here.update(random_batch())  # and it steps
+
+
+@pytest.mark.parametrize(
+    ("setting", "graph_samples", "target_period", "max_ahead", "k"),
+    [
+        (0, False, 1000, 8, 1),  # no graph that samples: one update per call
+        (0, True, 1000, 8, 4),  # auto: 4, which divides the target period
+        (0, True, 1002, 8, 3),  # the largest up to 4 that divides it: syncs between launches
+        (0, True, 1001, 8, 1),  # 1001 = 7 x 11 x 13: only 1 divides it below 4
+        (0, True, 1000, 2, 2),  # never more than perf.max_ahead lets the learner run ahead
+        (6, False, 1000, 8, 6),  # a number is taken as it is
+    ],
+)
+def test_updates_per_launch(setting, graph_samples, target_period, max_ahead, k):
+    from edgerl.learn.dqn import resolve_updates_per_launch
+
+    assert resolve_updates_per_launch(setting, graph_samples, target_period, max_ahead) == k
+
+
+def test_one_online_forward_over_obs_and_next_obs_is_the_two_forwards():
+    batch = random_batch()
+    cfg = AgentConfig(adam_eps=1e-5)
+    perf = PerfConfig(amp="off", cuda_graphs="off", compile="off")
+    apart = DQN(pong_like_network(), cfg, CPU, perf)
+    joint = DQN(pong_like_network(), cfg, CPU, perf)
+    joint.joint_forward = True  # what CUDA uses (on a CPU the joint backward costs more)
+    assert not apart.joint_forward
+    losses = [learner.loss(batch) for learner in (apart, joint)]
+    torch.testing.assert_close(losses[0], losses[1])
+    for loss in losses:
+        loss.backward()
+    for a, j in zip(apart.q.parameters(), joint.q.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, j.grad, rtol=1e-5, atol=1e-7)
+    assert all(g["eps"] == 1e-5 for g in joint.optimizer.param_groups)  # agent.adam_eps

@@ -1,12 +1,15 @@
-"""``edgerl doctor --deep``: real work on the device ``perf.device=auto`` picks.
+"""``edgerl doctor --deep``: real work on the device ``perf.device=auto`` picks, with the learner
+the config names.
 
-A replay is allocated there and filled from a real game, and a batch sampled from it; a few
-Nature-CNN updates run on that batch in every mode that applies to the device (eager NCHW,
-channels_last, each autocast dtype, CUDA graph), each from the same weights, and each mode's
-losses must match its reference (a CUDA graph's weights too: the graph must compute what eager
-updates compute); the learner is exported to ONNX and checked in ONNX Runtime against PyTorch,
-and where TensorRT is present an engine is built and checked, all through the code that
-training and `edgerl export` run.
+For a replay learner (DQN), a replay is allocated there and filled from a real game, and a batch
+sampled from it; a few Nature-CNN updates run on that batch in every mode that applies to the
+device (eager NCHW, channels_last, each autocast dtype, CUDA graph), each from the same weights,
+and each mode's losses must match its reference (a CUDA graph's weights too: the graph must
+compute what eager updates compute). For a rollout learner (PQN), a rollout is filled from a
+real game on the device and learned from. The learner is then exported to ONNX and checked in
+ONNX Runtime against PyTorch, and where TensorRT is present an engine is built and checked, all
+through the code that training and `edgerl export` run; learners are built by the factory
+training uses.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ AMP_RTOL = 5e-2
 # A CUDA graph replays the kernels of the eager update it captured: every loss must match, and the
 # weights to within one Adam step (lr).
 GRAPH_RTOL = 1e-3
+NO_LEARNER = "needs a learner that learned (see the update/eager or rollout line)"
+ROLLOUT_ENVS = 4  # a rollout learner's check: a small rollout of the real game
+ROLLOUT_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,11 @@ class DeepState:
     checkpoint: Path | None = None
     onnx: Path | None = None
 
+    @property
+    def trained(self) -> Outcome | None:
+        """The learner the exports take: the eager DQN updates, or the rollout learner's."""
+        return self.outcomes.get("eager") or self.outcomes.get("rollout")
+
 
 def deep_checks(ctx: Context) -> Iterator[Check]:
     """Every deep check, in order; a check that cannot run says which earlier line to read."""
@@ -114,21 +125,29 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
     if not ctx.torch_ok or ctx.device is None:
         yield Check("deep", "skip", "needs a supported PyTorch and a device (see the lines above)")
         return
+    from edgerl.learn.factory import uses_replay
+
     state = DeepState(ctx.device)
     configure_backends(ctx.device, ctx.cfg.perf.threads)  # cuDNN autotuning and TF32, as training
     with tempfile.TemporaryDirectory(prefix="edgerl-doctor-") as tmp:
         state.workdir = Path(tmp)
-        yield from guarded("replay", lambda c: check_replay(c, state), ctx)
-        if state.batches is None:
-            yield Check("update", "skip", "needs a replay sample (see the replay line)")
+        if not uses_replay(ctx.cfg):
+            yield from guarded("rollout", lambda c: check_rollout(c, state), ctx)
         else:
-            for mode in update_modes(ctx.device):
-                yield from guarded(
-                    f"update/{mode.name}", lambda c, m=mode: check_update(c, state, m), ctx
-                )
+            yield from _replay_checks(ctx, state)
         yield from guarded("onnx export", lambda c: check_onnx_export(c, state), ctx)
         yield from guarded("onnx on the gpu", lambda c: check_onnx_gpu(c, state), ctx)
         yield from guarded("tensorrt engine", lambda c: check_tensorrt_engine(c, state), ctx)
+
+
+def _replay_checks(ctx: Context, state: DeepState) -> Iterator[Check]:
+    """A replay learner's checks: the replay, then the update in every mode."""
+    yield from guarded("replay", lambda c: check_replay(c, state), ctx)
+    if state.batches is None:
+        yield Check("update", "skip", "needs a replay sample (see the replay line)")
+        return
+    for mode in update_modes(ctx.device):
+        yield from guarded(f"update/{mode.name}", lambda c, m=mode: check_update(c, state, m), ctx)
 
 
 def _deep_spec(ctx: Context) -> Any:
@@ -195,19 +214,74 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
     return Check("replay", "pass", found + ": stacks and device right", data=data)
 
 
+def check_rollout(ctx: Context, state: DeepState) -> Check:
+    """A rollout learner (PQN) as training builds it: a rollout on the device filled from the
+    real game, then one rollout's learning: finite losses and weights that move."""
+    from edgerl.device import indexed
+    from edgerl.learn.envs import make_env
+    from edgerl.learn.factory import build_learner, build_memory
+
+    started = time.monotonic()
+    spec, cfg = _deep_spec(ctx)
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=ROLLOUT_ENVS, threads=0),
+        pqn=dataclasses.replace(cfg.pqn, rollout_steps=ROLLOUT_STEPS, minibatches=4, epochs=1),
+        perf=dataclasses.replace(cfg.perf, compile="off"),
+    )
+    state.spec, state.cfg = spec, cfg
+    device = indexed(state.device)
+    torch.manual_seed(0)
+    learner = build_learner(cfg, spec, device)
+    memory = build_memory(cfg, spec, device)
+    before = [p.detach().float().cpu().clone() for p in learner.q.parameters()]
+    rng = np.random.default_rng(0)
+    with make_env(cfg.env, spec) as env:
+        memory.add_first(env.reset(seed=0))
+        while not memory.full:
+            actions = rng.integers(spec.num_actions, size=ROLLOUT_ENVS)
+            r = env.step(actions)
+            rewards = np.clip(r.rewards, -1.0, 1.0)
+            memory.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
+    learner.learn(memory, ROLLOUT_ENVS * ROLLOUT_STEPS, 1)
+    learner.losses.flush()
+    loss = learner.losses.take()
+    moved = max(
+        float((p.detach().float().cpu() - b).abs().max())
+        for p, b in zip(learner.q.parameters(), before, strict=True)
+    )
+    found = (
+        f"{ROLLOUT_STEPS} steps x {ROLLOUT_ENVS} real {spec.id} environments on {device}, one "
+        f"rollout learned from ({learner.describe()}, {learner.updates} updates): mean loss "
+        f"{loss:.4f}"
+    )
+    data = {"loss": loss, "moved": moved, "seconds": round(time.monotonic() - started, 2)}
+    if not math.isfinite(loss) or not moved > 0:
+        how = "the weights did not move" if moved == 0 else "the loss is not finite"
+        return Check(
+            "rollout",
+            "fail",
+            f"{found}; {how}",
+            "a bug in edgerl or this PyTorch build: report it with this output",
+            data,
+        )
+    weights = [p.detach().float().cpu() for p in learner.q.parameters()]
+    state.outcomes["rollout"] = Outcome([loss], weights, learner.describe(), learner)
+    return Check("rollout", "pass", f"{found}; the weights moved", data=data)
+
+
 def run_mode(state: DeepState, mode: Mode) -> Outcome:
     """The updates of one mode, from the shared initial weights, on the shared batches."""
-    from edgerl.learn.dqn import DQN
-    from edgerl.learn.nets import build_q_network
+    from edgerl.learn.factory import build_learner, q_network
 
     spec, cfg = state.spec, state.cfg
     if state.init is None:
         torch.manual_seed(0)
-        state.init = build_q_network(spec, cfg.agent.hidden).state_dict()
-    net = build_q_network(spec, cfg.agent.hidden)
-    net.load_state_dict(state.init)
+        state.init = q_network(cfg, spec).state_dict()
     perf = dataclasses.replace(cfg.perf, amp=mode.amp, cuda_graphs=mode.cuda_graphs, compile="off")
-    learner = DQN(net, cfg.agent, state.device, perf)
+    learner = build_learner(dataclasses.replace(cfg, perf=perf), spec, state.device)
+    learner.q.load_state_dict(state.init)
+    learner.target.load_state_dict(state.init)
     learner.q.use_channels_last(mode.channels_last)
     learner.target.use_channels_last(mode.channels_last)
     assert state.batches is not None
@@ -267,21 +341,21 @@ def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
 
 
 def _checkpoint(state: DeepState) -> Path:
-    """A real checkpoint of the eager learner after its updates, as training writes one."""
+    """A real checkpoint of the learner after its learning, as training writes one."""
     from edgerl.files.checkpoint import Checkpoint, CheckpointStore
 
     if state.checkpoint is not None:
         return state.checkpoint
     assert state.workdir is not None
-    eager = state.outcomes.get("eager")
-    if eager is None:
-        raise RuntimeError("no learner to export: the update/eager check did not run")
+    trained = state.trained
+    if trained is None:
+        raise RuntimeError("no learner to export: the update/eager or rollout check did not run")
     checkpoint = Checkpoint(
-        kind=eager.learner.kind,
+        kind=trained.learner.kind,
         step=UPDATES,
         env=state.spec.to_dict(),
         config=state.cfg.to_dict(),
-        learner=eager.learner.state_dict(),
+        learner=trained.learner.state_dict(),
     )
     state.checkpoint = CheckpointStore(state.workdir / "checkpoints", keep=1).save(checkpoint)
     return state.checkpoint
@@ -292,8 +366,8 @@ def check_onnx_export(ctx: Context, state: DeepState) -> Check:
     PyTorch on real game frames."""
     from edgerl.export.run import ExportRequest, run_export
 
-    if "eager" not in state.outcomes:
-        return Check("onnx export", "skip", "needs the eager updates (see the update lines)")
+    if state.trained is None:
+        return Check("onnx export", "skip", NO_LEARNER)
     started = time.monotonic()
     request = ExportRequest(
         checkpoint=_checkpoint(state), out=state.workdir / "onnx", observations=OBSERVATIONS
@@ -369,8 +443,8 @@ def check_tensorrt_engine(ctx: Context, state: DeepState) -> Check:
         return Check("tensorrt engine", "skip", "TensorRT is not installed (see the tensorrt line)")
     if state.device.type != "cuda":
         return Check("tensorrt engine", "skip", "TensorRT needs a CUDA GPU (see the cuda line)")
-    if "eager" not in state.outcomes:
-        return Check("tensorrt engine", "skip", "needs the eager updates (see the update lines)")
+    if state.trained is None:
+        return Check("tensorrt engine", "skip", NO_LEARNER)
     started = time.monotonic()
     request = ExportRequest(
         checkpoint=_checkpoint(state),

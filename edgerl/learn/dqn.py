@@ -22,12 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgerl.config import AgentConfig, PerfConfig
+from edgerl.config import AgentConfig, Config, PerfConfig
 from edgerl.device import make_grad_scaler, resolve_amp, resolve_cuda_graphs
-from edgerl.learn.fast_update import FastUpdate
+from edgerl.learn.envs import EnvSpec
+from edgerl.learn.fast_update import Decisions, FastUpdate
 from edgerl.learn.losses import LossMeter, linear_schedule
 from edgerl.learn.nets import NatureCNN
-from edgerl.learn.replay_sample import Batch
+from edgerl.learn.replay_sample import Batch, example_batch
 
 
 class Sampler(Protocol):
@@ -320,3 +321,47 @@ def _adapt(group: dict[str, Any], current: dict[str, Any], device: torch.device)
     lr = float(out["lr"])
     out["lr"] = torch.tensor(lr, device=device) if isinstance(current["lr"], torch.Tensor) else lr
     return out
+
+
+AUTO_PER_LAUNCH = 4  # a CUDA-graph launch costs the host tens of microseconds: share it
+
+
+def resolve_updates_per_launch(
+    setting: int, graph_samples: bool, target_period: int, max_ahead: int
+) -> int:
+    """``perf.updates_per_launch``: auto is :data:`AUTO_PER_LAUNCH` where the learner's CUDA
+    graph samples its own batches (the largest number up to it that divides the target period,
+    so target syncs fall between launches, and that ``perf.max_ahead`` allows), else 1."""
+    if setting > 0:
+        return setting
+    if not graph_samples:
+        return 1
+    k = min(AUTO_PER_LAUNCH, max_ahead)
+    while k > 1 and target_period % k:
+        k -= 1
+    return k
+
+
+def build(net: nn.Module, cfg: Config, device: torch.device) -> DQN:
+    """The learner ``agent.algo = "dqn"`` names, around ``net`` (fresh); the registry's hook."""
+    return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
+
+
+def prepare(
+    learner: DQN,
+    cfg: Config,
+    spec: EnvSpec,
+    replay: Sampler,
+    remaining_updates: int,
+    decisions: Decisions | None = None,
+) -> None:
+    """Make ``learner``'s update fast before training (the registry's hook): a CUDA graph that
+    samples ``perf.updates_per_launch`` batches per launch from ``replay`` where it lives on the
+    learner's device, or torch.compile where it pays (``decisions`` remembers the measurements)."""
+    learner.fast.decisions = decisions
+    graph_samples = learner.fast.cuda_graphs and replay.device == learner.device
+    per_launch = resolve_updates_per_launch(
+        cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
+    )
+    example = example_batch(spec, cfg.agent.batch_size, learner.device)  # zeros: no RNG
+    learner.prepare(example, remaining_updates, replay, per_launch)

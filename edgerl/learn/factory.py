@@ -2,14 +2,16 @@
 (a replay for DQN, a rollout for PQN; the memory checked first), and the pipeline with its actor.
 
 The trainer, ``edgerl bench``, autotune and ``edgerl doctor`` build learners here, so what they
-measure is what trains. A new learner is a module with a class following
-:class:`~edgerl.learn.learner.Learner` and one entry in :data:`LEARNERS`.
+measure is what trains. Which learners there are, and what each learns from, is
+:mod:`edgerl.learn.registry`'s table; a learner's module has a ``build(net, cfg, device)``
+function and, if it makes its update fast before training, a ``prepare(learner, cfg, spec,
+memory, remaining_updates, decisions)`` function. Nothing here names a learner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -20,18 +22,12 @@ from edgerl.config import Config
 from edgerl.device import resolve_device
 from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.learn.actor import Actor, ActorWeights
-from edgerl.learn.dqn import DQN
 from edgerl.learn.envs import EnvSpec
 from edgerl.learn.fast_update import Decisions, may_compile, spare_dynamo_import
 from edgerl.learn.learner import Learner
 from edgerl.learn.nets import build_q_network
-from edgerl.learn.pipeline import (
-    Learning,
-    make_learning,
-    resolve_updates_per_launch,
-    wants_double_weights,
-)
-from edgerl.learn.pqn import PQN
+from edgerl.learn.pipeline import Learning, make_learning, wants_double_weights
+from edgerl.learn.registry import learner_info
 from edgerl.learn.replay import ReplayBuffer
 from edgerl.learn.replay_memory import (
     MEMORY_SHARE,
@@ -41,7 +37,6 @@ from edgerl.learn.replay_memory import (
     fmt_bytes,
     plan_memory,
 )
-from edgerl.learn.replay_sample import example_batch
 from edgerl.learn.rollout import RolloutBuffer, rollout_bytes
 
 
@@ -50,61 +45,42 @@ def replay_device(cfg: Config, device: torch.device) -> torch.device:
     return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
 
 
-def _dqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
-    return DQN(q_network(cfg, spec), cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
-
-
-def _pqn(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
-    net = q_network(cfg, spec)
-    n = cfg.env.num_envs
-    return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
-
-
-@dataclass(frozen=True)
-class LearnerEntry:
-    """What edgerl needs to know of a learner to build it and what it learns from."""
-
-    build: Callable[[Config, EnvSpec, torch.device], Learner]  # a fresh learner
-    memory: str  # "replay" (a ReplayBuffer, sampled) or "rollout" (the last steps, in order)
-    layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
-
-
-# agent.algo -> its learner. A new learner: a module in edgerl/learn/ and a line here (and its
-# name in agent.algo's choices, edgerl/config.py); see docs/development.md.
-LEARNERS: dict[str, LearnerEntry] = {
-    "dqn": LearnerEntry(_dqn, memory="replay"),
-    "pqn": LearnerEntry(_pqn, memory="rollout", layer_norm=True),
-}
-
-
 def uses_replay(cfg: Config) -> bool:
     """The learner ``cfg`` names learns from a replay (else from a rollout)."""
-    return LEARNERS[cfg.agent.algo].memory == "replay"
+    return learner_info(cfg.agent.algo).memory == "replay"
 
 
 def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
     """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
-    layer_norm = LEARNERS[cfg.agent.algo].layer_norm
+    layer_norm = learner_info(cfg.agent.algo).layer_norm
     return build_q_network(spec, cfg.agent.hidden, layer_norm=layer_norm)
+
+
+def learner_module(algo: str) -> ModuleType:
+    """The module of learner ``algo`` (its ``build`` and maybe ``prepare`` functions)."""
+    return importlib.import_module(learner_info(algo).module)
 
 
 def check_setup(cfg: Config, spec: EnvSpec) -> None:
     """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
+    algo = cfg.agent.algo
+    if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
+        raise ConfigError(
+            f"perf.pipeline=async needs a learner that learns beside the actor, and "
+            f"agent.algo={algo} learns from each rollout before collecting the next (set "
+            "perf.pipeline to auto or sync)"
+        )
     if not uses_replay(cfg):
-        if cfg.perf.pipeline == "async":
-            raise ConfigError(
-                "perf.pipeline=async needs agent.algo=dqn: PQN learns from each rollout before "
-                "collecting the next (set perf.pipeline to auto or sync)"
-            )
         if cfg.perf.autotune:
             raise ConfigError(
-                "perf.autotune balances the actor against DQN's updates; with agent.algo=pqn "
-                "set env.num_envs yourself (the preset's 128 for Atari, 32 for vector tasks)"
+                f"perf.autotune balances the actor against a replay learner's updates; with "
+                f"agent.algo={algo} set env.num_envs yourself (its preset's is "
+                f"{learner_info(algo).presets.get(spec.kind, {}).get('env.num_envs', 'a start')})"
             )
         if cfg.env.batch_size:
             raise ConfigError(
-                "env.batch_size needs agent.algo=dqn: a PQN rollout steps every environment "
-                "together (set env.batch_size to 0)"
+                f"env.batch_size needs a replay learner: an agent.algo={algo} rollout steps every "
+                "environment together (set env.batch_size to 0)"
             )
     if cfg.env.batch_size and not spec.has_frames:
         raise ConfigError(
@@ -166,7 +142,23 @@ def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
     """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
     if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
         spare_dynamo_import()
-    return LEARNERS[cfg.agent.algo].build(cfg, spec, device)
+    return learner_module(cfg.agent.algo).build(q_network(cfg, spec), cfg, device)
+
+
+def prepare_learner(
+    cfg: Config,
+    spec: EnvSpec,
+    learner: Learner,
+    memory: Any,
+    remaining_updates: int,
+    decisions: Decisions | None = None,
+) -> None:
+    """Make the learner fast before training where its module knows how (DQN: a CUDA graph that
+    samples ``perf.updates_per_launch`` batches per launch, or torch.compile, whose
+    measurements ``decisions`` remembers); a learner without ``prepare`` stays as built."""
+    prepare = getattr(learner_module(learner.kind), "prepare", None)
+    if prepare is not None:
+        prepare(learner, cfg, spec, memory, remaining_updates, decisions)
 
 
 def build_memory(
@@ -198,18 +190,10 @@ def build_learning(
     remaining_updates: int,
     decisions: Decisions | None = None,
 ) -> Learning:
-    """Make the learner fast (DQN: a CUDA graph that samples ``perf.updates_per_launch``
-    batches per launch, or torch.compile, whose measurements ``decisions`` remembers) and wrap
-    it, its memory and an actor in the pipeline ``perf.pipeline`` asks for."""
+    """Make the learner fast (:func:`prepare_learner`) and wrap it, its memory and an actor in
+    the pipeline ``perf.pipeline`` asks for."""
     device = learner.device
-    if isinstance(learner, DQN):
-        learner.fast.decisions = decisions
-        graph_samples = learner.fast.cuda_graphs and memory.device == device
-        per_launch = resolve_updates_per_launch(
-            cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
-        )
-        example = example_batch(spec, cfg.agent.batch_size, device)  # zeros: no RNG
-        learner.prepare(example, remaining_updates, memory, per_launch)
+    prepare_learner(cfg, spec, learner, memory, remaining_updates, decisions)
     actor = Actor(
         ActorWeights(learner.q, wants_double_weights(cfg.perf, device, learner.kind)),
         spec.num_actions,

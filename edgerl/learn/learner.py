@@ -6,8 +6,8 @@ learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradi
 PQN's rollouts). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a
 rollout) what is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
 :class:`edgerl.learn.dqn.DQN` and :class:`edgerl.learn.pqn.PQN`, built by
-:mod:`edgerl.learn.factory`; a new one is
-a module with a class that has these members and a line in the factory's registry.
+:mod:`edgerl.learn.factory`; a new one is a module with a class that has these members and a
+``build`` function, and a line in :mod:`edgerl.learn.registry`.
 """
 
 from __future__ import annotations

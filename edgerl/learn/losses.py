@@ -23,8 +23,10 @@ class LossMeter:
     Losses add up on the learner's device. On CUDA, reading one back per update would stall the
     learner's stream, and reading from the actor thread would make it wait for queued updates;
     instead, every :data:`LOSS_READ_EVERY` updates the learner starts a non-blocking copy of the
-    sum into pinned memory and collects it the next time, long after it has landed. Readers see
-    host numbers only. :meth:`flush` collects everything (at the end of a run).
+    sum into pinned memory and collects it the next time, once its event says it has landed
+    (a query, never a wait: the learner may hold a lock the actor needs). Until then the sums
+    keep adding up on the device. Readers see host numbers only. :meth:`flush` waits for and
+    collects everything (at the end of a run).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -50,7 +52,8 @@ class LossMeter:
             self._send()
 
     def _send(self) -> None:
-        self._collect()
+        if not self._collect(wait=False):
+            return  # the last copy is still on its way: this sum goes with the next one
         if self._device_sum is None:
             return
         if self._cuda:
@@ -65,20 +68,28 @@ class LossMeter:
                 self._n += self._device_n
         self._device_sum, self._device_n = None, 0
 
-    def _collect(self) -> None:
+    def _collect(self, wait: bool) -> bool:
+        """Take in the copy in flight if it has landed (``wait``: wait for it); True when none
+        is in flight any more."""
         if self._in_flight is None:
-            return
+            return True
         host, landed, n = self._in_flight
-        landed.synchronize()  # issued LOSS_READ_EVERY updates ago: long done
+        if wait:
+            landed.synchronize()
+        elif not landed.query():
+            return False
         with self._lock:
             self._sum += float(host)
             self._n += n
         self._in_flight = None
+        return True
 
     def flush(self) -> None:
-        """Collect every loss counted so far (the learner's thread, or after it stopped)."""
+        """Collect every loss counted so far, waiting for the GPU (the learner's thread, or
+        after it stopped)."""
+        self._collect(wait=True)
         self._send()
-        self._collect()
+        self._collect(wait=True)
 
     def take(self) -> float:
         """The mean of the losses collected since the last call (NaN if none); any thread."""

@@ -47,27 +47,11 @@ import torch
 from edgerl.config import PerfConfig
 from edgerl.learn.actor import Actor
 from edgerl.learn.learner import Learner
+from edgerl.learn.registry import learner_info
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_LAUNCHES = 3
-AUTO_PER_LAUNCH = 4  # a CUDA-graph launch costs the host tens of microseconds: share it
-
-
-def resolve_updates_per_launch(
-    setting: int, graph_samples: bool, target_period: int, max_ahead: int
-) -> int:
-    """``perf.updates_per_launch``: auto is :data:`AUTO_PER_LAUNCH` where the learner's CUDA
-    graph samples its own batches (the largest number up to it that divides the target period,
-    so target syncs fall between launches, and that ``perf.max_ahead`` allows), else 1."""
-    if setting > 0:
-        return setting
-    if not graph_samples:
-        return 1
-    k = min(AUTO_PER_LAUNCH, max_ahead)
-    while k > 1 and target_period % k:
-        k -= 1
-    return k
 
 
 class _Pipeline:
@@ -268,16 +252,17 @@ class AsyncLearning(_Pipeline):
 Learning = SyncLearning | AsyncLearning
 
 
-def resolve_pipeline(setting: str, device: torch.device, algo: str = "dqn") -> str:
-    """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU; PQN is always
-    sync (it learns from each rollout before the next one is collected).
+def resolve_pipeline(setting: str, device: torch.device, concurrent: bool = True) -> str:
+    """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU; a learner that
+    may not learn beside the actor (not ``concurrent``: PQN learns from each rollout before the
+    next one is collected) is always sync.
 
     On the CPU the learner's parallel regions already use every core; an actor thread beside it
     preempts them and every region waits for the preempted thread. Measured on 2 cores (Pong,
     batch 32): 43 ms per update with the actor beside it against 33 ms alone, so the plain loop
     was faster. With a GPU learner, acting and emulation use the CPU while the GPU learns.
     """
-    if algo == "pqn":
+    if not concurrent:
         return "sync"
     if setting != "auto":
         return setting
@@ -287,11 +272,11 @@ def resolve_pipeline(setting: str, device: torch.device, algo: str = "dqn") -> s
 def make_learning(perf: PerfConfig, learner: Learner, memory: Any, actor: Actor) -> Learning:
     """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
     double-buffered weights for async, see :func:`wants_double_weights`)."""
-    if resolve_pipeline(perf.pipeline, learner.device, learner.kind) == "async":
+    if wants_double_weights(perf, learner.device, learner.kind):
         return AsyncLearning(learner, memory, actor, perf)
     return SyncLearning(learner, memory, actor)
 
 
 def wants_double_weights(perf: PerfConfig, device: torch.device, algo: str) -> bool:
-    """Whether the actor needs weights of its own (the async pipeline)."""
-    return resolve_pipeline(perf.pipeline, device, algo) == "async"
+    """Whether the actor needs weights of its own: the async pipeline, for learner ``algo``."""
+    return resolve_pipeline(perf.pipeline, device, learner_info(algo).concurrent) == "async"

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgerl.config import AgentConfig, PerfConfig, PQNConfig
+from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.device import resolve_amp
 from edgerl.learn.losses import LossMeter, linear_schedule
 from edgerl.learn.nets import NatureCNN
@@ -185,3 +185,11 @@ class PQN:
         self.updates = int(state["updates"])
         self.rollouts = int(state["rollouts"])
         self.generator.set_state(state["generator"])
+
+
+def build(net: nn.Module, cfg: Config, device: torch.device) -> PQN:
+    """The learner ``agent.algo = "pqn"`` names, around ``net`` (fresh, with LayerNorm: the
+    registry says so); the registry's hook. Its minibatch order draws from a generator of its
+    own, seeded from ``env.seed``."""
+    n = cfg.env.num_envs
+    return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)

@@ -42,6 +42,7 @@ from edgerl.learn.envs import probe
 from edgerl.learn.factory import q_network, uses_replay
 from edgerl.learn.nets import NatureCNN
 from edgerl.learn.pipeline import resolve_pipeline
+from edgerl.learn.registry import learner_info
 from edgerl.learn.replay_memory import bytes_per_transition
 from edgerl.measure.autotune import calibrate
 from edgerl.measure.bench_loops import (
@@ -245,6 +246,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     device = resolve_device(cfg.perf.device)
     configure_backends(device, cfg.perf.threads)
     spec = probe(opts.env_id)
+    concurrent = learner_info(cfg.agent.algo).concurrent  # may it learn beside the actor?
     stage_s = max(0.5, opts.seconds / 10)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
@@ -271,7 +273,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if opts.autotune:
         log.info("bench: autotune")
         choice, measurements, _ = calibrate(
-            cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device)
+            cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device, concurrent)
         )
         result["autotune"] = {
             **choice.to_dict(),
@@ -280,7 +282,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if spec.has_frames and opts.actor_envs:
         result["actor"] = _actor(cfg, opts)
     result["loops"] = _loops(cfg, opts, limit, warnings)
-    result["auto_pipeline"] = resolve_pipeline("auto", device)
+    result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
     log.info("bench: the replay save of a checkpoint")
     result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)

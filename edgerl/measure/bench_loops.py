@@ -28,9 +28,8 @@ import torch
 from edgerl.config import Config, EnvConfig
 from edgerl.learn.dqn import DQN
 from edgerl.learn.envs import EnvSpec, Step, VecEnv, make_env
-from edgerl.learn.factory import build_learner, build_memory
-from edgerl.learn.nets import NatureCNN, build_q_network
-from edgerl.learn.pipeline import resolve_updates_per_launch
+from edgerl.learn.factory import build_learner, build_memory, prepare_learner, uses_replay
+from edgerl.learn.nets import NatureCNN
 from edgerl.learn.replay_sample import example_batch
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
@@ -112,7 +111,9 @@ def make_learner(cfg: Config, spec: EnvSpec, device: torch.device, variant: dict
     perf = dataclasses.replace(
         cfg.perf, amp=variant["amp"], cuda_graphs=variant["cuda_graphs"], compile="off"
     )
-    learner = DQN(build_q_network(spec, cfg.agent.hidden), cfg.agent, device, perf)
+    dqn_cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, algo="dqn"), perf=perf)
+    learner = build_learner(dqn_cfg, spec, device)
+    assert isinstance(learner, DQN)
     if isinstance(learner.q, NatureCNN) and not variant["channels_last"]:
         learner.q.use_channels_last(False)
         learner.target.use_channels_last(False)
@@ -167,18 +168,14 @@ def learner_limit(
     learner = build_learner(cfg, spec, device)
     memory = build_memory(cfg, spec, device)
     writer = RandomSteps(spec, cfg.env.num_envs, memory)
-    if isinstance(learner, DQN):
+    replay = uses_replay(cfg)
+    if replay:  # a replay learner samples a filled replay; a unit is an update
         writer.write(min(cfg.replay.capacity // cfg.env.num_envs, 2_000))
-        k = resolve_updates_per_launch(
-            cfg.perf.updates_per_launch,
-            learner.fast.cuda_graphs,
-            learner.target_period,
-            cfg.perf.max_ahead,
-        )
-        learner.prepare(example_batch(spec, cfg.agent.batch_size, device), 10**6, memory, k)
         steps_per_unit = cfg.agent.train_freq
-    else:  # PQN: one unit is a rollout
-        k, steps_per_unit = 1, memory.capacity
+    else:  # a rollout learner: one unit is a rollout
+        steps_per_unit = memory.capacity
+    prepare_learner(cfg, spec, learner, memory, 10**6)
+    k = learner.per_launch
     cuda = device.type == "cuda"
 
     def timed(units: int) -> tuple[float, float, int]:
@@ -186,14 +183,14 @@ def learner_limit(
         seconds = host = 0.0
         before = learner.updates
         for _ in range(0, units, k):
-            if not isinstance(learner, DQN):
+            if not replay:
                 writer.write(memory.steps)  # a full rollout, not timed
             if cuda:
                 torch.cuda.synchronize()
             started, cpu = time.perf_counter(), time.thread_time()
             learner.learn(memory, 0, k)
             host += time.thread_time() - cpu
-            if cuda and not isinstance(learner, DQN):
+            if cuda and not replay:
                 torch.cuda.synchronize()
             seconds += time.perf_counter() - started
         if cuda:  # DQN's launches queue up as in training; the last one is waited for

@@ -14,8 +14,8 @@ from edgerl.device import resolve_device
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import Checkpoint, load
 from edgerl.learn.envs import EnvSpec
-from edgerl.learn.factory import LEARNERS
 from edgerl.learn.nets import NatureCNN, build_q_network
+from edgerl.learn.registry import LEARNERS
 
 
 class TorchPolicy:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, Layer
+from edgerl.learn.registry import learner_info
 
 QUICK_SOURCE = "--quick"
 CARTPOLE = "CartPole-v1"
@@ -41,9 +42,6 @@ QUICK_FRAMES: dict[str, Any] = {
 # env steps/s at train_freq 4 in the sync loop on the CI machine, docs/performance.md), and more
 # cores help little.
 CPU_ATARI_UPDATES_PER_S = 25.0
-# PQN (no replay, 128 envs x 32-step rollouts) trains Pong at about 200 env steps/s on one core of
-# the CI machine (212 over a 30-minute run, docs/training.md); its speed does not follow train_freq.
-CPU_PQN_ATARI_STEPS_PER_S = 200.0
 LONG_RUN_S = 2 * 3600.0  # a CPU run longer than this is said to be long at its start
 
 
@@ -92,8 +90,9 @@ def long_run_warning(
     """The sentence for an Atari run on a CPU that will take hours, else None."""
     if not frames or device.type != "cpu" or steps_left <= 0:
         return None
-    if algo == "pqn":
-        speed, how = CPU_PQN_ATARI_STEPS_PER_S, "with PQN"
+    measured = learner_info(algo).cpu_atari_steps_per_s
+    if measured is not None:  # a learner whose speed does not follow the replay ratio
+        speed, how = measured, f"with agent.algo={algo}"
     else:
         speed, how = CPU_ATARI_UPDATES_PER_S * train_freq, f"with agent.train_freq={train_freq}"
     seconds = steps_left / speed

@@ -1,0 +1,79 @@
+"""A learner written the way docs/development.md says a new one is: one module with a class that
+has the members of edgerl.learn.learner.Learner and a ``build`` function, plus one registry entry
+(the test that uses it adds the entry). One-step Q-learning on each rollout, plain SGD: small, so
+the test is about the plumbing (train, checkpoint, resume, play, export), not about learning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgerl.config import Config
+from edgerl.learn.losses import LossMeter, linear_schedule
+from edgerl.learn.rollout import RolloutBuffer
+
+
+class OneStepQ:
+    kind = "toy"
+
+    def __init__(self, net: nn.Module, cfg: Config, device: torch.device) -> None:
+        self.cfg = cfg.agent
+        self.device = device
+        self.q = net.to(device)
+        self.optimizer = torch.optim.SGD(self.q.parameters(), lr=cfg.agent.lr)
+        self.losses = LossMeter(device)
+        self.updates = 0
+        self.per_launch = 1
+        self.cuda_graphs = False
+        self.learn_from = (0, 0)
+        self.steps_per_rollout = cfg.pqn.rollout_steps * cfg.env.num_envs
+        self.rollouts = 0
+
+    def describe(self) -> str:
+        return f"{self.device.type}, one-step Q"
+
+    def epsilon(self, step: int) -> float:
+        a = self.cfg
+        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, step)
+
+    def owed(self, step: int) -> int:
+        start_step, start_rollouts = self.learn_from
+        return start_rollouts + max(0, step - start_step) // self.steps_per_rollout - self.rollouts
+
+    def learn(self, memory: RolloutBuffer, step: int, n: int = 1) -> None:
+        for _ in range(n):
+            steps, envs = memory.steps, memory.num_envs
+            with torch.no_grad():
+                following = self.q(memory.obs[1:].flatten(0, 1)).max(dim=1).values
+                for t, rows, final in memory.finals:  # an episode's last observation
+                    following.view(steps, envs)[t, rows] = self.q(final).max(dim=1).values
+                done = memory.terminated.flatten().float()
+                target = memory.rewards.flatten() + self.cfg.gamma * (1 - done) * following
+            taken = self.q(memory.obs[:steps].flatten(0, 1)).gather(
+                1, memory.actions.flatten().unsqueeze(1)
+            )
+            loss = F.mse_loss(taken.squeeze(1), target)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.losses.add(loss.detach())
+            self.updates += 1
+            self.rollouts += 1
+            memory.clear()
+
+    def resume_at(self, step: int, refill: int = 0) -> None:
+        self.learn_from = (step, self.rollouts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q.state_dict(), "updates": self.updates, "rollouts": self.rollouts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.updates, self.rollouts = int(state["updates"]), int(state["rollouts"])
+
+
+def build(net: nn.Module, cfg: Config, device: torch.device) -> OneStepQ:
+    return OneStepQ(net, cfg, device)
