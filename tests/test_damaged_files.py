@@ -418,3 +418,48 @@ def test_what_a_resume_reads_of_any_eval_or_metrics_csv_never_stops_it(
     evaluator = Evaluator(run, 500, EvalConfig())  # counts the evaluations of earlier sessions
     assert evaluator.count >= 0
     MetricsWriter(run, CSV_COLUMNS, False, side=SideFiles()).close()  # sets damaged ones aside
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    fields=st.fixed_dictionaries(
+        {},
+        optional={
+            name: st.integers(0, 2**32 - 1)
+            for name in ("version", "slots", "h", "w", "actions", "reserved")
+        }
+        | {name: st.integers(0, 2**64 - 1) for name in ("session", "writes")},
+    ),
+    slot_bytes=st.binary(min_size=0, max_size=256),
+)
+def test_any_frame_stream_header_or_slot_is_read_or_named_as_damaged(
+    ring_with_live_pid,  # noqa: F811 - the fixture
+    tmp_path,
+    fields,
+    slot_bytes,
+):
+    from edgerl.display.reader import FrameReader, StreamError
+    from edgerl.display.stream import HEADER, MAGIC, VERSION
+
+    from .helpers import frame_for, meta_for
+
+    ring = ring_with_live_pid
+    path = ring.path
+    with open(path, "r+b") as f:  # a good header again (the ring writes it once), then damage
+        good = (MAGIC, VERSION, ring.slots, ring.height, ring.width, ring.num_actions)
+        f.write(HEADER.pack(*good, 0, ring.session, 0))
+    ring.publish(frame_for(2), meta_for(2))
+    with open(path, "r+b") as f:
+        names = ["magic", "version", "slots", "h", "w", "actions", "reserved", "session", "writes"]
+        values = dict(zip(names, HEADER.unpack(f.read(HEADER.size)), strict=True))
+        values.update(fields)
+        f.seek(0)
+        f.write(HEADER.pack(*values.values()))
+        f.seek(HEADER.size)
+        f.write(slot_bytes)  # the first slot's sequence number, metadata and frame
+    try:
+        reader = FrameReader(tmp_path)
+        reader.latest()
+        reader.close()
+    except StreamError as e:
+        assert "\n" not in str(e)
