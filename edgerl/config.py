@@ -412,7 +412,8 @@ def build_layers(
         layers.append(Layer(str(system), flatten(parse_toml_file(system), str(system), SECTIONS)))
     if config_file is not None:
         path = Path(config_file)
-        layers.append(Layer(str(path), flatten(parse_toml_file(path), str(path), SECTIONS)))
+        named = flatten(parse_toml_file(path, named=True), str(path), SECTIONS)
+        layers.append(Layer(str(path), named))
     sets = dict(parse_override(o, keys(), KNOWN_ALIASES) for o in overrides)
     if sets:
         layers.append(Layer("--set", sets))

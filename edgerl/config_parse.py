@@ -109,11 +109,12 @@ def _shown(value: Any) -> str:
 MAX_CONFIG_BYTES = 1 << 20  # edgerl's configs are a few KiB
 
 
-def parse_toml_file(path: Path) -> dict[str, Any]:
+def parse_toml_file(path: Path, named: bool = False) -> dict[str, Any]:
     """Read a TOML config file; raises ConfigError naming the file (and line) when it fails:
-    missing, not a plain file, not UTF-8 text, not TOML, nested beyond reason or too large."""
+    missing, not UTF-8 text, not TOML, nested beyond reason, too large, or not a plain file
+    (unless the user ``named`` it on the command line: ``--config <(...)`` is a FIFO)."""
     try:
-        text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
+        text = read_regular(path, MAX_CONFIG_BYTES, streams=named).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as e:

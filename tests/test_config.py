@@ -295,3 +295,23 @@ def test_the_largest_values_a_config_takes_are_ones_training_takes(cli, tmp_path
         *["--set", f"agent.grad_clip={top('agent.grad_clip')}", "--set", "agent.gamma=1.0"],
     )
     assert r.code == 0 and "Traceback" not in r.err, r.err[-2000:]
+
+
+def test_a_config_named_on_the_command_line_may_be_a_pipe(tmp_path, cli):
+    import os
+    import threading
+
+    fifo = tmp_path / "config-pipe"
+    os.mkfifo(fifo)  # what `--config <(generate-config)` hands over
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write("[agent]\nlr = 0.0003\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    r = cli("config", "--config", fifo)
+    writer.join(timeout=30)
+    assert r.code == 0 and "lr = 0.0003" in r.out, r.err
+    r = cli("config", "--config", "/dev/zero")  # a stream without end is still refused
+    assert r.code == 2 and "larger than 1,048,576 bytes" in r.err

@@ -270,7 +270,7 @@ def test_an_unreadable_config_that_may_name_the_state_dir_is_not_nothing_to_rest
     assert not (fake_jetson.state / "clocks.maxed").exists()
 
 
-@pytest.mark.parametrize("place", ["fifo", "device", "huge"])
+@pytest.mark.parametrize("place", ["fifo", "device", "huge", "directory"])
 def test_something_else_than_a_marker_in_its_place_restores_the_clocks_beside_it(
     fake_jetson, cli, place
 ):
@@ -280,6 +280,8 @@ def test_something_else_than_a_marker_in_its_place_restores_the_clocks_beside_it
         os.mkfifo(marker)
     elif place == "device":
         marker.symlink_to("/dev/zero")
+    elif place == "directory":
+        marker.mkdir()
     else:
         marker.write_bytes(b" " * (1 << 20) + json.dumps(GOOD_MARKER).encode())
     r = cli("hw", "clocks", "restore")

@@ -574,3 +574,23 @@ def test_a_replay_on_the_gpu_round_trips(tmp_path):
     ReplayStore(tmp_path, fresh).restore(job.result.manifest)
     assert_same(want, arrays(fresh))
     assert os.path.exists(tmp_path / job.result.manifest)
+
+
+def test_a_manifest_missing_one_delta_of_its_chain_is_named(tmp_path):
+    envs = ReferenceEnvs(2, np.random.default_rng(4))
+    buffer = ReplayBuffer(SPEC, 100, 2, "cpu", seed=1)  # as restores_or_says_why's
+    store = ReplayStore(tmp_path, buffer)
+    fill(buffer, envs, 25, 0.1)
+    for steps in (0, 10):  # two saves: the second manifest names both deltas
+        continue_episodes(buffer, envs, steps)
+        job = store.snapshot(step=steps)
+        job.run()
+        store.commit(job)
+    name = job.result.manifest
+    manifest = inner(tmp_path / name)
+    assert len(manifest["deltas"]) == 2
+    assert restores_or_says_why(tmp_path, name) is None  # whole, it restores
+    manifest["deltas"] = manifest["deltas"][1:]  # the first save's slots: named by nothing
+    rewrite(tmp_path / name, manifest)
+    why = restores_or_says_why(tmp_path, name)
+    assert why is not None and "its deltas leave" in why and "unwritten" in why, why

@@ -279,7 +279,8 @@ def run_mode(state: DeepState, mode: Mode) -> Outcome:
         torch.manual_seed(0)
         state.init = q_network(cfg, spec).state_dict()
     perf = dataclasses.replace(cfg.perf, amp=mode.amp, cuda_graphs=mode.cuda_graphs, compile="off")
-    learner = build_learner(dataclasses.replace(cfg, perf=perf), spec, state.device)
+    agent = dataclasses.replace(cfg.agent, algo="dqn")  # the modes are DQN's update's
+    learner = build_learner(dataclasses.replace(cfg, agent=agent, perf=perf), spec, state.device)
     learner.q.load_state_dict(state.init)
     learner.target.load_state_dict(state.init)
     learner.q.use_channels_last(mode.channels_last)

@@ -58,13 +58,21 @@ def require_regular(fd: int, path: Path) -> os.stat_result:
     return st
 
 
-def read_regular(path: Path, limit: int | None = None) -> bytes:
+def read_regular(path: Path, limit: int | None = None, streams: bool = False) -> bytes:
     """The whole content of the regular file ``path``, at most ``limit`` bytes.
 
+    With ``streams``, a FIFO or a device is read too, as it comes (a file the user names on the
+    command line may be one on purpose: ``--config <(...)``); a directory is still refused.
     Raises what :func:`open_regular` raises, and FileTooLargeError when the file holds more than
     ``limit`` bytes (it is not read past the limit).
     """
-    with open_regular(path) as f:
+    if streams:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "it is a directory, not a file", str(path))
+        opened: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    else:
+        opened = open_regular(path)
+    with opened as f:
         if limit is None:
             return f.read()
         data = f.read(limit + 1)

@@ -405,7 +405,10 @@ def _restore_beside(marker: Path, why: str, timeout: float) -> bool:
         why,
         store,
     )
-    marker.unlink(missing_ok=True)
+    try:
+        marker.unlink(missing_ok=True)
+    except OSError as e:  # a directory in its place: the clocks are restored all the same
+        log.error("%s cannot be removed (%s); remove it with: sudo rm -r %s", marker, e, marker)
     return True
 
 

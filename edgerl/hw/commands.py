@@ -133,12 +133,12 @@ def clocks_restore(state_dirs: list[Path], config_unread: bool = False) -> str:
     could not be restored (the log says why and what to run), and when there is none but
     ``config_unread`` (the config could not be read, so a ``hw.state_dir`` it sets is unknown)."""
     dirs = list(dict.fromkeys(state_dirs))
-    markers = [d / MARKER for d in dirs if os.path.lexists(d / MARKER)]
+    markers = [d / MARKER for d in dirs if (d / MARKER).exists()]
     if not markers and config_unread:
         raise HardwareError(
-            f"no stored clocks in {dirs[-1]}, and the config cannot be read, so where a "
-            "hw.state_dir in it keeps them is unknown: if it sets one, run sudo edgerl hw "
-            "clocks restore --state-dir DIR with that directory"
+            f"no stored clocks in {dirs[-1]}, and the config cannot be read, so a "
+            "hw.state_dir it may set is unknown: if it sets one, run sudo edgerl hw clocks "
+            "restore --state-dir DIR with that directory"
         )
     if not markers:
         return f"nothing to restore: edgerl has not changed the clocks (no {dirs[0] / MARKER})"

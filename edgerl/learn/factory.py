@@ -72,10 +72,11 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
         )
     if not uses_replay(cfg):
         if cfg.perf.autotune:
+            preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
             raise ConfigError(
                 f"perf.autotune balances the actor against a replay learner's updates; with "
-                f"agent.algo={algo} set env.num_envs yourself (its preset's is "
-                f"{learner_info(algo).presets.get(spec.kind, {}).get('env.num_envs', 'a start')})"
+                f"agent.algo={algo} set env.num_envs yourself"
+                + (f" (its preset is {preset})" if preset else "")
             )
         if cfg.env.batch_size:
             raise ConfigError(

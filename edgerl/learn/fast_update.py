@@ -301,13 +301,12 @@ class FastUpdate:
                     )
                     return False
         took = (
-            f"{float(known['compile_s']):.0f} s when measured here"
+            f"it took {float(known['compile_s']):.0f} s when measured here"
             if known is not None and isinstance(known.get("compile_s"), (int, float))
-            else "20-50 s on a CPU"
+            else "it takes about 20-50 s on a CPU"
         )
         log.info(
-            "compiling the update with torch.compile (once: it took %s; perf.compile=off skips it)",
-            took,
+            "compiling the update with torch.compile (once: %s; perf.compile=off skips it)", took
         )
         snapshot = self._snapshot()
         started = time.monotonic()

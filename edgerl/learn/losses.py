@@ -57,16 +57,22 @@ class LossMeter:
         if self._device_sum is None:
             return
         if self._cuda:
-            host = torch.empty((), dtype=torch.float32, pin_memory=True)
-            host.copy_(self._device_sum, non_blocking=True)
-            landed = torch.cuda.Event()
-            landed.record()
+            host, landed = self._start_copy(self._device_sum)
             self._in_flight = (host, landed, self._device_n)
         else:
             with self._lock:
                 self._sum += float(self._device_sum)
                 self._n += self._device_n
         self._device_sum, self._device_n = None, 0
+
+    @staticmethod
+    def _start_copy(device_sum: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """A non-blocking copy of the sum into pinned memory, and the event that says it landed."""
+        host = torch.empty((), dtype=torch.float32, pin_memory=True)
+        host.copy_(device_sum, non_blocking=True)
+        landed = torch.cuda.Event()
+        landed.record()
+        return host, landed
 
     def _collect(self, wait: bool) -> bool:
         """Take in the copy in flight if it has landed (``wait``: wait for it); True when none

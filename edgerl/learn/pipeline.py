@@ -252,7 +252,7 @@ class AsyncLearning(_Pipeline):
 Learning = SyncLearning | AsyncLearning
 
 
-def resolve_pipeline(setting: str, device: torch.device, concurrent: bool = True) -> str:
+def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = True) -> str:
     """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU; a learner that
     may not learn beside the actor (not ``concurrent``: PQN learns from each rollout before the
     next one is collected) is always sync.
@@ -279,4 +279,5 @@ def make_learning(perf: PerfConfig, learner: Learner, memory: Any, actor: Actor)
 
 def wants_double_weights(perf: PerfConfig, device: torch.device, algo: str) -> bool:
     """Whether the actor needs weights of its own: the async pipeline, for learner ``algo``."""
-    return resolve_pipeline(perf.pipeline, device, learner_info(algo).concurrent) == "async"
+    concurrent = learner_info(algo).concurrent
+    return resolve_pipeline(perf.pipeline, device, concurrent=concurrent) == "async"

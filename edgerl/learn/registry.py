@@ -3,7 +3,7 @@ needs to know of each: the module that builds it, what it learns from, whether i
 thread of its own beside the actor, its network's LayerNorm, its presets and its speed on a CPU.
 
 No PyTorch here: the config reads the names and presets before PyTorch is imported. A new learner
-is a module with a ``build(cfg, spec, device)`` function (and, if it makes its update fast before
+is a module with a ``build(net, cfg, device)`` function (and, if it makes its update fast before
 training, a ``prepare(...)`` function; see :mod:`edgerl.learn.factory`) and one entry in
 :data:`LEARNERS`; docs/development.md walks through it.
 """
@@ -19,7 +19,7 @@ from typing import Any
 class LearnerInfo:
     """What edgerl needs to know of a learner besides its code."""
 
-    module: str  # the module whose build(cfg, spec, device) makes the learner
+    module: str  # the module whose build(net, cfg, device) makes the learner
     memory: str  # "replay" (a ReplayBuffer it samples) or "rollout" (the last steps, in order)
     # Whether it may learn on a thread of its own while the actor collects steps (the async
     # pipeline): a learner that learns from each rollout before the next is collected may not.

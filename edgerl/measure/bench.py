@@ -225,7 +225,7 @@ def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.devic
     if ratio <= 1.0 + VERDICT_NOISE:
         return (
             f"{said}; this run measured {other} {ratio:.2f}x {auto} at 4 envs, within the "
-            f"{VERDICT_NOISE:.0%} that runs on one machine differ by"
+            f"{VERDICT_NOISE:.0%} run-to-run noise"
         )
     why = (
         "on a CPU, auto keeps one loop: an actor thread beside the update's parallel regions "
@@ -273,7 +273,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if opts.autotune:
         log.info("bench: autotune")
         choice, measurements, _ = calibrate(
-            cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device, concurrent)
+            cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device, concurrent=concurrent)
         )
         result["autotune"] = {
             **choice.to_dict(),
@@ -282,7 +282,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if spec.has_frames and opts.actor_envs:
         result["actor"] = _actor(cfg, opts)
     result["loops"] = _loops(cfg, opts, limit, warnings)
-    result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent)
+    result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
     log.info("bench: the replay save of a checkpoint")
     result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
