@@ -340,7 +340,13 @@ def render(result: dict[str, Any]) -> str:
         if a.get("timed_out"):
             lines.append(f"actor alone:   {a['num_envs']} envs: did not start in time")
             continue
-        mark = "" if a["share_of_raw"] >= ACTOR_GOAL else f" (below the {ACTOR_GOAL:.0%} goal)"
+        mark = (
+            ""
+            if a["share_of_raw"] >= ACTOR_GOAL
+            else f" (below the {ACTOR_GOAL:.0%} goal; env.batch_size={a['num_envs'] // 2}, ALE's "
+            "async mode, keeps the emulator busy while the loop works, at the price of a "
+            "step order that is not repeatable)"
+        )
         lines.append(
             f"actor alone:   {a['num_envs']} envs x {a['threads']} threads: "
             f"{a['steps_per_s']:,.0f} steps/s = {a['share_of_raw']:.0%} of the raw vector env's "
