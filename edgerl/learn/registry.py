@@ -72,8 +72,8 @@ LEARNERS: dict[str, LearnerInfo] = {
         concurrent=False,
         layer_norm=True,
         presets=PQN_PRESETS,
-        # 212 steps/s over a 30-minute Pong run on one core of a 2-core x86 machine
-        # (docs/training.md); a rollout learner's speed does not follow agent.train_freq.
+        # 212 and 268 steps/s over 30- and 45-minute Pong runs on one core of a 2-core x86
+        # machine (docs/training.md); a rollout learner's speed does not follow train_freq.
         cpu_atari_steps_per_s=200.0,
     ),
 }
