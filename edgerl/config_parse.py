@@ -123,17 +123,14 @@ def parse_toml_file(path: Path, named: bool = False) -> dict[str, Any]:
         raise ConfigError(
             f"config file {path} is not UTF-8 text (byte {e.start:,} cannot be read)"
         ) from None
-    return parse_toml_text(text, f"config file {path}")
-
-
-def parse_toml_text(text: str, what: str) -> dict[str, Any]:
-    """The TOML document ``text``; raises ConfigError naming ``what`` when it is not one."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{what} is not valid TOML: {e}") from None
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
     except RecursionError:
-        raise ConfigError(f"{what} is not a config: its values nest too deeply") from None
+        raise ConfigError(
+            f"config file {path} is not a config: its values nest too deeply"
+        ) from None
 
 
 def parse_override(

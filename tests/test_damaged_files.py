@@ -18,7 +18,7 @@ from edgerl.cli import main
 
 from .conftest import run_edgerl
 from .damage import HUGE_CELL, RANDOM_4K, WRONG_DOCUMENTS, damaged_csv, damaged_json
-from .test_viewer import lookalike_trainer, ring_with_live_pid  # noqa: F401 - a fixture
+from .test_viewer import _set_header, lookalike_trainer, ring_with_live_pid  # noqa: F401 - a fixture
 
 CARTPOLE = ["--env", "CartPole-v1", "--set", "eval.every_steps=500", "--set", "eval.episodes=2"]
 
@@ -444,17 +444,12 @@ def test_any_frame_stream_header_or_slot_is_read_or_named_as_damaged(
     from .helpers import frame_for, meta_for
 
     ring = ring_with_live_pid
-    path = ring.path
-    with open(path, "r+b") as f:  # a good header again (the ring writes it once), then damage
-        good = (MAGIC, VERSION, ring.slots, ring.height, ring.width, ring.num_actions)
-        f.write(HEADER.pack(*good, 0, ring.session, 0))
+    good = dict(magic=MAGIC, version=VERSION, slots=ring.slots, h=ring.height, w=ring.width)
+    good.update(actions=ring.num_actions, reserved=0, session=ring.session, writes=0)
+    _set_header(ring.path, **good)  # a good header again (the ring writes it once), then damage
     ring.publish(frame_for(2), meta_for(2))
-    with open(path, "r+b") as f:
-        names = ["magic", "version", "slots", "h", "w", "actions", "reserved", "session", "writes"]
-        values = dict(zip(names, HEADER.unpack(f.read(HEADER.size)), strict=True))
-        values.update(fields)
-        f.seek(0)
-        f.write(HEADER.pack(*values.values()))
+    _set_header(ring.path, **fields)
+    with open(ring.path, "r+b") as f:
         f.seek(HEADER.size)
         f.write(slot_bytes)  # the first slot's sequence number, metadata and frame
     try:

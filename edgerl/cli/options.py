@@ -153,13 +153,12 @@ def with_game(cfg: Config) -> Config:
 
 def run_game(run_dir: Path) -> str | None:
     """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
-    from edgerl.config_parse import MAX_CONFIG_BYTES, tomllib
-    from edgerl.files.regular import read_regular
+    from edgerl.config_parse import parse_toml_file
+    from edgerl.errors import ConfigError
 
     try:
-        text = read_regular(run_dir / "config.toml", MAX_CONFIG_BYTES).decode("utf-8")
-        saved = tomllib.loads(text)
-    except (OSError, ValueError, RecursionError):  # missing or damaged: the game is not known
+        saved = parse_toml_file(run_dir / "config.toml")
+    except ConfigError:  # missing or damaged: the game is not known
         return None
     env = saved.get("env")
     game = env.get("id") if isinstance(env, dict) else None  # the file may be damaged
