@@ -83,3 +83,69 @@ def test_a_rollout_is_one_learning_step_that_moves_the_weights():
     assert again.updates == 6 and again.rollouts == 1
     again.resume_at(100)
     assert again.owed(111) == 0 and again.owed(112) == 1  # the first rollout starts at 100
+
+
+def test_the_actors_values_stand_in_for_a_second_forward_pass_with_the_same_weights():
+    """Values noted with the current weights are taken as they are and give the learning the
+    computed ones give; a row noted with older weights, or not at all, is computed."""
+    pqn_cfg = PQNConfig(rollout_steps=4, epochs=1, minibatches=2)
+    learners, buffers = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        net = MLP(4, 2, (16,), layer_norm=True)
+        learners.append(PQN(net, AgentConfig(lr=1e-2), pqn_cfg, num_envs=3, device=CPU))
+        buffers.append(RolloutBuffer(VEC, 3, 4, CPU))
+    noted, plain = learners
+    for buffer in buffers:
+        buffer.add_first(np.zeros((3, 4), np.float32))
+    rng = np.random.default_rng(0)
+    for t in range(4):
+        nxt = rng.normal(size=(3, 4)).astype(np.float32)
+        done = np.zeros(3, bool)
+        for buffer in buffers:
+            buffer.add(np.ones(3), np.ones(3), done, done, nxt, None)
+        if t < 3:  # as the trainer does: the actor acts on the newest observations
+            with torch.no_grad():
+                values = noted.q(torch.from_numpy(nxt)).max(dim=1).values.numpy()
+            buffers[0].note_values(values, noted.updates if t != 1 else noted.updates - 1)
+    computed: list[int] = []
+    noted.q.register_forward_hook(lambda module, args, out: computed.append(len(args[0])))
+    noted.learn(buffers[0], 12)
+    plain.learn(buffers[1], 12)
+    assert computed[0] == 3 and computed[1] == 3  # the stale row (t=1) and the last one
+    for a, b in zip(noted.q.parameters(), plain.q.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert (buffers[0].values_version[1:] == -1).all()  # a new rollout knows no values yet
+
+
+def test_a_pqn_run_computes_only_the_values_its_actor_did_not(tmp_path, monkeypatch):
+    """A real PQN run (CartPole, the plain loop): at learning time only each rollout's last
+    observations are evaluated again (the actor acts on them after learning)."""
+    from edgerl.config import build_layers, resolve
+    from edgerl.run.train import Trainer
+
+    rows: list[int] = []
+    original = PQN._greedy_values
+
+    def counting(self, obs):
+        rows.append(len(obs))
+        return original(self, obs)
+
+    monkeypatch.setattr(PQN, "_greedy_values", counting)
+    sets = [
+        "env.id=CartPole-v1",
+        "agent.algo=pqn",
+        "env.num_envs=4",
+        "pqn.rollout_steps=8",
+        "train.steps=320",
+        f"train.run_dir={tmp_path / 'run'}",
+        "hw.monitor=false",
+        "display.enabled=false",
+        "eval.every_steps=0",
+    ]
+    with Trainer(resolve(build_layers(None, sets, use_system=False)), quiet=True) as trainer:
+        trainer.run()
+        assert trainer.learner.rollouts == 10
+    # Episodes that end by truncation add their final observations; CartPole's 320 steps
+    # truncate none, so each rollout evaluates its 4 last observations and nothing else.
+    assert rows == [4] * 10

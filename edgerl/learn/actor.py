@@ -146,6 +146,9 @@ class Actor:
         self.device = next(weights.source.parameters()).device
         self.cuda = self.device.type == "cuda"
         self.waits = 0  # host waits for its own forward passes (CUDA): one per forward
+        # max_a Q of each row of the last CPU forward pass (None: none ran, or on CUDA, where
+        # only the actions come back): a rollout learner reuses them instead of computing again.
+        self.greedy_values: np.ndarray | None = None
         self._graphs: list[Any] = []
         if not self.cuda:
             return
@@ -193,12 +196,14 @@ class Actor:
         """Actions for ``obs`` and the Q-values of environment ``shown`` (None when not asked
         for, or at epsilon 1, where no forward pass runs)."""
         n = len(obs)
+        self.greedy_values = None
         if epsilon >= 1.0:
             return epsilon_greedy(None, epsilon, self.num_actions, n, self.rng), None
         index, net = self.weights.current()
         if not self.cuda:
             with torch.no_grad():
                 q = net(torch.from_numpy(obs)).float().numpy()
+            self.greedy_values = q.max(axis=1)
             actions = epsilon_greedy(q, epsilon, self.num_actions, n, self.rng)
             return actions, (None if shown is None else q[shown])
         with torch.cuda.stream(self.stream):

@@ -65,13 +65,23 @@ class _Pipeline:
         self.actor = actor
         self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
         self.host_s = 0.0  # CPU seconds of the thread making those calls
+        self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
         self._step = 0
+        self._note_values = getattr(memory, "note_values", None)
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``."""
-        return self.actor.act(obs, epsilon, shown)
+        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``.
+        ``stored``: ``obs`` are the memory's newest observations (every environment, in order),
+        whose greedy values a memory that keeps them (PQN's rollout) is given."""
+        started = time.perf_counter()
+        out = self.actor.act(obs, epsilon, shown)
+        self.act_s += time.perf_counter() - started
+        values = self.actor.greedy_values
+        if stored and values is not None and self._note_values is not None:
+            self._note_values(values, self.learner.updates)  # the weights that acted: its own
+        return out
 
     def context(self) -> Any:
         """Where the training loop's GPU work goes (the actor's stream)."""
@@ -148,11 +158,12 @@ class AsyncLearning(_Pipeline):
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Epsilon-greedy actions with the actor's weights; records how many updates old they
-        were (:attr:`max_lag_seen`)."""
-        out = self.actor.act(obs, epsilon, shown)
+        were (:attr:`max_lag_seen`). ``stored`` is ignored: the actor's copy of the weights lags
+        the learner's, so its values are not the learner's."""
+        out = super().act(obs, epsilon, shown)
         self.max_lag_seen = max(self.max_lag_seen, self.learner.updates - self.weights.version)
         return out
 

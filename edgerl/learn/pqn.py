@@ -13,9 +13,10 @@ million transitions (a whole training process: 0.97 GiB against 7.0 GiB peak RSS
 
 Where this differs from the reference, and why: truncated episodes bootstrap from their final
 observation instead of counting as terminal (edgerl's environments hand that observation out);
-the greedy values are computed at learning time rather than kept from acting (the same weights,
-so the same numbers, and the actor need not return them); and exploration decays over env steps,
-not updates, like edgerl's DQN.
+the greedy values of the next observations are those the actor computed when it acted on them,
+where the weights are still the same (all but the rollout's last step in the plain CPU loop), and
+computed at learning time otherwise; and exploration decays over env steps, not updates, like
+edgerl's DQN.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,7 +35,7 @@ from edgerl.learn.losses import LossMeter, linear_schedule
 from edgerl.learn.nets import NatureCNN
 from edgerl.learn.rollout import RolloutBuffer, lambda_returns
 
-VALUE_CHUNK = 1024  # observations per no-grad forward pass when computing greedy values
+VALUE_CHUNK = 256  # observations per no-grad forward pass when computing greedy values
 
 
 class PQN:
@@ -119,7 +121,7 @@ class PQN:
                 group["lr"] = lr
         steps, envs = memory.steps, memory.num_envs
         with torch.no_grad():
-            next_values = self._greedy_values(memory.obs[1:].flatten(0, 1)).view(steps, envs)
+            next_values = self._next_values(memory)
             for t, rows, final in memory.finals:
                 next_values[t, rows] = self._greedy_values(final)
             returns = lambda_returns(
@@ -142,6 +144,19 @@ class PQN:
                 self.updates += 1
         memory.clear()
         self.rollouts += 1
+
+    def _next_values(self, memory: RolloutBuffer) -> torch.Tensor:
+        """max_a Q of every transition's next observation, (steps, envs): those the actor noted
+        with the current weights (:meth:`RolloutBuffer.note_values`) as they are, the rest
+        computed here."""
+        known = memory.values_version[1:] == self.updates
+        if not known.any():
+            steps, envs = memory.steps, memory.num_envs
+            return self._greedy_values(memory.obs[1:].flatten(0, 1)).view(steps, envs)
+        next_values = memory.values[1:].clone()
+        for t in np.flatnonzero(~known):  # usually the last: the actor acts on it after learning
+            next_values[t] = self._greedy_values(memory.obs[t + 1])
+        return next_values
 
     def _greedy_values(self, obs: torch.Tensor) -> torch.Tensor:
         """max_a Q(obs, a), in chunks (no gradient)."""

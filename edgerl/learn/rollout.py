@@ -69,6 +69,10 @@ class RolloutBuffer:
         self.truncated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
         # The final observations of truncated episodes: (t, env rows, observations).
         self.finals: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        # max_a Q(obs[t]) as the actor computed it, and the learner's update count it was computed
+        # at (-1: not known): the learner reuses them where its weights are still the same.
+        self.values = torch.zeros((steps + 1, num_envs), device=device)
+        self.values_version = np.full(steps + 1, -1, dtype=np.int64)
         self.t = 0  # transitions stored in this rollout
         self.valid = 0  # transitions stored (the trainer's progress line reads it)
 
@@ -108,6 +112,7 @@ class RolloutBuffer:
             raise ValueError("a rollout is written for every environment at once")
         self.t = 0
         self.finals.clear()
+        self.values_version[:] = -1
         self.obs[0].copy_(self._tensor(obs))
 
     def add(
@@ -137,11 +142,22 @@ class RolloutBuffer:
             rows = np.flatnonzero(trunc)
             self.finals.append((t, self._tensor(rows), self._tensor(final_obs[rows])))
         self.obs[t + 1].copy_(self._tensor(next_obs))
+        self.values_version[t + 1] = -1
         self.t = t + 1
         self.valid = min(self.valid + self.num_envs, self.steps * self.num_envs)
+
+    def note_values(self, values: np.ndarray, version: int) -> None:
+        """Keep the greedy values max_a Q of the newest observations (one per environment),
+        computed with the weights of the learner's update ``version``: the actor's forward pass
+        already made them, and the learner need not compute them again."""
+        self.values[self.t].copy_(self._tensor(np.asarray(values, dtype=np.float32)))
+        self.values_version[self.t] = version
 
     def clear(self) -> None:
         """Start the next rollout from the newest observations."""
         self.obs[0].copy_(self.obs[self.t])
+        self.values[0].copy_(self.values[self.t])
+        self.values_version[0] = self.values_version[self.t]
+        self.values_version[1:] = -1
         self.t = 0
         self.finals.clear()

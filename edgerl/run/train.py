@@ -407,7 +407,9 @@ class Trainer:
         show = self.display.due()
         row = shown if ids is None else row_of(ids, shown)
         epsilon = self.learner.epsilon(step)
-        actions, q_shown = self.learning.act(obs, epsilon, row if show else None)
+        # Once the step before is recorded (show_now), obs are the memory's newest rows.
+        stored = show_now and ids is None
+        actions, q_shown = self.learning.act(obs, epsilon, row if show else None, stored)
         self._env.send(actions)
         if ids is not None:
             self._taken[ids] = actions
