@@ -9,6 +9,17 @@ import pytest
 
 from .helpers import CUDA
 
+# The Nature CNN's multiply-adds per 84x84x4 observation, by hand: three convolutions
+# (32x20x20 outputs of 4x8x8, 64x9x9 of 32x4x4, 64x7x7 of 64x3x3) and two dense layers
+# (3136x512, 512x6 for Pong's actions).
+NATURE_CNN_MACS = (
+    32 * 20 * 20 * 4 * 8 * 8
+    + 64 * 9 * 9 * 32 * 4 * 4
+    + 64 * 7 * 7 * 64 * 3 * 3
+    + 3136 * 512
+    + 512 * 6
+)
+
 
 @pytest.mark.slow
 def test_bench_json(cli):
@@ -63,6 +74,17 @@ def test_bench_json(cli):
                 loop["steps_per_s"] / limit["steps_per_s"], rel=0.03, abs=0.01
             )
         assert loop["updates"] > 0 and loop["ms_per_update_in_loop"] > 0
+        # A step's wall time, split: acting and learning measured, the rest what is left.
+        assert loop["act_us_per_env_step"] > 0 and loop["learn_us_per_env_step"] > 0
+        assert loop["act_us_per_env_step"] + loop["learn_us_per_env_step"] <= (
+            loop["us_per_env_step"] * 1.05  # rounded figures, from one window
+        )
+    compute = doc["compute"]
+    assert compute["macs_per_forward"] == NATURE_CNN_MACS
+    assert compute["matmul_peak_gflops"] > 0 and compute["update_gflops"] > 0
+    assert compute["update_share_of_peak"] == pytest.approx(
+        compute["update_gflops"] / compute["matmul_peak_gflops"], rel=0.02, abs=0.002
+    )
     assert doc["loops"][0]["vs_sync_1_env"] == 1.0
     assert doc["auto_pipeline"] == ("async" if CUDA else "sync")
     saved = doc["replay_save"]
@@ -148,3 +170,40 @@ def test_the_learner_limit_of_a_rollout_learner_counts_whole_rollouts():
     assert limit["steps_per_s"] == pytest.approx(
         limit["updates_per_s"] * rollout / per_rollout, rel=1e-6
     )
+
+
+def test_flops_per_env_step_follow_the_learner():
+    """PQN: one forward pass to act, its values reused but for each rollout's last step, and
+    epochs x (forward + backward); DQN: a batch's forward and backward plus its two target
+    passes every train_freq steps."""
+    from edgerl.config import Config, with_values
+    from edgerl.measure.compute import forwards_per_env_step, learning_forwards_per_update
+
+    pqn = with_values(Config(), {"agent.algo": "pqn", "env.num_envs": 128})
+    assert forwards_per_env_step(pqn, values_reused=True) == {
+        "act": 1.0,
+        "values": 1 / 32,
+        "targets": 0.0,
+        "gradients": 6.0,
+    }
+    assert forwards_per_env_step(pqn, values_reused=False)["values"] == 1.0
+    # a minibatch of 128 (4,096 transitions / 32), its values computed apart (over 2 epochs)
+    assert learning_forwards_per_update(pqn) == 128 * (3 + 0.5)
+    dqn = with_values(Config(), {"agent.batch_size": 32, "agent.train_freq": 4})
+    assert forwards_per_env_step(dqn, values_reused=False) == {
+        "act": 1.0,
+        "values": 0.0,
+        "targets": 16.0,
+        "gradients": 24.0,
+    }
+    assert learning_forwards_per_update(dqn) == 32 * 5
+
+
+def test_the_multiply_adds_of_a_network_are_counted_from_its_layers():
+    from edgerl.learn.nets import MLP, NatureCNN
+    from edgerl.measure.compute import macs_per_forward
+
+    assert macs_per_forward(NatureCNN(4, 6, layer_norm=True), (4, 84, 84), "uint8") == (
+        NATURE_CNN_MACS
+    )
+    assert macs_per_forward(MLP(4, 2, (256, 256)), (4,), "float32") == 4 * 256 + 256 * 256 + 512

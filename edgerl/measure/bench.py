@@ -55,6 +55,14 @@ from edgerl.measure.bench_loops import (
     whole_loop,
 )
 from edgerl.measure.bench_replay import render_replay_save, replay_save_cost
+from edgerl.measure.compute import (
+    forward_gflops,
+    forwards_per_env_step,
+    learning_forwards_per_update,
+    macs_per_forward,
+    matmul_peak_gflops,
+)
+from edgerl.run.batches import overlaps_emulation
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +181,36 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
     }
 
 
+def _compute(
+    cfg: Config, opts: BenchOptions, device: torch.device, updates_per_s: float, stage_s: float
+) -> dict[str, Any]:
+    """FLOPs per env step of the configured learner, the GFLOP/s its update made in the
+    learner-alone measurement, and this machine's peak measured now (:mod:`compute`)."""
+    spec = probe(opts.env_id)
+    net = q_network(cfg, spec).to(device).eval()
+    if isinstance(net, NatureCNN):
+        net.use_channels_last()
+    macs = macs_per_forward(net, spec.obs_shape, spec.obs_dtype)
+    # The actor's values come back from a CPU forward pass, in the plain (non-overlapped) loop.
+    reused = device.type == "cpu" and not overlaps_emulation(cfg.env, spec.has_frames, device)
+    per_step = forwards_per_env_step(cfg, values_reused=reused)
+    update_gflops = updates_per_s * learning_forwards_per_update(cfg) * 2 * macs / 1e9
+    log.info("bench: this machine's peak (matrix product, forward pass)")
+    peak = matmul_peak_gflops(device, stage_s)
+    return {
+        "macs_per_forward": macs,
+        "forwards_per_env_step": {k: round(v, 4) for k, v in per_step.items()},
+        "mflop_per_env_step": round(sum(per_step.values()) * 2 * macs / 1e6, 1),
+        "values_reused": reused,
+        "update_gflops": round(update_gflops, 1),
+        "matmul_peak_gflops": round(peak, 1),
+        "update_share_of_peak": round(update_gflops / peak, 3) if peak > 0 else None,
+        "forward_gflops": round(
+            forward_gflops(net, spec.obs_shape, spec.obs_dtype, macs, stage_s), 1
+        ),
+    }
+
+
 def _actor(cfg: Config, opts: BenchOptions) -> list[dict[str, Any]]:
     """The actor alone against the raw vector env, at each of ``opts.actor_envs``."""
     out = []
@@ -254,15 +292,20 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "env": opts.env_id,
+        "algo": cfg.agent.algo,
         "train_freq": cfg.agent.train_freq,
         "batch_size": cfg.agent.batch_size,
         "n_step": cfg.agent.n_step,
         "replay_bytes_per_transition": bytes_per_transition(spec),
     }
+    if not uses_replay(cfg) and cfg.env.num_envs not in opts.env_sizes:
+        # the emulator's own speed at a rollout's many environments (PQN's loop row uses it)
+        opts = dataclasses.replace(opts, env_sizes=(*opts.env_sizes, cfg.env.num_envs))
     result.update(_stages(cfg, opts, device, stage_s))
     lim = _limit(cfg, opts, device)
     limit = lim.pop("steps_per_s_raw")
     result["learner_bound_limit"] = lim
+    result["compute"] = _compute(cfg, opts, device, lim["updates_per_s"], stage_s)
     warnings: list[str] = []
     if opts.seconds < MIN_MEANINGFUL_S:
         warnings.append(
@@ -310,12 +353,26 @@ def machine_warnings(cpus: int, others: float | None, threads: int) -> list[str]
     return out
 
 
+def render_compute(c: dict[str, Any]) -> str:
+    """The compute figures as one line: what a step costs, what the update made of the peak."""
+    parts = ", ".join(f"{name} {n:g}" for name, n in c["forwards_per_env_step"].items() if n > 0)
+    share = c["update_share_of_peak"]
+    return (
+        f"compute:       {c['macs_per_forward'] / 1e6:.2f}M multiply-adds per forward pass; "
+        f"{c['mflop_per_env_step']:,.1f} MFLOP per env step (forward passes: {parts}); the "
+        f"update made {c['update_gflops']:,.1f} GFLOP/s"
+        + (f" = {share:.0%}" if share is not None else "")
+        + f" of this machine's fp32 matrix-product peak ({c['matmul_peak_gflops']:,.0f} GFLOP/s, "
+        f"measured now); the forward pass alone: {c['forward_gflops']:,.0f} GFLOP/s"
+    )
+
+
 def render(result: dict[str, Any]) -> str:
     """The bench result as a short text report."""
     lines = [
         f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
-        f"torch threads), {result['env']}, train_freq {result['train_freq']}, batch "
-        f"{result['batch_size']}, n_step {result['n_step']}"
+        f"torch threads), {result['env']}, {result.get('algo', 'dqn')}, train_freq "
+        f"{result['train_freq']}, batch {result['batch_size']}, n_step {result['n_step']}"
     ]
     lines.append(f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition")
     lines.append(
@@ -336,6 +393,8 @@ def render(result: dict[str, Any]) -> str:
         f"{lim['updates_per_launch']} per launch; {lim['update']}): a limit of "
         f"{lim['steps_per_s']:,.0f} env steps/s"
     )
+    if "compute" in result:
+        lines.append(render_compute(result["compute"]))
     for a in result.get("actor", []):
         if a.get("timed_out"):
             lines.append(f"actor alone:   {a['num_envs']} envs: did not start in time")
@@ -365,6 +424,15 @@ def render(result: dict[str, Any]) -> str:
             + f", learner busy {loop['learner_busy']:.0%}"
             + (f", {in_loop} ms per update" if in_loop is not None else "")
         )
+        raw = result["env_steps_per_s"].get(str(loop["num_envs"]))
+        if loop.get("us_per_env_step") is not None:
+            act, learn = loop["act_us_per_env_step"], loop["learn_us_per_env_step"]
+            rest = loop["us_per_env_step"] - act - learn
+            lines.append(
+                f"  per env step: {loop['us_per_env_step']:,.0f} us = acting {act:,.0f} + "
+                f"learning {learn:,.0f} + emulation and the loop {rest:,.0f}"
+                + (f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else "")
+            )
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")

@@ -234,6 +234,7 @@ def _trainer_window(
                 learning = trainer.learning
                 window[f"busy{key}"] = learning.busy_s if learning else 0.0
                 window[f"host{key}"] = learning.host_s if learning else 0.0
+                window[f"act{key}"] = learning.act_s if learning else 0.0
                 window[f"updates{key}"] = trainer.learner.updates
 
             def stop_later() -> None:
@@ -270,6 +271,8 @@ def _trainer_window(
         "learner_busy": min(1.0, (window["busy1"] - window["busy0"]) / elapsed),
         "learner_host_s": window["host1"] - window["host0"],
         "busy_s": window["busy1"] - window["busy0"],
+        "act_s": window["act1"] - window["act0"],
+        "steps": int(steps),
         "updates": int(updates),
     }
 
@@ -393,4 +396,9 @@ def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[st
         "updates": updates,
         "ms_per_update_in_loop": round(1000 * out["busy_s"] / updates, 2) if updates else None,
         "host_us_per_env_step": round(out["host_us_per_env_step"], 1),
+        # Where a step's wall time went: acting, learning (on the loop's thread in sync mode,
+        # beside it in async), and the rest (waiting for the emulator, the loop's own work).
+        "us_per_env_step": round(1e6 / out["steps_per_s"], 1) if out["steps_per_s"] else None,
+        "act_us_per_env_step": round(1e6 * out["act_s"] / max(1, out["steps"]), 1),
+        "learn_us_per_env_step": round(1e6 * out["busy_s"] / max(1, out["steps"]), 1),
     }
