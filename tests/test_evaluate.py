@@ -137,6 +137,24 @@ def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():
     assert same.lengths == randomly.lengths  # seeded
 
 
+def test_an_evaluation_plays_its_episodes_at_once_one_batched_forward_pass_a_step(monkeypatch):
+    """Ten episodes on ten environments: every forward pass holds ten observations, and there
+    are as many passes as the longest episode has steps (not the sum of all ten)."""
+    from edgerl.policies.torch import TorchPolicy
+
+    batches: list[int] = []
+    original = TorchPolicy.act
+
+    def counting(self, obs):
+        batches.append(len(obs))
+        return original(self, obs)
+
+    monkeypatch.setattr(TorchPolicy, "act", counting)
+    result = evaluate(always_left(), EvalConfig(episodes=10, epsilon=0.0), seed=3)
+    assert len(result.returns) == 10 and set(batches) == {10}
+    assert len(batches) == max(result.lengths) < sum(result.lengths) == result.steps
+
+
 def test_an_evaluation_stopped_while_recording_leaves_no_recording(tmp_path):
     asked = []
 
@@ -176,7 +194,7 @@ def test_an_evaluation_that_fails_is_one_log_line_and_training_goes_on(cli, tmp_
     def broken(*args, **kwargs):
         raise RuntimeError("no emulator for you")
 
-    monkeypatch.setattr(edgerl.run.evaluate, "play", broken)
+    monkeypatch.setattr(edgerl.run.evaluate, "play_together", broken)
     run = tmp_path / "run"
     r = train(cli, run, 600, "eval.every_steps=200")
     failed = "evaluation at step 200 failed (RuntimeError: no emulator for you); training goes on"

@@ -262,3 +262,65 @@ def play(
     return PlayResult(
         policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
     )
+
+
+def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayResult:
+    """Play ``options.episodes`` episodes at once, one on each of as many environments (seeded
+    ``options.seed``, ``seed + 1``, ...), every action chosen by one batched forward pass:
+    what an evaluation plays, at a fraction of the CPU of one episode after another (the pass
+    for ten observations costs about what one costs). Each environment counts its first
+    episode only; it keeps stepping until the last one ends. No observers (nothing to record
+    or show), and ``fps`` and ``max_steps`` are not used. Latencies are of the batched passes.
+
+    Raises EnvError if ``options.env_id`` does not match what the policy was trained on.
+    """
+    o = options or PlayOptions()
+    n = max(1, o.episodes)
+    env_cfg = _env_config(policy, o.env_id)
+    env_cfg.num_envs = n  # one thread: an evaluation runs beside training, on its spare time
+    rng = np.random.default_rng(o.seed)
+    with contextlib.closing(make_env(env_cfg)) as env:
+        if (
+            env.spec.obs_shape != policy.spec.obs_shape
+            or env.spec.num_actions != policy.spec.num_actions
+        ):
+            raise EnvError(
+                f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
+                f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
+            )
+        obs = env.reset(seed=o.seed)
+        returns = np.zeros(n)
+        lengths = np.zeros(n, dtype=np.int64)
+        playing = np.ones(n, dtype=bool)  # still in its first episode
+        cut = np.zeros(n, dtype=bool)
+        latencies: list[int] = []
+        steps = 0
+        while playing.any():
+            if o.stop is not None and o.stop():
+                break
+            t0 = time.perf_counter_ns()
+            actions = np.asarray(policy.act(obs), dtype=np.int64)
+            latencies.append(time.perf_counter_ns() - t0)
+            if o.epsilon > 0:
+                explore = rng.random(n) < o.epsilon
+                actions = np.where(explore, rng.integers(policy.spec.num_actions, size=n), actions)
+            step = env.step(actions)
+            steps += int(playing.sum())
+            returns += np.where(playing, step.rewards, 0.0)
+            lengths += playing
+            ended = playing & (step.terminated | step.truncated)
+            if o.max_episode_steps:
+                cut |= playing & ~ended & (lengths >= o.max_episode_steps)
+                ended |= cut
+            playing &= ~ended
+            obs = step.obs
+    done = ~playing
+    return PlayResult(
+        policy.backend,
+        env_cfg.id,
+        [float(r) for r in returns[done]],
+        steps,
+        latencies,
+        lengths=[int(x) for x in lengths[done]],
+        cut=int(cut.sum()),
+    )

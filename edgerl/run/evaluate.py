@@ -4,8 +4,9 @@ line.
 Training returns include exploration: a CartPole run showed 368 while training and 500 when played
 greedily. Every ``eval.every_steps`` env steps the :class:`Evaluator` (a training hook) takes a CPU
 copy of the online network's weights and plays ``eval.episodes`` episodes with them, epsilon-greedy
-with ``eval.epsilon``, on an environment of its own (the training game and env settings, one
-environment), in a thread of its own: training goes on meanwhile. Each evaluation appends one row
+with ``eval.epsilon``, on environments of its own (the training game and env settings, one per
+episode, all played at once with one batched forward pass per step and one emulator thread), in a
+thread of its own: training goes on meanwhile. Each evaluation appends one row
 to ``<run_dir>/eval.csv`` (:data:`EVAL_COLUMNS`); one with the best mean return so far keeps its
 weights as the run's best policy (:mod:`edgerl.run.best`).
 
@@ -41,7 +42,7 @@ from edgerl.errors import EdgerlError
 from edgerl.files.checkpoint import Checkpoint
 from edgerl.files.csvread import CsvReader, number
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
-from edgerl.play import Observer, PlayOptions, PlayResult, play
+from edgerl.play import PlayOptions, PlayResult, play, play_together
 from edgerl.play.observers import Filming
 from edgerl.policies.torch import TorchPolicy
 from edgerl.run.hooks import Hook, Run
@@ -133,8 +134,9 @@ def evaluate(
     record: Path | None = None,
 ) -> PlayResult:
     """Play ``settings.episodes`` episodes with the weights of ``snapshot`` (as
-    :meth:`Run.policy_snapshot` gives them) on one new environment of the training game; with
-    ``record``, the first episode is also recorded to that GIF (see :mod:`edgerl.record`).
+    :meth:`Run.policy_snapshot` gives them), all at once on as many new environments of the
+    training game (:func:`~edgerl.play.play_together`); with ``record``, the first episode is
+    played alone first and recorded to that GIF (see :mod:`edgerl.record`).
 
     Fewer episodes come back when ``stop`` ended it early. Raises what building the environment
     or the network raises, and RecordError / MissingDependencyError before playing when the
@@ -142,24 +144,22 @@ def evaluate(
     """
     policy = TorchPolicy(snapshot, "cpu")
 
-    def episodes(n: int, seed: int, record: Path | None = None) -> PlayResult:
-        options = PlayOptions(
+    def options(n: int, seed: int) -> PlayOptions:
+        return PlayOptions(
             episodes=n,
             seed=seed,
             epsilon=settings.epsilon,
             max_episode_steps=settings.max_episode_steps,
             stop=stop,
         )
-        observers: list[Observer] = [] if record is None else [Filming(record, policy.spec)]
-        return play(policy, options, observers)
 
     if record is None:
-        return episodes(settings.episodes, seed)
+        return play_together(policy, options(settings.episodes, seed))
     # The recorded episode on an environment that also draws the screen, the rest as usual.
-    first = episodes(1, seed, record)
+    first = play(policy, options(1, seed), [Filming(record, policy.spec)])
     if settings.episodes == 1 or not first.returns:
         return first
-    rest = episodes(settings.episodes - 1, seed + 1)
+    rest = play_together(policy, options(settings.episodes - 1, seed + 1))
     return replace(
         first,
         returns=first.returns + rest.returns,
