@@ -3,9 +3,11 @@ checks across keys, made once presets are applied."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from edgerl.config import MAX_HIDDEN, Config, with_values
+from edgerl.config import MAX_HIDDEN, Config, Layer, with_values
 from edgerl.errors import ConfigError
 from edgerl.learn.registry import learner_info
 
@@ -34,6 +36,43 @@ PRESETS: dict[str, dict[str, Any]] = {
         "perf.pipeline": "sync",
     },
 }
+
+
+@dataclass(frozen=True)
+class NamedPreset:
+    """A recipe a user picks by name (``--preset NAME``): a game, a learner and the settings
+    measured to learn it on one class of machine."""
+
+    summary: str  # one line for --help and the docs
+    values: Mapping[str, Any]
+
+
+# --preset NAME: over the config files, under --set and the command line's own flags. Each one's
+# measured run is in docs/results.md, with its files under docs/runs/.
+NAMED_PRESETS: dict[str, NamedPreset] = {
+    "pong-cpu": NamedPreset(
+        "Pong with PQN on a CPU of two cores, sticky actions off: greedy 18+ within an hour",
+        {
+            "env.id": "ALE/Pong-v5",
+            "agent.algo": "pqn",
+            "env.repeat_action_probability": 0.0,
+            "train.steps": 2_000_000,
+            "agent.eps_decay_steps": 250_000,
+            "eval.every_steps": 100_000,
+            "eval.episodes": 10,
+        },
+    ),
+}
+
+
+def named_preset_layer(name: str) -> Layer:
+    """The settings of ``--preset name`` as a config layer; raises ConfigError for a name
+    that is not one of :data:`NAMED_PRESETS`."""
+    if name not in NAMED_PRESETS:
+        raise ConfigError(
+            f"unknown preset {name!r}; the presets are: {', '.join(sorted(NAMED_PRESETS))}"
+        )
+    return Layer(f"--preset {name}", dict(NAMED_PRESETS[name].values))
 
 
 def apply_presets(cfg: Config, obs_kind: str) -> Config:

@@ -14,7 +14,7 @@ from edgerl.config import Config
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("edgerl")
 
-SHORTCUTS = ("env", "steps", "run_dir", "seed", "quick")
+SHORTCUTS = ("env", "steps", "run_dir", "seed", "quick", "preset")
 
 SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
@@ -42,9 +42,9 @@ class StepCount(click.ParamType):
 
 def config_options(*shortcuts: str) -> Callable[[F], F]:
     """``--config`` and ``--set`` (layers 3-4 of config.py), plus the shortcut flags named
-    (``env``, ``steps``, ``run_dir``, ``seed``: layer 5; ``quick``: a layer between the files and
-    ``--set``). The command gets ``config_file``, ``overrides`` and one keyword per shortcut
-    (``env_id``, ``steps``, ``run_dir``, ``seed``, ``quick``)."""
+    (``env``, ``steps``, ``run_dir``, ``seed``: layer 5; ``quick`` and ``preset``: a layer
+    between the files and ``--set``). The command gets ``config_file``, ``overrides`` and one
+    keyword per shortcut (``env_id``, ``steps``, ``run_dir``, ``seed``, ``quick``, ``preset``)."""
     unknown = set(shortcuts) - set(SHORTCUTS)
     if unknown:
         raise ValueError(f"unknown shortcut options {sorted(unknown)}")
@@ -98,6 +98,18 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
             )
         )
 
+    if "preset" in shortcuts:
+        from edgerl.config_presets import NAMED_PRESETS
+
+        listed = "; ".join(f"{name}: {p.summary}" for name, p in sorted(NAMED_PRESETS.items()))
+        options.append(
+            click.option(
+                "--preset",
+                type=click.Choice(sorted(NAMED_PRESETS)),
+                help=f"A measured recipe (game, learner, settings); --set wins over it. {listed}.",
+            )
+        )
+
     def decorate(func: F) -> F:
         for option in reversed(options):
             func = option(func)
@@ -114,8 +126,10 @@ def build_config(
     run_dir: Path | None = None,
     seed: int | None = None,
     quick: bool = False,
+    preset: str | None = None,
 ) -> Config:
-    """The resolved config from the shared options; raises ConfigError."""
+    """The resolved config from the shared options; raises ConfigError (also for ``--quick``
+    with ``--preset``: both choose the game and its settings)."""
     from edgerl.config import build_layers, resolve
 
     shortcuts = {
@@ -125,12 +139,18 @@ def build_config(
         "env.seed": seed,
     }
     layers = build_layers(config_file, overrides, shortcuts)
-    if quick:  # over the files, under what the command line says
+    if quick and preset:
+        from edgerl.errors import ConfigError
+
+        raise ConfigError("--quick and --preset both choose what to train: give one of them")
+    if quick or preset:  # over the files, under what the command line says
+        from edgerl.config_presets import named_preset_layer
         from edgerl.run.quick import quick_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
-        layers = [*files, quick_layer(resolve(layers)), *command_line]
+        chosen = quick_layer(resolve(layers)) if quick else named_preset_layer(str(preset))
+        layers = [*files, chosen, *command_line]
     cfg = resolve(layers)
     return with_game(cfg)
 

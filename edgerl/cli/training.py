@@ -16,7 +16,7 @@ log = logging.getLogger("edgerl")
 
 
 @cli.command()
-@config_options("env", "steps", "run_dir", "seed", "quick")
+@config_options("env", "steps", "run_dir", "seed", "quick", "preset")
 @click.option(
     "--fresh",
     is_flag=True,
@@ -33,6 +33,7 @@ def train(
     run_dir: Path | None,
     seed: int | None,
     quick: bool,
+    preset: str | None,
     fresh: bool,
     quiet: bool,
 ) -> None:
@@ -53,7 +54,7 @@ def train(
             from edgerl.run.quick import long_run_warning
             from edgerl.run.session import training_session
 
-            cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick)
+            cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
             setup_logging(ctx.obj["debug"], cfg.log.level)
             check_extras(cfg.train.tensorboard)  # before anything is written
             if stop.reason is not None:
@@ -157,7 +158,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
 
 
 @cli.command("config")
-@config_options("env", "steps", "run_dir", "quick")
+@config_options("env", "steps", "run_dir", "quick", "preset")
 @click.option("--reference", is_flag=True, help="Print every key with its default and doc.")
 @click.option("--markdown", is_flag=True, help="With --reference: the docs' Markdown table.")
 def config_cmd(
@@ -167,6 +168,7 @@ def config_cmd(
     steps: int | None,
     run_dir: Path | None,
     quick: bool,
+    preset: str | None,
     reference: bool,
     markdown: bool,
 ) -> None:
@@ -178,7 +180,7 @@ def config_cmd(
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)
         return
-    cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick)
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick, preset=preset)
     cfg = apply_presets(cfg, probe(cfg.env.id).kind)
     check_consistency(cfg)
     click.echo(cfg.to_toml(), nl=False)
