@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig
-from edgerl.device import make_grad_scaler, resolve_amp, resolve_cuda_graphs
+from edgerl.device import indexed, make_grad_scaler, resolve_amp, resolve_cuda_graphs, same_device
 from edgerl.learn.envs import EnvSpec
 from edgerl.learn.fast_update import Decisions, FastUpdate
 from edgerl.learn.losses import LossMeter, linear_schedule
@@ -87,7 +87,7 @@ class DQN:
     ) -> None:
         perf = perf or PerfConfig(amp="off", cuda_graphs="off", compile="off")
         self.cfg = cfg
-        self.device = device
+        self.device = indexed(device)  # as the replay's: a graph samples where both are one
         self.total_steps = total_steps
         if isinstance(q_net, NatureCNN):
             q_net.use_channels_last()
@@ -207,7 +207,7 @@ class DQN:
         nothing else. ``example`` is a batch of the training shape. With ``replay`` on the
         learner's device and CUDA graphs on, the graph samples from it too, ``per_launch``
         updates per launch."""
-        if self.fast.cuda_graphs and replay is not None and replay.device == self.device:
+        if self.fast.cuda_graphs and replay is not None and same_device(replay.device, self.device):
             self.per_launch = per_launch
             b = self.cfg.batch_size
             self.fast.prepare_sampling(lambda: replay.sample_on_device(b), per_launch)
@@ -359,7 +359,7 @@ def prepare(
     samples ``perf.updates_per_launch`` batches per launch from ``replay`` where it lives on the
     learner's device, or torch.compile where it pays (``decisions`` remembers the measurements)."""
     learner.fast.decisions = decisions
-    graph_samples = learner.fast.cuda_graphs and replay.device == learner.device
+    graph_samples = learner.fast.cuda_graphs and same_device(replay.device, learner.device)
     per_launch = resolve_updates_per_launch(
         cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
     )
