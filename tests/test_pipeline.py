@@ -119,3 +119,42 @@ def test_the_async_actor_never_waits_for_the_learners_gpu_work(tmp_path, monkeyp
         trainer.run()
         assert trainer.memory.host_waits == 0  # no staging buffer was still in flight
     assert waits == [], waits
+
+
+def test_the_async_learners_captured_sampler_keeps_the_pipelines_guard(monkeypatch):
+    """A CUDA graph that samples keeps the sampler's settings of its capture, so the guard gap
+    the async pipeline reads by must be set before the learner is prepared: without it, an
+    n-step window can see a slot flagged valid whose frames the actor has not written yet.
+    Stand-ins: a CPU learner with CUDA graphs on, whose capture samples once as a real one
+    would."""
+    import numpy as np
+
+    import edgerl.learn.replay as replay_module
+    from edgerl.config import build_layers, resolve
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.factory import build_learner, build_learning, build_memory
+
+    cfg = resolve(
+        build_layers(
+            None,
+            ["perf.pipeline=async", "replay.capacity=4000", "agent.n_step=3"],
+            {"env.id": "CartPole-v1"},
+            use_system=False,
+        )
+    )
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = build_memory(cfg, spec, CPU)
+    learner = build_learner(cfg, spec, CPU)
+    learner.fast.cuda_graphs = True
+    guards: list[int] = []
+    sample = replay_module.sample
+
+    def recording(storage, sample_spec, generator=None):
+        guards.append(sample_spec.guard)
+        return sample(storage, sample_spec, generator)
+
+    monkeypatch.setattr(replay_module, "sample", recording)
+    monkeypatch.setattr(learner.fast, "prepare_sampling", lambda draw, per_launch: draw())
+    learning = build_learning(cfg, spec, learner, memory, np.random.default_rng(0), 100)
+    assert learning.mode == "async"
+    assert memory.guard > 0 and guards == [memory.guard]

@@ -15,7 +15,8 @@ steps the environments (ALE's threads) and picks actions; PyTorch releases the G
 kernels, so both make progress. Nothing the actor does waits for the learner's GPU work:
 
 * the learner samples the replay on the GPU while the actor writes it, without a lock or an event:
-  it leaves the slots next to the actor's writes alone (a guard gap, :mod:`edgerl.learn.replay`);
+  it leaves the slots next to the actor's writes alone (a guard gap, :mod:`edgerl.learn.replay`,
+  set before the learner's graph is captured: the graph keeps the sampler of its capture);
 * the actor acts with a copy of the weights the learner refreshes once it is
   ``perf.max_policy_lag`` updates behind, double-buffered
   (:class:`~edgerl.learn.actor.ActorWeights`):
@@ -129,6 +130,8 @@ class AsyncLearning(_Pipeline):
 
     def __init__(self, learner: Learner, memory: Any, actor: Actor, perf: PerfConfig) -> None:
         super().__init__(learner, memory, actor)
+        # Set already where the learner's graph samples (build_learning sets it before the
+        # capture, which keeps it); here for a learner that samples eagerly.
         memory.set_guard(True)
         self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
