@@ -158,3 +158,45 @@ def test_the_async_learners_captured_sampler_keeps_the_pipelines_guard(monkeypat
     learning = build_learning(cfg, spec, learner, memory, np.random.default_rng(0), 100)
     assert learning.mode == "async"
     assert memory.guard > 0 and guards == [memory.guard]
+
+
+def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(caplog):
+    """The learner waits until a whole launch (K updates) is owed and the actor stops once more
+    than ``perf.max_ahead`` are: with K=16 and max_ahead=8 each would wait for the other for
+    ever. Acting may run one launch ahead instead, and says so. Stand-in: a CPU learner whose
+    sampling graph (16 updates per launch) only counts its launches; a timer interrupts a
+    deadlock so that it fails the test instead of hanging it."""
+    import threading
+
+    import numpy as np
+
+    from edgerl.config import AgentConfig, PerfConfig
+    from edgerl.learn.actor import Actor, ActorWeights
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.pipeline import AsyncLearning
+    from edgerl.learn.replay import ReplayBuffer
+
+    from .cuda_standins import learner_with_sampling_graph
+
+    learner, graph = learner_with_sampling_graph(16, AgentConfig(learning_starts=100, train_freq=4))
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = ReplayBuffer(spec, 400, 1, "cpu")
+    actor = Actor(
+        ActorWeights(learner.q, True), 2, 1, np.random.default_rng(0), (4,), "float32", False
+    )
+    with caplog.at_level("INFO"):
+        learning = AsyncLearning(learner, memory, actor, PerfConfig(pipeline="async", max_ahead=8))
+    assert "acting may run 16 updates ahead" in caplog.text
+    deadlocked = threading.Event()
+    watchdog = threading.Timer(20, lambda: (deadlocked.set(), learning.interrupt()))
+    watchdog.start()
+    learning.start()
+    try:
+        for step in range(0, 100 + 4 * 200, 4):  # one update due per step: 200 in all
+            learning.after_step(step)
+    finally:
+        watchdog.cancel()
+        learning.finish(drain=False)
+    assert not deadlocked.is_set()
+    assert learner.updates == 16 * graph.replays >= 200 - 17  # whole launches, all but one
+    assert 8 < learning.max_ahead_seen <= 16

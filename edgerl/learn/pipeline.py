@@ -26,7 +26,8 @@ kernels, so both make progress. Nothing the actor does waits for the learner's G
 * the actor works on a CUDA stream of its own, at higher priority than the learner's.
 
 The only wait is flow control: acting pauses when it is more than ``perf.max_ahead`` updates
-ahead of learning, so acting never runs away from learning; the learner keeps at most
+ahead of learning (at least one launch: the learner waits for a whole launch to be owed), so
+acting never runs away from learning; the learner keeps at most
 :data:`MAX_QUEUED_LAUNCHES` launches queued on the GPU (it waits for its own work, holding no
 lock), so the updates it has counted are the ones the GPU is doing. What is not deterministic in
 async mode: which transitions a sample sees and which weights pick each action depend on timing.
@@ -135,7 +136,17 @@ class AsyncLearning(_Pipeline):
         memory.set_guard(True)
         self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
-        self.max_ahead = perf.max_ahead
+        # The learner waits until a whole launch is owed: an actor that stopped with fewer owed
+        # would wait for it for ever. Acting may run at least one launch ahead.
+        self.max_ahead = max(perf.max_ahead, learner.per_launch)
+        if self.max_ahead > perf.max_ahead:
+            log.info(
+                "perf.max_ahead=%d is below the %d updates of one launch of the learner's graph "
+                "(perf.updates_per_launch): acting may run %d updates ahead",
+                perf.max_ahead,
+                learner.per_launch,
+                self.max_ahead,
+            )
         self.cond = threading.Condition()
         self._update_lock = threading.Lock()  # held while launching updates, never across a wait
         self.max_lag_seen = 0
