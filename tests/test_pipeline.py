@@ -200,3 +200,45 @@ def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(cap
     assert not deadlocked.is_set()
     assert learner.updates == 16 * graph.replays >= 200 - 17  # whole launches, all but one
     assert 8 < learning.max_ahead_seen <= 16
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_drain_at_the_end_of_a_run_captures_no_second_graph(monkeypatch, mode):
+    """The updates still due when a run ends (fewer than one launch) are one more launch of the
+    graph that samples, never a second capture: that would make three real warm-up updates on
+    the learner's thread and capture while the replay's save may be copying on the GPU.
+    Stand-ins: a CPU learner whose graph (4 updates a launch) counts its launches, and a
+    capture that fails the test."""
+    import numpy as np
+
+    from edgerl.config import AgentConfig, PerfConfig
+    from edgerl.learn.actor import Actor, ActorWeights
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.pipeline import AsyncLearning, SyncLearning
+    from edgerl.learn.replay import ReplayBuffer
+
+    from .cuda_standins import forbid_capture, learner_with_sampling_graph
+
+    captures = forbid_capture(monkeypatch)
+    learner, graph = learner_with_sampling_graph(4, AgentConfig(learning_starts=100, train_freq=4))
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = ReplayBuffer(spec, 400, 1, "cpu")
+    rng = np.random.default_rng(0)
+    memory.add_first(rng.normal(size=(1, 4)).astype(np.float32))
+    no = np.zeros(1, dtype=bool)
+    for _ in range(50):  # transitions to sample, should anything sample apart
+        obs = rng.normal(size=(1, 4)).astype(np.float32)
+        memory.add(np.zeros(1, np.int64), np.ones(1, np.float32), no, no, obs, None)
+    actor = Actor(ActorWeights(learner.q, mode == "async"), 2, 1, rng, (4,), "float32", False)
+    perf = PerfConfig(pipeline=mode, max_ahead=8)
+    learning = (
+        AsyncLearning(learner, memory, actor, perf)
+        if mode == "async"
+        else SyncLearning(learner, memory, actor)
+    )
+    learning.start()
+    for step in range(100, 100 + 4 * 10 + 1, 4):  # 10 updates due: 2 launches and 2 over
+        learning.after_step(step)
+    learning.finish(drain=True)
+    assert captures == []
+    assert graph.replays == 3 and learner.updates == 12 and learner.owed(140) == -2

@@ -171,15 +171,20 @@ class DQN:
 
     def learn(self, replay: Sampler, step: int, n: int = 1) -> None:
         """Make ``n`` updates at env step ``step``: the learning rate of that step, then sample
-        and step, :attr:`per_launch` updates per CUDA graph launch where one was captured (a
-        remainder one at a time), and a target sync after each update (or launch) that crosses
-        a multiple of :attr:`target_period`."""
+        and step, :attr:`per_launch` updates per launch of the CUDA graph that samples where one
+        was captured, and a target sync after each update (or launch) that crosses a multiple
+        of :attr:`target_period`.
+
+        With that graph a remainder below :attr:`per_launch` (the last updates of a run) is one
+        whole launch, up to ``per_launch - 1`` updates more than asked: made apart, it would
+        capture a second graph on the learner's thread at the end of the run (three real
+        warm-up updates, and a capture while the replay's save may be copying on the GPU)."""
         a = self.cfg
         if a.lr_end >= 0:
             self.set_lr(linear_schedule(a.lr, a.lr_end, self.total_steps, step))
         period = self.target_period
         while n > 0:
-            if self.fast.sampling and n >= self.per_launch:
+            if self.fast.sampling:
                 loss, k = self.fast.launch(), self.per_launch
             else:
                 loss, k = self.fast(replay.sample(a.batch_size)), 1

@@ -5,7 +5,8 @@ A pipeline is given the learner, its memory (a replay, a rollout) and the
 transitions to the memory itself, and calls :meth:`after_step` with the env step count. Both
 pipelines make exactly the learning :meth:`Learner.owed` asks for (DQN: the replay ratio's
 updates, whatever ``env.num_envs`` is), in groups of ``learner.per_launch`` (DQN:
-``perf.updates_per_launch`` updates, one CUDA graph launch each), the remainder at the end.
+``perf.updates_per_launch`` updates, one CUDA graph launch each), the remainder at the end (a
+learner whose graph makes ``per_launch`` updates a launch makes it one whole launch).
 
 ``SyncLearning`` (``perf.pipeline = "sync"``) makes the updates due after every vector step, on
 the actor's thread: the plain loop, deterministic for a given seed on the CPU.
