@@ -24,7 +24,11 @@ kernels, so both make progress. Nothing the actor does waits for the learner's G
   the learner never writes the copy in use and the actor switches to a new copy at its next step
   once the copy is done (an event query), so the weights that pick an action are at most
   ``max_policy_lag + max_ahead`` updates old;
-* the actor works on a CUDA stream of its own, at higher priority than the learner's.
+* the actor works on a CUDA stream of its own, at higher priority than the learner's;
+* the learner's draws are independent of one launch to the next: its sampling graph is the only
+  graph that draws from the default CUDA generator, and only the learner's thread replays it, so
+  each launch moves the generator's offset on once, in order. The actor draws its exploration on
+  the host from its own numpy generator (:mod:`edgerl.learn.actor` says why not on the GPU).
 
 The only wait is flow control: acting pauses when it is more than ``perf.max_ahead`` updates
 ahead of learning (at least one launch: the learner waits for a whole launch to be owed), so
