@@ -61,6 +61,15 @@ def indexed(device: torch.device | str) -> torch.device:
     return device
 
 
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """Whether ``a`` and ``b`` name one device: ``cuda`` is the same as ``cuda:<current>``.
+
+    ``torch.device("cuda") == torch.device("cuda:0")`` is False, so comparing as they are would
+    take a learner made on ``cuda`` and a replay on ``cuda:0`` for two devices.
+    """
+    return indexed(a) == indexed(b)
+
+
 def integrated_gpu(device: torch.device) -> bool:
     """True for a CUDA GPU that shares the host's memory (a Jetson's)."""
     if device.type != "cuda":

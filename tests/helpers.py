@@ -10,6 +10,7 @@ from edgerl.display.stream import FrameMeta
 from edgerl.learn.replay_sample import Batch
 
 CUDA = torch.cuda.is_available()
+# Unindexed on purpose: learners and replays must take "cuda" for the "cuda:0" tensors report.
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgerl.learn.actor import Actor, ActorWeights
+from edgerl.learn.actor import Actor, ActorWeights, exploration
 from edgerl.learn.nets import MLP, NatureCNN
 
+from .cuda_standins import FakeStream, fake_streams_and_graphs
 from .helpers import CUDA, GPU
 
 OBS = (4,)
@@ -81,5 +82,59 @@ def test_the_gpu_actor_agrees_with_the_network(use_graph):
         q = net(torch.from_numpy(obs).to(GPU)).float().cpu().numpy()
     assert np.array_equal(actions, q.argmax(1))
     np.testing.assert_allclose(q_shown, q[3], rtol=1e-4, atol=1e-4)
+    rng_state = torch.cuda.get_rng_state()
     explored = np.concatenate([actor.act(obs, 1.0 - 1e-9)[0] for _ in range(20)])
-    assert len(set(explored.tolist())) > 1  # epsilon draws on the device
+    assert len(set(explored.tolist())) > 1  # exploration drawn on the host reaches the graph
+    # The learner's sampling graph, on another thread, owns the CUDA generator.
+    assert torch.equal(rng_state, torch.cuda.get_rng_state())
+    again = Actor(
+        ActorWeights(net, True),
+        6,
+        8,
+        np.random.default_rng(0),
+        (4, 84, 84),
+        "uint8",
+        use_graph=use_graph,
+    )
+    again.rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)  # as rng drew obs above
+    again.act(obs, 0.0, shown=3)
+    repeated = np.concatenate([again.act(obs, 1.0 - 1e-9)[0] for _ in range(20)])
+    assert np.array_equal(explored, repeated)  # the actor's seed decides, as on the CPU
+
+
+def test_what_the_actors_graph_captures_explores_with_the_actors_generator_and_no_torch_one():
+    """The body of the actor's CUDA graph, run on CPU tensors standing in for its device
+    buffers: where it explores comes from the actor's numpy generator through the input
+    buffers, so a seeded run explores as the CPU actor does, and it draws nothing from a torch
+    generator (the learner's sampling graph, replayed on another thread, owns the CUDA one)."""
+    torch.manual_seed(0)
+    net = MLP(4, 3, (8,))
+    obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    want, want_shown = make(net, seed=5).act(obs, 0.5, shown=2)
+    assert 0 < np.count_nonzero(exploration(0.5, 3, 8, np.random.default_rng(5)) >= 0) < 8
+    device_side = make(net, seed=5)
+    device_side._make_buffers(OBS, "float32", pin=False)
+    rng_state = torch.get_rng_state()
+    device_side._stage(obs, 0.5, 2)
+    device_side._body(net)
+    assert torch.equal(rng_state, torch.get_rng_state())
+    out = device_side._out.numpy()
+    assert np.array_equal(out[:8].astype(np.int64), want)
+    np.testing.assert_allclose(out[8:], want_shown, rtol=1e-6)
+
+
+def test_the_actors_stream_follows_the_default_stream_before_it_reads_its_buffers(monkeypatch):
+    """The actor's buffers and weight copies are written on the default stream; its own stream
+    must wait for that before the graphs' warm-up or a first eager forward reads them.
+    Stand-ins: streams, events and graphs that record, CPU tensors for the device's."""
+    default = fake_streams_and_graphs(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "Event", FakeStream)
+    actor = make(MLP(4, 3, (8,)), double=True)
+    seen: list[list] = []
+    body = actor._body
+    monkeypatch.setattr(
+        actor, "_body", lambda net: (seen.append(list(actor.stream.waited)), body(net))
+    )
+    actor._open_device(OBS, "float32", use_graph=True)
+    assert isinstance(actor.stream, FakeStream) and actor.stream.waited == [default]
+    assert len(actor._graphs) == 2 and seen and all(w == [default] for w in seen)

@@ -143,3 +143,33 @@ def test_one_online_forward_over_obs_and_next_obs_is_the_two_forwards():
     for a, j in zip(apart.q.parameters(), joint.q.parameters(), strict=True):
         torch.testing.assert_close(a.grad, j.grad, rtol=1e-5, atol=1e-7)
     assert all(g["eps"] == 1e-5 for g in joint.optimizer.param_groups)  # agent.adam_eps
+
+
+def test_a_learner_made_on_cuda_samples_in_its_graph_from_a_replay_on_cuda_0(monkeypatch):
+    """``cuda`` and ``cuda:0`` are one device: a learner handed ``torch.device("cuda")`` (as
+    the GPU tests' helpers do) captures the graph that samples the replay on ``cuda:0``
+    (which a replay always reports), instead of silently taking the path where each batch is
+    sampled apart. Stand-ins: the current CUDA device is 0, a CPU learner plays the CUDA one,
+    and the captures are recorded, not made."""
+    from types import SimpleNamespace
+
+    from edgerl.config import Config
+    from edgerl.device import same_device
+    from edgerl.learn.dqn import prepare
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert same_device("cuda", torch.device("cuda", 0)) and same_device(CPU, "cpu")
+    assert not same_device("cuda:1", "cuda") and not same_device(CPU, "cuda:0")
+
+    learner = DQN(MLP(4, 2, (8,)), AgentConfig(), CPU)
+    learner.device = torch.device("cuda")  # how a caller may name the GPU
+    learner.fast.cuda_graphs = True
+    captured: list[str] = []
+    monkeypatch.setattr(learner.fast, "prepare_sampling", lambda *a: captured.append("samples"))
+    monkeypatch.setattr(learner.fast, "prepare", lambda *a: captured.append("batch copied in"))
+    replay = SimpleNamespace(device=torch.device("cuda", 0))
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    monkeypatch.setattr("edgerl.learn.dqn.example_batch", lambda *a: None)  # no CUDA tensors
+    prepare(learner, Config(), spec, replay, remaining_updates=1000)
+    assert captured == ["samples"]
+    assert learner.per_launch > 1  # auto: several sampled updates per launch

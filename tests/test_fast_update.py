@@ -260,3 +260,34 @@ def test_an_unwritable_cache_costs_only_a_warning(tmp_path, caplog):
     decisions.put("k", {"eager_s": 1.0})
     assert "the next run measures again" in caplog.text
     assert decisions.get("k") is None
+
+
+def test_the_capture_warm_up_drops_only_the_capturable_optimizers_warning(monkeypatch):
+    """Warm-up steps before a capture step a capturable optimizer uncaptured, and torch warns
+    once about exactly that: expected there, it is dropped; any other warning goes on. Stand-ins:
+    streams, graphs and the capture as fakes, a step that warns as torch's Adam does."""
+    import warnings
+
+    from .cuda_standins import fake_streams_and_graphs
+
+    fake_streams_and_graphs(monkeypatch)
+    learner = DQN(MLP(4, 2, (8,)), AgentConfig(), CPU)
+
+    def step(zero_grad: bool = True) -> torch.Tensor:
+        warnings.warn(
+            "This instance was constructed with capturable=True or some of all the "
+            "param_groups came with capturable=True, but step() is running without CUDA "
+            "graph capture. If you never intend to graph-capture this instance, "
+            "capturable=True can impair performance, and you should set capturable=False.",
+            UserWarning,
+            stacklevel=2,
+        )
+        warnings.warn("something else", UserWarning, stacklevel=2)
+        return torch.zeros(())
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learner.fast._capture_fn(step)
+    messages = [str(w.message) for w in caught]
+    assert messages.count("something else") == 4  # three warm-up steps and the capture
+    assert sum("capturable=True" in m for m in messages) == 1  # the fake capture captures nothing

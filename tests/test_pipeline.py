@@ -119,3 +119,126 @@ def test_the_async_actor_never_waits_for_the_learners_gpu_work(tmp_path, monkeyp
         trainer.run()
         assert trainer.memory.host_waits == 0  # no staging buffer was still in flight
     assert waits == [], waits
+
+
+def test_the_async_learners_captured_sampler_keeps_the_pipelines_guard(monkeypatch):
+    """A CUDA graph that samples keeps the sampler's settings of its capture, so the guard gap
+    the async pipeline reads by must be set before the learner is prepared: without it, an
+    n-step window can see a slot flagged valid whose frames the actor has not written yet.
+    Stand-ins: a CPU learner with CUDA graphs on, whose capture samples once as a real one
+    would."""
+    import numpy as np
+
+    import edgerl.learn.replay as replay_module
+    from edgerl.config import build_layers, resolve
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.factory import build_learner, build_learning, build_memory
+
+    cfg = resolve(
+        build_layers(
+            None,
+            ["perf.pipeline=async", "replay.capacity=4000", "agent.n_step=3"],
+            {"env.id": "CartPole-v1"},
+            use_system=False,
+        )
+    )
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = build_memory(cfg, spec, CPU)
+    learner = build_learner(cfg, spec, CPU)
+    learner.fast.cuda_graphs = True
+    guards: list[int] = []
+    sample = replay_module.sample
+
+    def recording(storage, sample_spec, generator=None):
+        guards.append(sample_spec.guard)
+        return sample(storage, sample_spec, generator)
+
+    monkeypatch.setattr(replay_module, "sample", recording)
+    monkeypatch.setattr(learner.fast, "prepare_sampling", lambda draw, per_launch: draw())
+    learning = build_learning(cfg, spec, learner, memory, np.random.default_rng(0), 100)
+    assert learning.mode == "async"
+    assert memory.guard > 0 and guards == [memory.guard]
+
+
+def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(caplog):
+    """The learner waits until a whole launch (K updates) is owed and the actor stops once more
+    than ``perf.max_ahead`` are: with K=16 and max_ahead=8 each would wait for the other for
+    ever. Acting may run one launch ahead instead, and says so. Stand-in: a CPU learner whose
+    sampling graph (16 updates per launch) only counts its launches; a timer interrupts a
+    deadlock so that it fails the test instead of hanging it."""
+    import threading
+
+    import numpy as np
+
+    from edgerl.config import AgentConfig, PerfConfig
+    from edgerl.learn.actor import Actor, ActorWeights
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.pipeline import AsyncLearning
+    from edgerl.learn.replay import ReplayBuffer
+
+    from .cuda_standins import learner_with_sampling_graph
+
+    learner, graph = learner_with_sampling_graph(16, AgentConfig(learning_starts=100, train_freq=4))
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = ReplayBuffer(spec, 400, 1, "cpu")
+    actor = Actor(
+        ActorWeights(learner.q, True), 2, 1, np.random.default_rng(0), (4,), "float32", False
+    )
+    with caplog.at_level("INFO"):
+        learning = AsyncLearning(learner, memory, actor, PerfConfig(pipeline="async", max_ahead=8))
+    assert "acting may run 16 updates ahead" in caplog.text
+    deadlocked = threading.Event()
+    watchdog = threading.Timer(20, lambda: (deadlocked.set(), learning.interrupt()))
+    watchdog.start()
+    learning.start()
+    try:
+        for step in range(0, 100 + 4 * 200, 4):  # one update due per step: 200 in all
+            learning.after_step(step)
+    finally:
+        watchdog.cancel()
+        learning.finish(drain=False)
+    assert not deadlocked.is_set()
+    assert learner.updates == 16 * graph.replays >= 200 - 17  # whole launches, all but one
+    assert 8 < learning.max_ahead_seen <= 16
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_drain_at_the_end_of_a_run_captures_no_second_graph(monkeypatch, mode):
+    """The updates still due when a run ends (fewer than one launch) are one more launch of the
+    graph that samples, never a second capture: that would make three real warm-up updates on
+    the learner's thread and capture while the replay's save may be copying on the GPU.
+    Stand-ins: a CPU learner whose graph (4 updates a launch) counts its launches, and a
+    capture that fails the test."""
+    import numpy as np
+
+    from edgerl.config import AgentConfig, PerfConfig
+    from edgerl.learn.actor import Actor, ActorWeights
+    from edgerl.learn.envs import EnvSpec
+    from edgerl.learn.pipeline import AsyncLearning, SyncLearning
+    from edgerl.learn.replay import ReplayBuffer
+
+    from .cuda_standins import forbid_capture, learner_with_sampling_graph
+
+    captures = forbid_capture(monkeypatch)
+    learner, graph = learner_with_sampling_graph(4, AgentConfig(learning_starts=100, train_freq=4))
+    spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
+    memory = ReplayBuffer(spec, 400, 1, "cpu")
+    rng = np.random.default_rng(0)
+    memory.add_first(rng.normal(size=(1, 4)).astype(np.float32))
+    no = np.zeros(1, dtype=bool)
+    for _ in range(50):  # transitions to sample, should anything sample apart
+        obs = rng.normal(size=(1, 4)).astype(np.float32)
+        memory.add(np.zeros(1, np.int64), np.ones(1, np.float32), no, no, obs, None)
+    actor = Actor(ActorWeights(learner.q, mode == "async"), 2, 1, rng, (4,), "float32", False)
+    perf = PerfConfig(pipeline=mode, max_ahead=8)
+    learning = (
+        AsyncLearning(learner, memory, actor, perf)
+        if mode == "async"
+        else SyncLearning(learner, memory, actor)
+    )
+    learning.start()
+    for step in range(100, 100 + 4 * 10 + 1, 4):  # 10 updates due: 2 launches and 2 over
+        learning.after_step(step)
+    learning.finish(drain=True)
+    assert captures == []
+    assert graph.replays == 3 and learner.updates == 12 and learner.owed(140) == -2

@@ -148,6 +148,48 @@ def test_samples_are_exact_across_devices(storage, learner):
     check_samples(buffer, envs, rounds=20)
 
 
+def test_the_packed_writes_of_a_cuda_replay_land_where_the_host_wrote():
+    """A CUDA replay writes each vector step as one packed copy through its staging ring (frames,
+    then int32 slot updates), scattered where the sampler reads. Run here on CPU tensors
+    standing in for the device's and plain buffers for the pinned ones: after writes of every
+    kind (every environment, ended episodes with their final frames, a subset of environments
+    as ALE's async mode writes), the sampler's tensors hold what the host wrote, the frames are
+    those of a plain replay given the same writes, and samples are exact."""
+    envs = ReferenceEnvs(3, np.random.default_rng(5))
+    packed = ReplayBuffer(SPEC, 96, 3, "cpu", seed=1)
+    packed._packed_writes(pin=False)
+    plain = ReplayBuffer(SPEC, 96, 3, "cpu", seed=1)
+    assert packed.storage.flags.data_ptr() != torch.from_numpy(packed.flags).data_ptr()
+
+    def both(method: str, *args, **kwargs) -> None:
+        getattr(packed, method)(*args, **kwargs)
+        getattr(plain, method)(*args, **kwargs)
+
+    both("add_first", envs.obs())
+    for _ in range(150):
+        actions = envs.rng.integers(6, size=envs.n)
+        rewards, term, trunc, obs, final = envs.step(actions, 0.15)
+        both("add", actions, rewards, term, trunc, obs, final)
+    check_samples(packed, envs, rounds=10)
+    rng = np.random.default_rng(6)
+    for _ in range(100):  # subsets of environments, episodes ending among them
+        ids = np.sort(rng.choice(3, size=int(rng.integers(1, 4)), replace=False))
+        k = len(ids)
+        obs = rng.integers(0, 256, size=(k, STACK, 2, 2), dtype=np.uint8)
+        ended = rng.random(k) < 0.2
+        final = rng.integers(0, 256, size=(k, STACK, 2, 2), dtype=np.uint8)
+        term, trunc = ended & (rng.random(k) < 0.5), ended.copy()
+        trunc &= ~term
+        actions, rewards = rng.integers(6, size=k), rng.normal(size=k).astype(np.float32)
+        both("add", actions, rewards, term, trunc, obs, final if ended.any() else None, envs=ids)
+    st = packed.storage
+    for name in ("actions", "rewards", "flags", "head", "count"):
+        host = getattr(packed, name)
+        np.testing.assert_array_equal(host, getattr(plain, name))
+        np.testing.assert_array_equal(getattr(st, name).numpy(), host, err_msg=name)
+    assert torch.equal(packed.items, plain.items)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_replay_never_waits_for_queued_gpu_work():

@@ -550,19 +550,35 @@ def test_a_disk_that_fills_later_costs_that_replay_not_the_run(cli, tmp_path, mo
     assert trainer_replay(CARTPOLE, run, 1000)["valid"] > 0
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_replay_on_the_gpu_round_trips(tmp_path):
+GPU = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    ],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", GPU])
+def test_a_replay_round_trips_by_the_background_copy(tmp_path, device):
+    """The frames go by the background copy (on CUDA: its own stream, after the snapshot's
+    event), not in the snapshot: with a head start as large as the ring, every frame would be
+    copied in the snapshot and the background copy never run. The CPU run checks the test. The
+    ring (80 slots) holds what the actor writes before the copy (at most 70) without lapping
+    it."""
     envs = ReferenceEnvs(3, np.random.default_rng(6))
-    buffer = ReplayBuffer(SPEC, 3 * 40, 3, "cuda", seed=1)
+    buffer = ReplayBuffer(SPEC, 3 * 80, 3, device, seed=1)
     store = ReplayStore(tmp_path, buffer)
+    store.head_start = 0  # as the CPU save tests: all frames left to the background copy
     fill(buffer, envs, 30, 0.15)
     job = store.snapshot(step=1)
+    assert job.parts and all(part.early is None for part in job.parts)
     want_first = arrays(buffer)
     continue_episodes(buffer, envs, 5)  # queued on the GPU after the snapshot's event
     job.run()
     assert job.error is None
-    first = ReplayBuffer(SPEC, 3 * 40, 3, "cuda", seed=1)
+    assert (store._copy_stream is not None) == (device == "cuda")  # the GPU copy ran
+    first = ReplayBuffer(SPEC, 3 * 80, 3, device, seed=1)
     ReplayStore(tmp_path, first).restore(job.result.manifest)
     assert_same(want_first, arrays(first))
     store.commit(job)
@@ -570,7 +586,7 @@ def test_a_replay_on_the_gpu_round_trips(tmp_path):
     job = store.snapshot(step=2)
     want = arrays(buffer)
     job.run()
-    fresh = ReplayBuffer(SPEC, 3 * 40, 3, "cuda", seed=1)
+    fresh = ReplayBuffer(SPEC, 3 * 80, 3, device, seed=1)
     ReplayStore(tmp_path, fresh).restore(job.result.manifest)
     assert_same(want, arrays(fresh))
     assert os.path.exists(tmp_path / job.result.manifest)

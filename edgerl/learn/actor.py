@@ -6,10 +6,18 @@ viewer shows). At epsilon 1 (the replay still filling) no forward pass runs at a
 * On the CPU: an eager forward on the observations as they are (no copy), the greedy actions read
   from it and mixed with random ones drawn from the actor's numpy generator, so a run with a
   fixed seed repeats exactly.
-* On CUDA: the observations go through a pinned buffer to a static device tensor, and the forward
-  pass, the argmax and the epsilon-greedy draw run as one captured CUDA graph on the actor's own
-  stream (at high priority, so it never queues behind the learner's updates); the actions and the
-  shown Q-values come back in one small copy. The actor waits only for that copy of its own work.
+* On CUDA: the observations, and where each environment explores (drawn on the host from the
+  same numpy generator, see :func:`exploration`), go through pinned buffers to static device
+  tensors, and the forward pass, the argmax and the choice between greedy and random run as one
+  captured CUDA graph on the actor's own stream (at high priority, so it never queues behind the
+  learner's updates); the actions and the shown Q-values come back in one small copy. The actor
+  waits only for that copy of its own work.
+
+  The graph draws no random numbers on the GPU: the learner's graph, replayed on another
+  thread, draws its samples from the default CUDA generator, and graphs that share a generator
+  (torch 2.4-2.12) refill one seed/offset pair on each replaying thread's stream without a lock,
+  so the two threads' draws could repeat or correlate. On the host they cost the same few
+  microseconds as on the CPU, and a seeded run explores as it does on the CPU.
 
 The actor acts with :class:`ActorWeights`: the learner's own network (the sync pipeline), or two
 copies of it that the learner refreshes in turn (the async pipeline): the learner writes the copy
@@ -32,6 +40,17 @@ from torch import nn
 CUDA_GRAPH_WARMUP = 3
 
 
+def exploration(epsilon: float, num_actions: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Where each of ``n`` environments explores: returns a uniformly random action (int64)
+    with probability ``epsilon``, else -1 (act greedily).
+
+    One draw of uniform floats gives both the random actions and the coin flips (numpy's
+    ``integers`` costs three times as much per call, for a handful of numbers)."""
+    u = rng.random(2 * n)
+    randoms = (u[:n] * num_actions).astype(np.int64)
+    return np.where(u[n:] < epsilon, randoms, -1)
+
+
 def epsilon_greedy(
     q_values: np.ndarray | None,
     epsilon: float,
@@ -39,15 +58,11 @@ def epsilon_greedy(
     n: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Greedy actions from ``q_values`` (None: all random), each random with probability eps.
-
-    One draw of uniform floats gives both the random actions and the coin flips (numpy's
-    ``integers`` costs three times as much per call, for a handful of numbers)."""
-    u = rng.random(2 * n)
-    randoms = (u[:n] * num_actions).astype(np.int64)
+    """Greedy actions from ``q_values`` (None: all random), each random with probability eps."""
+    explore = exploration(1.0 if q_values is None else epsilon, num_actions, n, rng)
     if q_values is None:
-        return randoms
-    return np.where(u[n:] < epsilon, randoms, q_values.argmax(axis=1))
+        return explore
+    return np.where(explore >= 0, explore, q_values.argmax(axis=1))
 
 
 def _copy_weights(dst: nn.Module, src: nn.Module) -> None:
@@ -150,29 +165,53 @@ class Actor:
         # only the actions come back): a rollout learner reuses them instead of computing again.
         self.greedy_values: np.ndarray | None = None
         self._graphs: list[Any] = []
-        if not self.cuda:
-            return
-        dtype = getattr(torch, obs_dtype)
+        if self.cuda:
+            self._open_device(obs_shape, obs_dtype, use_graph)
+
+    def _open_device(self, obs_shape: tuple[int, ...], obs_dtype: str, use_graph: bool) -> None:
+        """The actor's stream, its static buffers and (``use_graph``) one graph per weights
+        copy."""
         self.stream = torch.cuda.Stream(priority=-1)  # higher than the learner's
-        self._obs_host = torch.empty((num_envs, *obs_shape), dtype=dtype, pin_memory=True)
-        self._obs = torch.zeros((num_envs, *obs_shape), dtype=dtype, device=self.device)
-        self._epsilon = torch.ones((), device=self.device)
-        self._shown = torch.zeros((), dtype=torch.long, device=self.device)
-        # actions (as float32, exact for any action id) then the shown environment's Q-values
-        self._out = torch.zeros(num_envs + num_actions, device=self.device)
-        self._out_host = torch.zeros(num_envs + num_actions, pin_memory=True)
+        self._make_buffers(obs_shape, obs_dtype, pin=self.cuda)
         self._done = torch.cuda.Event()
+        # The buffers and the weights' copies were written on the default stream, which the
+        # actor's stream does not follow by itself: the graphs' warm-up, or an actor that acts
+        # without graphs at once (a resume past the random phase), would read them unwritten.
+        self.stream.wait_stream(torch.cuda.current_stream())
         if use_graph:
-            self._graphs = [self._capture(net) for net in weights.nets]
+            self._graphs = [self._capture(net) for net in self.weights.nets]
+
+    def _make_buffers(self, obs_shape: tuple[int, ...], obs_dtype: str, pin: bool) -> None:
+        """The static tensors the graph reads and writes, and their host sides (pinned: the
+        copies are asynchronous)."""
+        dtype, n, device = getattr(torch, obs_dtype), self.num_envs, self.device
+        self._obs_host = torch.empty((n, *obs_shape), dtype=dtype, pin_memory=pin)
+        self._obs = torch.zeros((n, *obs_shape), dtype=dtype, device=device)
+        self._explore_host = torch.full((n,), -1, dtype=torch.int64, pin_memory=pin)
+        self._explore = torch.full((n,), -1, dtype=torch.int64, device=device)
+        self._shown = torch.zeros((), dtype=torch.long, device=device)
+        # actions (as float32, exact for any action id) then the shown environment's Q-values
+        self._out = torch.zeros(n + self.num_actions, device=device)
+        self._out_host = torch.zeros(n + self.num_actions, pin_memory=pin)
+
+    def _stage(self, obs: np.ndarray, epsilon: float, shown: int | None) -> None:
+        """Put one step's input on the device: the observations, where each environment
+        explores (drawn here, from the actor's generator) and the environment shown."""
+        self._obs_host.numpy()[...] = obs
+        self._obs.copy_(self._obs_host, non_blocking=True)
+        self._explore_host.numpy()[...] = exploration(
+            epsilon, self.num_actions, self.num_envs, self.rng
+        )
+        self._explore.copy_(self._explore_host, non_blocking=True)
+        self._shown.fill_(0 if shown is None else shown)
 
     def _body(self, net: nn.Module) -> None:
-        """Forward, argmax and epsilon-greedy on the static tensors (what a graph captures)."""
+        """Forward, argmax and the staged exploration on the static tensors (what a graph
+        captures; it draws no random numbers)."""
         with torch.no_grad():
             q = net(self._obs).float()
             n = self.num_envs
-            randoms = torch.randint(self.num_actions, (n,), device=self.device)
-            explore = torch.rand(n, device=self.device) < self._epsilon
-            actions = torch.where(explore, randoms, q.argmax(dim=1))
+            actions = torch.where(self._explore >= 0, self._explore, q.argmax(dim=1))
             self._out[:n].copy_(actions)
             self._out[n:].copy_(q.index_select(0, self._shown.view(1)).view(-1))
 
@@ -207,10 +246,7 @@ class Actor:
             actions = epsilon_greedy(q, epsilon, self.num_actions, n, self.rng)
             return actions, (None if shown is None else q[shown])
         with torch.cuda.stream(self.stream):
-            self._obs_host.numpy()[...] = obs
-            self._obs.copy_(self._obs_host, non_blocking=True)
-            self._epsilon.fill_(epsilon)
-            self._shown.fill_(0 if shown is None else shown)
+            self._stage(obs, epsilon, shown)
             if self._graphs:
                 self._graphs[index].replay()
             else:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig
-from edgerl.device import make_grad_scaler, resolve_amp, resolve_cuda_graphs
+from edgerl.device import indexed, make_grad_scaler, resolve_amp, resolve_cuda_graphs, same_device
 from edgerl.learn.envs import EnvSpec
 from edgerl.learn.fast_update import Decisions, FastUpdate
 from edgerl.learn.losses import LossMeter, linear_schedule
@@ -87,7 +87,7 @@ class DQN:
     ) -> None:
         perf = perf or PerfConfig(amp="off", cuda_graphs="off", compile="off")
         self.cfg = cfg
-        self.device = device
+        self.device = indexed(device)  # as the replay's: a graph samples where both are one
         self.total_steps = total_steps
         if isinstance(q_net, NatureCNN):
             q_net.use_channels_last()
@@ -171,15 +171,20 @@ class DQN:
 
     def learn(self, replay: Sampler, step: int, n: int = 1) -> None:
         """Make ``n`` updates at env step ``step``: the learning rate of that step, then sample
-        and step, :attr:`per_launch` updates per CUDA graph launch where one was captured (a
-        remainder one at a time), and a target sync after each update (or launch) that crosses
-        a multiple of :attr:`target_period`."""
+        and step, :attr:`per_launch` updates per launch of the CUDA graph that samples where one
+        was captured, and a target sync after each update (or launch) that crosses a multiple
+        of :attr:`target_period`.
+
+        With that graph a remainder below :attr:`per_launch` (the last updates of a run) is one
+        whole launch, up to ``per_launch - 1`` updates more than asked: made apart, it would
+        capture a second graph on the learner's thread at the end of the run (three real
+        warm-up updates, and a capture while the replay's save may be copying on the GPU)."""
         a = self.cfg
         if a.lr_end >= 0:
             self.set_lr(linear_schedule(a.lr, a.lr_end, self.total_steps, step))
         period = self.target_period
         while n > 0:
-            if self.fast.sampling and n >= self.per_launch:
+            if self.fast.sampling:
                 loss, k = self.fast.launch(), self.per_launch
             else:
                 loss, k = self.fast(replay.sample(a.batch_size)), 1
@@ -207,7 +212,7 @@ class DQN:
         nothing else. ``example`` is a batch of the training shape. With ``replay`` on the
         learner's device and CUDA graphs on, the graph samples from it too, ``per_launch``
         updates per launch."""
-        if self.fast.cuda_graphs and replay is not None and replay.device == self.device:
+        if self.fast.cuda_graphs and replay is not None and same_device(replay.device, self.device):
             self.per_launch = per_launch
             b = self.cfg.batch_size
             self.fast.prepare_sampling(lambda: replay.sample_on_device(b), per_launch)
@@ -359,7 +364,7 @@ def prepare(
     samples ``perf.updates_per_launch`` batches per launch from ``replay`` where it lives on the
     learner's device, or torch.compile where it pays (``decisions`` remembers the measurements)."""
     learner.fast.decisions = decisions
-    graph_samples = learner.fast.cuda_graphs and replay.device == learner.device
+    graph_samples = learner.fast.cuda_graphs and same_device(replay.device, learner.device)
     per_launch = resolve_updates_per_launch(
         cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
     )

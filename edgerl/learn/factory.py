@@ -192,11 +192,18 @@ def build_learning(
     decisions: Decisions | None = None,
 ) -> Learning:
     """Make the learner fast (:func:`prepare_learner`) and wrap it, its memory and an actor in
-    the pipeline ``perf.pipeline`` asks for."""
+    the pipeline ``perf.pipeline`` asks for.
+
+    The pipeline is decided first: an async learner samples while the actor writes, so its
+    replay leaves a guard gap by the actor's writes, and a CUDA graph that samples keeps the
+    guard it was captured with."""
     device = learner.device
+    concurrent = wants_double_weights(cfg.perf, device, learner.kind)
+    if concurrent:
+        memory.set_guard(True)
     prepare_learner(cfg, spec, learner, memory, remaining_updates, decisions)
     actor = Actor(
-        ActorWeights(learner.q, wants_double_weights(cfg.perf, device, learner.kind)),
+        ActorWeights(learner.q, concurrent),
         spec.num_actions,
         cfg.env.batch_size or cfg.env.num_envs,  # the rows of one step
         actor_rng,

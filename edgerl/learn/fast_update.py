@@ -28,6 +28,7 @@ import logging
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -61,6 +62,8 @@ def quiet_profiler_notes() -> None:
 COMPILE_MIN_UPDATES = 125_000
 CUDA_GRAPH_WARMUP = 3
 COMPILE_TIMING_UPDATES = 20
+# The start of torch's warning when a capturable optimizer steps outside a capture (2.3-2.13).
+CAPTURABLE_UNCAPTURED = "This instance was constructed with capturable=True"
 
 StepFn = Callable[..., torch.Tensor]  # (batch, zero_grad=True) -> detached loss
 
@@ -253,7 +256,9 @@ class FastUpdate:
         """Warm up ``fn`` on a side stream (real steps), then capture one call of it."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), warnings.catch_warnings():
+            # A capturable optimizer warns once that it steps uncaptured: here it must.
+            warnings.filterwarnings("ignore", message=CAPTURABLE_UNCAPTURED)
             for _ in range(CUDA_GRAPH_WARMUP):
                 fn()
         torch.cuda.current_stream().wait_stream(side)

@@ -5,7 +5,8 @@ A pipeline is given the learner, its memory (a replay, a rollout) and the
 transitions to the memory itself, and calls :meth:`after_step` with the env step count. Both
 pipelines make exactly the learning :meth:`Learner.owed` asks for (DQN: the replay ratio's
 updates, whatever ``env.num_envs`` is), in groups of ``learner.per_launch`` (DQN:
-``perf.updates_per_launch`` updates, one CUDA graph launch each), the remainder at the end.
+``perf.updates_per_launch`` updates, one CUDA graph launch each), the remainder at the end (a
+learner whose graph makes ``per_launch`` updates a launch makes it one whole launch).
 
 ``SyncLearning`` (``perf.pipeline = "sync"``) makes the updates due after every vector step, on
 the actor's thread: the plain loop, deterministic for a given seed on the CPU.
@@ -15,17 +16,23 @@ steps the environments (ALE's threads) and picks actions; PyTorch releases the G
 kernels, so both make progress. Nothing the actor does waits for the learner's GPU work:
 
 * the learner samples the replay on the GPU while the actor writes it, without a lock or an event:
-  it leaves the slots next to the actor's writes alone (a guard gap, :mod:`edgerl.learn.replay`);
+  it leaves the slots next to the actor's writes alone (a guard gap, :mod:`edgerl.learn.replay`,
+  set before the learner's graph is captured: the graph keeps the sampler of its capture);
 * the actor acts with a copy of the weights the learner refreshes once it is
   ``perf.max_policy_lag`` updates behind, double-buffered
   (:class:`~edgerl.learn.actor.ActorWeights`):
   the learner never writes the copy in use and the actor switches to a new copy at its next step
   once the copy is done (an event query), so the weights that pick an action are at most
   ``max_policy_lag + max_ahead`` updates old;
-* the actor works on a CUDA stream of its own, at higher priority than the learner's.
+* the actor works on a CUDA stream of its own, at higher priority than the learner's;
+* the learner's draws are independent of one launch to the next: its sampling graph is the only
+  graph that draws from the default CUDA generator, and only the learner's thread replays it, so
+  each launch moves the generator's offset on once, in order. The actor draws its exploration on
+  the host from its own numpy generator (:mod:`edgerl.learn.actor` says why not on the GPU).
 
 The only wait is flow control: acting pauses when it is more than ``perf.max_ahead`` updates
-ahead of learning, so acting never runs away from learning; the learner keeps at most
+ahead of learning (at least one launch: the learner waits for a whole launch to be owed), so
+acting never runs away from learning; the learner keeps at most
 :data:`MAX_QUEUED_LAUNCHES` launches queued on the GPU (it waits for its own work, holding no
 lock), so the updates it has counted are the ones the GPU is doing. What is not deterministic in
 async mode: which transitions a sample sees and which weights pick each action depend on timing.
@@ -139,10 +146,22 @@ class AsyncLearning(_Pipeline):
 
     def __init__(self, learner: Learner, memory: Any, actor: Actor, perf: PerfConfig) -> None:
         super().__init__(learner, memory, actor)
+        # Set already where the learner's graph samples (build_learning sets it before the
+        # capture, which keeps it); here for a learner that samples eagerly.
         memory.set_guard(True)
         self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
-        self.max_ahead = perf.max_ahead
+        # The learner waits until a whole launch is owed: an actor that stopped with fewer owed
+        # would wait for it for ever. Acting may run at least one launch ahead.
+        self.max_ahead = max(perf.max_ahead, learner.per_launch)
+        if self.max_ahead > perf.max_ahead:
+            log.info(
+                "perf.max_ahead=%d is below the %d updates of one launch of the learner's graph "
+                "(perf.updates_per_launch): acting may run %d updates ahead",
+                perf.max_ahead,
+                learner.per_launch,
+                self.max_ahead,
+            )
         self.cond = threading.Condition()
         self._update_lock = threading.Lock()  # held while launching updates, never across a wait
         self.max_lag_seen = 0

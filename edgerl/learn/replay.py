@@ -47,14 +47,22 @@ STAGING_DEPTH = 4  # pinned staging buffers on CUDA: a copy lands long before it
 ASYNC_GUARD = 64
 
 
-class _Staging:
-    """Pinned host buffers for the actor's packed copies, used round-robin."""
+def staging_bytes(num_envs: int, item_bytes: int) -> int:
+    """The size of one staging buffer: the frames of up to two slots per environment (an ended
+    episode writes its final observation and the next first one), 8 bytes to align what
+    follows, then up to 10 int32 of slot updates per environment."""
+    return 2 * num_envs * item_bytes + 8 + 40 * num_envs
 
-    def __init__(self, nbytes: int, depth: int = STAGING_DEPTH) -> None:
+
+class _Staging:
+    """Pinned host buffers for the actor's packed copies, used round-robin (``pin`` False: plain
+    buffers and no events, for a CPU test of the packing)."""
+
+    def __init__(self, nbytes: int, depth: int = STAGING_DEPTH, pin: bool = True) -> None:
         self.buffers = [
-            torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(depth)
+            torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(depth)
         ]
-        self.events = [torch.cuda.Event() for _ in range(depth)]
+        self.events = [torch.cuda.Event() if pin else None for _ in range(depth)]
         self.used = [False] * depth
         self.next = 0
         self.waits = 0  # times a buffer's previous copy had not landed yet (the actor waited)
@@ -62,13 +70,16 @@ class _Staging:
     def take(self) -> tuple[torch.Tensor, int]:
         i = self.next
         self.next = (i + 1) % len(self.buffers)
-        if self.used[i] and not self.events[i].query():
+        event = self.events[i]
+        if self.used[i] and event is not None and not event.query():
             self.waits += 1
-            self.events[i].synchronize()
+            event.synchronize()
         return self.buffers[i], i
 
     def sent(self, i: int) -> None:
-        self.events[i].record()  # on the current stream, after the copy that reads buffer i
+        event = self.events[i]
+        if event is not None:
+            event.record()  # on the current stream, after the copy that reads buffer i
         self.used[i] = True
 
 
@@ -142,20 +153,28 @@ class ReplayBuffer:
         self._items_flat = (
             self.items.numpy().reshape(-1, *item_shape) if self.device.type == "cpu" else None
         )
-        self._cuda = self.device.type == "cuda"
+        self._cuda = False
         self.storage = self._make_storage()
         self._staging: _Staging | None = None
-        if self._cuda:
-            self._item_bytes = int(np.prod(item_shape)) * self.items.element_size()
-            # Frames of up to two slots per environment, then up to 10 int32 per environment.
-            self._staging = _Staging(2 * num_envs * self._item_bytes + 8 + 40 * num_envs)
+        if self.device.type == "cuda":
+            self._packed_writes(pin=True)
         self._item_np_dtype = np.dtype(spec.obs_dtype)
         # Sampling draws from a generator of its own on the CPU (a sync run is deterministic);
         # on CUDA from the default generator, the one a CUDA graph can capture.
         self.generator: torch.Generator | None = None
-        if not self._cuda:
+        if self.device.type != "cuda":
             self.generator = torch.Generator().manual_seed(seed)
         self._sample_spec = SampleSpec(1, stack, n_step, gamma)
+
+    def _packed_writes(self, pin: bool) -> None:
+        """Write as on CUDA: the sampler reads copies of the host's small arrays, and each write
+        is one packed copy through the staging ring, scattered where the sampler reads
+        (``pin`` False: on CPU tensors, the packing alone, for a test)."""
+        self._cuda = True
+        self._items_flat = None
+        self.storage = self._make_storage()
+        self._item_bytes = int(np.prod(self.items.shape[2:])) * self.items.element_size()
+        self._staging = _Staging(staging_bytes(self.num_envs, self._item_bytes), pin=pin)
 
     def _make_storage(self) -> Storage:
         if not self._cuda:
@@ -167,14 +186,14 @@ class ReplayBuffer:
                 torch.from_numpy(self.head),
                 torch.from_numpy(self.count),
             )
-        d = self.device
+        d = self.device  # copies, never views of the host arrays
         return Storage(
             self.items,
-            torch.as_tensor(self.actions, device=d),
-            torch.as_tensor(self.rewards, device=d),
-            torch.as_tensor(self.flags, device=d),
-            torch.as_tensor(self.head, device=d),
-            torch.as_tensor(self.count, device=d),
+            torch.tensor(self.actions, device=d),
+            torch.tensor(self.rewards, device=d),
+            torch.tensor(self.flags, device=d),
+            torch.tensor(self.head, device=d),
+            torch.tensor(self.count, device=d),
         )
 
     def __len__(self) -> int:
