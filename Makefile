@@ -1,39 +1,64 @@
 # Two commands set everything up from nothing: `make run` and `make test`.
 # `make run` is a first run that learns in minutes: CartPole on a CPU, Pong where a GPU is
 # (`edgerl train --quick`); `make run ARGS="--env ALE/Breakout-v5"` passes options on.
+# It installs what running needs (edgerl, PyTorch, the plot extra: with PyTorch's CPU build about
+# 250 MB to download, 1.1 GB in .venv); `make test` adds the test extras (ONNX Runtime, pygame,
+# ffmpeg for MP4s, pytest, ruff: about 0.36 GB more).
 PYTHON ?= python3
 VENV ?= .venv
-# The CPU build of torch; on CI machines this wheel is on local disk.
-# Override for a GPU desktop, e.g. `make test TORCH=torch`.
+# PyTorch, pinned. Where pip finds it decides which build comes, and how much:
+# - from PyPI on Linux it is the CUDA build: a 530 MB wheel that pulls in several GB of NVIDIA
+#   libraries (CUDA, cuDNN, NCCL, Triton); right for a desktop GPU;
+# - from PyTorch's CPU index it is the CPU build, a 190 MB wheel:
+#       make run TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# - on this project's CI machines the CPU wheel lies on local disk (pip's find-links), so the
+#   default finds it offline.
+# Both apply when .venv is made: `make clean` first to change the build of an existing one.
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+TORCH_STAMP := $(VENV)/.installed-torch
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 LINT_PATHS := edgerl tests $(wildcard scripts/*.py)
 
 .PHONY: run test lint format bench clean
 
-$(STAMP): pyproject.toml
+# No -q on the large installs: pip shows what it fetches and its progress.
+$(TORCH_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test,plot]"
-	touch $(STAMP)
+	@echo "== installing PyTorch ($(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX))): the CPU build is a 190 MB download (0.87 GB installed), the CUDA build from PyPI several GB"
+	@$(if $(TORCH_INDEX),,echo "== for the CPU build from PyTorch's index: make run TORCH_INDEX=https://download.pytorch.org/whl/cpu")
+	$(BIN)/pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	touch $@
 
-run: $(STAMP)
+$(RUN_STAMP): $(TORCH_STAMP) pyproject.toml
+	@echo "== installing edgerl with the plot extra (about 200 MB in .venv)"
+	$(BIN)/pip install -e ".[plot]"
+	touch $@
+	@echo "== edgerl is $(BIN)/edgerl; to type plain 'edgerl' as the docs do: . $(BIN)/activate"
+
+$(TEST_STAMP): $(TORCH_STAMP) pyproject.toml
+	@echo "== installing edgerl with the plot and test extras (about 0.55 GB in .venv)"
+	$(BIN)/pip install -e ".[test,plot]"
+	touch $@
+
+run: $(RUN_STAMP)
 	$(BIN)/edgerl train --quick $(ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/pytest -q
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
 
-bench: $(STAMP)
+bench: $(RUN_STAMP)
 	$(BIN)/edgerl bench
 
 clean:

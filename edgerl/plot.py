@@ -15,6 +15,7 @@ from typing import Any
 from edgerl.curves import WINDOW, RunCurves, Series
 from edgerl.errors import MissingDependencyError, OutputError
 from edgerl.files.atomic import temp_path
+from edgerl.words import plural
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
 EVAL_MARKS = "EFGHJKLM"  # its evaluations
@@ -207,10 +208,13 @@ def summary(run: RunCurves) -> str:
     """One line per run: how far it got, its returns, its pace and load."""
     parts = [run.name]
     returns = run.returns
-    if returns.recent:
-        parts.append(f"step {returns.recent[-1][0]:,.0f}")
+    # how far the run got: its newest row of any file (an evaluation or metrics row is often
+    # newer than the last finished episode)
+    newest = [s.recent[-1][0] for s in (returns, run.sps, run.evals) if s.recent]
+    if newest:
+        parts.append(f"step {max(newest):,.0f}")
     if run.returns_per_episode and returns.recent:
-        parts.append(f"{returns.count:,} episodes")
+        parts.append(plural(returns.count, "episode"))
         parts.append(f"return {returns.recent_mean():.1f} (last {len(returns.recent)})")
         parts.append(f"best {returns.best:.1f}")
     elif returns.recent:

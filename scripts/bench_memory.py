@@ -7,11 +7,12 @@ PQN: two whole rollouts, each learned from). The figure is the process's peak re
 (``ru_maxrss`` of the waited child: host memory, which on a Jetson is also the GPU's), beside
 what the learner's memory itself holds (edgerl's own plan of it, as `edgerl doctor` prints it).
 
-    python scripts/bench_memory.py                       # Pong: DQN 1M replay vs PQN 128 envs
-    python scripts/bench_memory.py --dqn-capacity 100000 --json memory.json
+    python scripts/bench_memory.py                       # Pong: each learner at its defaults
+    python scripts/bench_memory.py --dqn-capacity 1000000 --json memory.json
 
 On a discrete GPU the replay or rollout lives in GPU memory instead: there, compare the memory
-figures, not the peak RSS. Needs about 8 GB of free host memory for the 1M replay.
+figures, not the peak RSS. DQN's defaults are edgerl's (``replay.capacity``, ``env.num_envs``):
+about 2 GB of free host memory; a replay of a million transitions needs about 8 GB.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from edgerl.config import Config
 
 MEASURE = """
 import resource, subprocess, sys
@@ -87,8 +90,9 @@ def run(name: str, steps: int, settings: list[str], env: str, work: Path) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="ALE/Pong-v5")
-    parser.add_argument("--dqn-capacity", type=int, default=1_000_000)
-    parser.add_argument("--dqn-envs", type=int, default=8)
+    defaults = Config()  # edgerl's defaults: what a run that sets nothing uses
+    parser.add_argument("--dqn-capacity", type=int, default=defaults.replay.capacity)
+    parser.add_argument("--dqn-envs", type=int, default=defaults.env.num_envs)
     parser.add_argument("--dqn-steps", type=int, default=4000)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

@@ -207,3 +207,33 @@ def test_the_multiply_adds_of_a_network_are_counted_from_its_layers():
         NATURE_CNN_MACS
     )
     assert macs_per_forward(MLP(4, 2, (256, 256)), (4,), "float32") == 4 * 256 + 256 * 256 + 512
+
+
+@pytest.mark.parametrize(
+    ("share", "shown", "says"),
+    [
+        (0.98, "98% of the raw vector env's", ""),
+        (1.78, "100% of the raw vector env's", "measured 178%, which the actor cannot reach"),
+        (0.72, "72% of the raw vector env's", "below the 90% goal; env.batch_size=4"),
+    ],
+)
+def test_an_actor_row_never_says_the_actor_beat_the_raw_env(share, shown, says):
+    """`8 envs x 2 threads: 3,439 steps/s = 178% of the raw vector env's 1,929` was a report
+    line: the actor runs on top of the raw env, so more than 100% is noise, and says so."""
+    from edgerl.measure.bench import actor_row
+
+    row = actor_row(
+        {
+            "num_envs": 8,
+            "threads": 2,
+            "windows": 3,
+            "window_s": 5.0,
+            "steps_per_s": 1929 * share,
+            "raw_steps_per_s": 1929.0,
+            "share_of_raw": share,
+            "host_us_per_env_step": 5.1,
+            "thread_us_per_env_step": 20.0,
+        }
+    )
+    assert shown in row and "3 alternating windows of 5 s each" in row
+    assert (says in row) if says else ("noise" not in row and "goal" not in row)

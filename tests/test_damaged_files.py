@@ -311,7 +311,7 @@ def test_any_policy_description_is_read_or_refused_in_a_sentence(tmp_path_factor
 
 @pytest.mark.parametrize("saved", [b"env = 3\n", b"[env]\nid = 5\n", RANDOM_4K, b"env = []\n"])
 def test_a_damaged_config_toml_of_a_run_is_no_game(tmp_path, saved):
-    from edgerl.cli.options import run_game
+    from edgerl.run.rundir import run_game
 
     (tmp_path / "config.toml").write_bytes(saved)
     assert run_game(tmp_path) is None

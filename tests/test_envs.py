@@ -93,3 +93,15 @@ def test_continuous_actions_are_refused():
 def test_raw_image_observations_point_to_the_ale_id():
     with pytest.raises(EnvError, match=r"\(210, 160, 3\).*use ALE/Pong-v5 for Atari"):
         probe("Pong-v4")
+
+
+def test_gymnasiums_warnings_are_plain_log_lines(tmp_path):
+    """gymnasium colours its warnings whatever the stream: `[33mWARN: ...` in a log. A real
+    process: a warning shown once in a process would not be seen again here."""
+    from .conftest import run_edgerl
+
+    run = tmp_path / "cp0"
+    r = run_edgerl("train", "--env", "CartPole-v0", "--steps", "50", "--run-dir", run, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING gymnasium: The environment CartPole-v0 is out of date" in r.stderr
+    assert "\x1b" not in r.stderr and "logger.deprecation" not in r.stderr

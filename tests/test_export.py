@@ -284,6 +284,8 @@ def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_
     import shutil
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))  # no service run here
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     shutil.copytree(pong_run, tmp_path / "runs" / "Pong-v5")  # cwd is tmp_path
     r = cli("export", "--onnx")
     assert r.code == 0, r.err
@@ -291,7 +293,10 @@ def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_
     wrote = [line for line in r.out.splitlines() if line.startswith("wrote ")]
     assert len(wrote) == 1 and wrote[0].startswith(f"wrote {onnx}/") and wrote[0].endswith(".onnx")
     path = wrote[0].removeprefix("wrote ")
-    assert f"play it with: edgerl play --model {path} --render screen" in r.out
+    # no desktop here: the view that draws without one (--render screen would end in a sentence)
+    assert f"play it with: edgerl play --model {path} --render console" in r.out
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert f"--model {path} --render screen" in cli("export", "--onnx").out
     r = cli("play", "--model", path, "--episodes", "1", "--json")
     assert r.code == 0, r.err
 

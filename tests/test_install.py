@@ -1,4 +1,5 @@
-"""Installing on a Jetson: scripts/jetpack_pip.py (used by scripts/install.sh and
+"""Installing. On a desktop or laptop: the Makefile (`make -n`: what it would install). On a
+Jetson: scripts/jetpack_pip.py (used by scripts/install.sh and
 docker/Dockerfile.jetson) with pip's real resolver, against the torch, TensorRT and NumPy that
 each JetPack ships, faked as installed distributions the way a --system-site-packages venv sees
 them.
@@ -307,3 +308,58 @@ def test_dockerfile_and_install_script_install_the_same_way(tmp_path: Path):
         f" {REPO}" in r.stdout
     )
     assert "pip install" not in r.stdout  # nothing else installs with pip on a Jetson
+
+
+# -- a desktop or laptop: the Makefile ---------------------------------------------------------
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def make_dry_run(*args: str) -> list[str]:
+    """The commands ``make -n ARGS`` would run here (nothing is installed)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    r = subprocess.run(
+        ["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    return r.stdout.splitlines()
+
+
+def pip_installs(lines: list[str]) -> list[str]:
+    return [
+        " ".join(x.split()) for x in lines if "/bin/pip install" in x and "upgrade pip" not in x
+    ]
+
+
+def test_make_run_installs_what_running_needs_and_shows_it(tmp_path):
+    """Not the test extras (ONNX Runtime, pygame, ffmpeg: 0.36 GB), and no -q on the large
+    installs: a first `make run` on a laptop shows what it fetches. The default finds the pinned
+    torch wherever pip is configured to look (here, offline: a local CPU wheel)."""
+    venv = tmp_path / "venv"
+    lines = make_dry_run("run", f"VENV={venv}")
+    assert pip_installs(lines) == [
+        f'{venv}/bin/pip install "torch==2.13.0"',
+        f'{venv}/bin/pip install -e ".[plot]"',
+    ]
+    said = "\n".join(x for x in lines if x.startswith("echo"))
+    assert "190 MB download" in said and f"TORCH_INDEX={CPU_INDEX}" in said
+    assert lines[-1].rstrip() == f"{venv}/bin/edgerl train --quick"
+
+
+def test_make_test_adds_the_test_extras_and_takes_torch_from_the_index_given(tmp_path):
+    venv = tmp_path / "venv"
+    lines = make_dry_run("test", f"VENV={venv}", f"TORCH_INDEX={CPU_INDEX}")
+    assert pip_installs(lines) == [
+        f'{venv}/bin/pip install --index-url {CPU_INDEX} "torch==2.13.0"',
+        f'{venv}/bin/pip install -e ".[test,plot]"',
+    ]
+    assert f"{venv}/bin/pytest -q" in lines
+
+
+def test_the_readme_says_how_large_make_run_is_and_how_to_get_the_cpu_build():
+    readme = (REPO / "README.md").read_text()
+    makefile = " ".join(line.lstrip("# ") for line in (REPO / "Makefile").read_text().splitlines())
+    size = re.search(r"about (\d+ MB) to download, ([\d.]+ GB) in \.venv", makefile)
+    assert size is not None
+    assert all(figure in " ".join(readme.split()) for figure in size.groups())
+    assert f"TORCH_INDEX={CPU_INDEX}" in readme

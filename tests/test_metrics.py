@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pty
 import re
@@ -70,3 +71,38 @@ def test_the_newest_evaluation_return_follows_the_training_return():
     stats = TrainStats(step=3_000, learning_starts=1_000, return_mean=29.7, eval_return=265.6)
     assert "| return 29.7 | eval 265.6 |" in progress_fields(stats)
     assert "eval" not in progress_fields(TrainStats(step=3_000, return_mean=29.7))
+
+
+def test_the_rate_shown_between_rows_is_the_last_windows_not_the_sessions():
+    """Pong showed 97, 572, 90 steps/s: for a second after each row the session's average,
+    fill phase included. The last window's rate stays until the new window is a second long."""
+    from edgerl.run.metrics import Pace
+
+    pace = Pace(0, 0.0, learning_starts=10_000)
+    assert pace.rate(5_000, 1.0) == 5_000  # filling fast
+    pace.follow(10_000, 10_000, 2.0)  # learning begins: the window restarts there
+    assert pace.rate(10_090, 3.0) == 90
+    pace.new_window(10_090, 3.0)  # a metrics row
+    assert pace.rate(10_100, 3.2) == 90  # 0.2 s into the next window: the last rate stays
+    assert pace.rate(10_190, 4.0) == 100
+    # rows more often than the window: the window goes on until it is long enough
+    pace.new_window(10_190, 4.0)
+    pace.new_window(10_200, 4.2)
+    assert pace.rate(10_300, 5.0) == 110
+    assert pace.phases(10_300, 5.0) == (10_000, 2.0, 300, 3.0)
+
+
+def test_the_session_summary_gives_the_learning_pace_and_the_filling_apart():
+    from edgerl.run.metrics import TrainResult
+
+    def result(fill_steps: int, fill_s: float, learn_steps: int, learn_s: float) -> str:
+        return TrainResult(
+            50_000, 500_000, 1, math.nan, 0.0, fill_steps, fill_s, learn_steps, learn_s, None, True
+        ).summary()
+
+    said = result(40_000, 155.0, 10_000, 345.0)  # Breakout: "258 steps/s this session"
+    assert "29 steps/s learning (the replay filled at 258 steps/s)" in said
+    assert "1 episode," in said
+    assert "0 steps/s learning" not in result(0, 0.0, 10_000, 345.0)
+    assert "29 steps/s" in result(0, 0.0, 10_000, 345.0)
+    assert "steps/s filling the replay (learning had not started)" in result(800, 2.0, 0, 0.0)

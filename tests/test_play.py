@@ -77,6 +77,9 @@ def test_pong_play_reports_game_points(cli, pong_run):
     [
         (["--run-dir", "nowhere"], "run directory nowhere does not exist"),
         (["--model", "missing.ckpt"], "checkpoint missing.ckpt does not exist"),
+        # not that TensorRT is missing: the file is (and the same where TensorRT is installed)
+        (["--model", "nothere.engine"], "engine nothere.engine does not exist"),
+        (["--model", "nothere.onnx"], "ONNX file nothere.onnx does not exist"),
         ([], "no run with checkpoints in"),
     ],
 )

@@ -66,7 +66,8 @@ def test_plot_terminal_draws_the_return_curve_in_the_terminal(cli, cartpole_run,
     best = max(float(e["return"]) for e in episodes)
     assert lines[1].split("|")[0].strip() == f"{best:.4g}", r.out
     assert sum(line.count("*") for line in lines[1:-2]) >= 10  # one mark per column at most
-    assert f"CartPole-v1 | step {int(episodes[-1]['step']):,} | {len(episodes):,} episodes" in r.out
+    reached = int(rows(cartpole_run / "metrics.csv")[-1]["step"])
+    assert f"CartPole-v1 | step {reached:,} | {len(episodes):,} episodes" in r.out
     assert not (cartpole_run.parent.parent / "curve.png").exists()
 
 
@@ -186,3 +187,14 @@ def test_terminal_axes_have_no_exponents(cli, tmp_path, monkeypatch):
         axis = r.out.splitlines()[-3]  # then the legend and the summary
         assert "e+" not in r.out and "e-" not in r.out, r.out
         assert axis.split() == (["500", "60k"] if by == "steps" else ["0.0001", "0.015"]), axis
+
+
+def test_the_summary_names_the_step_the_run_reached(cli, cartpole_run, monkeypatch):
+    """Not the step of its last finished episode beside an evaluation at a later one."""
+    monkeypatch.setenv("COLUMNS", "70")
+    reached = int(rows(cartpole_run / "metrics.csv")[-1]["step"])
+    last_episode = int(rows(cartpole_run / "episodes.csv")[-1]["step"])
+    assert last_episode < reached  # what the footer said before
+    r = cli("plot", "--terminal", "--run-dir", cartpole_run)
+    assert r.code == 0, r.err
+    assert f" | step {reached:,} | " in r.out.splitlines()[-1]

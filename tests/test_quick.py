@@ -3,7 +3,11 @@ machine learns in minutes, and a long Atari run on a CPU is said to be hopeless 
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -48,6 +52,48 @@ def test_a_quick_run_ends_by_saying_what_to_look_at_next(cli, monkeypatch, tmp_p
     assert r.code == 0, r.err
     assert f"next: edgerl plot --terminal --run-dir {run}" in r.err
     assert f"edgerl play --run-dir {run} --episodes 3" in r.err
+
+
+def test_the_hints_name_edgerl_as_the_shell_can_run_it(tmp_path):
+    """Not a bare `edgerl` that the shell cannot find (`make run` starts .venv/bin/edgerl)."""
+    from edgerl.cli.app import command_name
+
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    script = on_path / "edgerl"
+    script.write_text("")
+    script.chmod(0o755)
+    assert command_name([str(script)], [], path=str(on_path)) == "edgerl"  # an activated venv
+    assert command_name([".venv/bin/edgerl"], [], path=str(tmp_path)) == ".venv/bin/edgerl"
+    assert command_name([str(script)], [], path="/nowhere") == str(script)
+    orig = ["python3", "-m", "edgerl.cli", "train"]
+    assert command_name(["/x/edgerl/cli/__main__.py"], orig) == "python3 -m edgerl.cli"
+    assert command_name(["/x/pytest"], ["python3", "-m", "pytest"]) == "edgerl"
+
+
+def test_the_next_commands_a_quick_run_prints_run_when_pasted(tmp_path):
+    """As `make run` starts it: by the path of a venv's edgerl script, not on PATH."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "edgerl"
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom edgerl.cli import main\nsys.exit(main())\n"
+    )
+    script.chmod(0o755)
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no edgerl on it
+    assert shutil.which("edgerl", path=env["PATH"]) is None
+    run = tmp_path / "first run"  # a space: the hint quotes it
+    cmd = ["venv/bin/edgerl", "train", "--quick", "--steps", "300", "--run-dir", run, "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stderr.splitlines() if x.startswith("next: "))
+    hints = re.findall(r"(venv/bin/edgerl .*?) \(", line.removeprefix("next: "))
+    assert len(hints) == 2 and "plot --terminal" in hints[0] and "play" in hints[1], line
+    for hint in hints:
+        pasted = subprocess.run(
+            ["bash", "-c", hint], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+        )
+        assert pasted.returncode == 0, (hint, pasted.stderr)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,10 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
     r = cli("train", *PONG_FAST, "--steps", "600", "--run-dir", run)
     assert r.code == 0, r.err
     assert "step 600/600" in r.err
+    # a mistyped --run-dir starts a new run: said, not silent
+    assert f"new run in {run} (no checkpoint there to resume)" in r.err
+    # the replay filled first: the session's pace is the learning one, the filling's apart
+    assert "steps/s learning (the replay filled at" in r.err
 
     first = rows(run)
     assert list(first[0]) == [
@@ -56,7 +60,7 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
 
     r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
     assert r.code == 0, r.err
-    assert "resuming from step 600" in r.err
+    assert "resuming from step 600" in r.err and "new run" not in r.err
     second = rows(run)
     assert len(second) > len(first) and int(second[-1]["step"]) == 1000
     steps = [int(row["step"]) for row in second[len(first) :]]
@@ -71,8 +75,13 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
         state2.learner["q"]["head.2.weight"], state.learner["q"]["head.2.weight"]
     )
 
+    # Run again (`make run` twice): what to do instead, and no sentence about this session's
+    # learning or load, since it made none.
     r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
-    assert r.code == 0 and "nothing to do" in r.err
+    assert r.code == 0 and "is already at step 1,000 of 1,000: nothing to do" in r.err
+    assert "--steps 2,000" in r.err and "--fresh" in r.err
+    for unsaid in ("learning continues at once", "too few load samples", "steps/s"):
+        assert unsaid not in r.err, r.err
 
 
 def test_ctrl_c_writes_a_checkpoint_and_the_next_run_resumes(tmp_path):

@@ -236,7 +236,8 @@ def test_a_viewer_of_a_killed_trainer_says_so(live_trainer, cli, tmp_path):
 
 
 def without_a_screen() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    drop = ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR")  # as over ssh or under sudo
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.pop("SDL_VIDEODRIVER", None)  # let SDL choose, as a user's shell does
     return env
 
@@ -256,6 +257,8 @@ def test_no_screen_ends_at_once_with_the_readme_sentence(tmp_path):
     assert r.returncode == 2, r.stderr
     assert all(s in r.stderr for s in NO_SCREEN_SAYS), r.stderr
     assert "Traceback" not in r.stderr
+    # edgerl's sentence alone: not SDL's "error: XDG_RUNTIME_DIR is invalid" before it
+    assert r.stderr.startswith("edgerl: error: no display available"), r.stderr
 
 
 def test_play_on_a_screen_without_one_says_so(cli, tmp_path):
@@ -267,7 +270,7 @@ def test_play_on_a_screen_without_one_says_so(cli, tmp_path):
     )
     assert r.returncode == 2, r.stderr
     assert "no display available" in r.stderr and "SDL_VIDEODRIVER=kmsdrm" in r.stderr
-    assert "--render console" in r.stderr
+    assert "--render console" in r.stderr and "XDG_RUNTIME_DIR" not in r.stderr
 
 
 @pytest.mark.parametrize("driver", ["dummy", "offscreen"])
@@ -372,13 +375,26 @@ def test_a_run_on_vector_observations_says_it_has_no_frames(cli, tmp_path):
 
 
 def test_the_console_view_of_a_finished_run_ends_after_its_timeout(cli, tmp_path):
-    run = tmp_path / "cp"
-    assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run).code == 0
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "64", "--run-dir", run, "--quiet").code == 0
     # A real process: the old viewer waited here for ever, whatever --timeout said.
     r = run_edgerl("view", "--run-dir", run, "--console", "--timeout", "1", timeout=300)
     assert r.returncode == 2, r.stderr
     assert f"no trainer is running in {run}: the run finished at" in r.stderr
-    assert "step 300 of 300" in r.stderr and "Traceback" not in r.stderr
+    assert "step 64 of 64" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("mode", [["--console"], ["--snapshot", "x.png"], []])
+def test_a_finished_run_on_vector_observations_is_said_to_have_no_frames_at_once(
+    cli, tmp_path, mode
+):
+    """Not after --timeout's 30 s of waiting for a trainer, nor asking whether one runs."""
+    run = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run).code == 0
+    r = cli("view", "--run-dir", run, *mode)
+    assert r.code == 2
+    assert f"the run in {run} learns CartPole-v1 from vector observations" in r.err
+    assert "no frames to show" in r.err and "within" not in r.err and "waiting" not in r.out
 
 
 def test_a_viewer_waits_on_while_a_trainer_holds_the_run(cli, tmp_path):

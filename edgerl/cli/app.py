@@ -8,6 +8,9 @@ check something (``status``, ``doctor``) say in their help which codes they use.
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+import shutil
 import sys
 
 import click
@@ -22,6 +25,26 @@ INTERRUPTED = (
     "interrupted: stopped at once, without writing a checkpoint (the run resumes from its "
     "newest valid one)"
 )
+
+
+def command_name(
+    argv: list[str] | None = None, orig_argv: list[str] | None = None, path: str | None = None
+) -> str:
+    """How to run this edgerl again from the shell it was started in, for the commands it
+    suggests: ``edgerl`` when that name on PATH is this program (an activated venv, the Jetson
+    install), else the path it was started by (``.venv/bin/edgerl``, as ``make run`` does), else
+    ``python -m edgerl.cli`` as it was started. Pasted, a suggestion runs."""
+    argv = sys.argv if argv is None else argv
+    orig = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
+    started = argv[0] if argv else ""
+    if os.path.basename(started) == "edgerl":
+        found = shutil.which("edgerl", path=path)
+        if found is not None and os.path.realpath(found) == os.path.realpath(started):
+            return "edgerl"
+        return shlex.quote(started)
+    if len(orig) >= 3 and orig[1] == "-m" and orig[2].startswith("edgerl"):
+        return " ".join(shlex.quote(a) for a in orig[:3])
+    return "edgerl"  # called from Python (tests, another program): the documented name
 
 
 def interrupted(args: list[str]) -> str:

@@ -164,25 +164,13 @@ def with_game(cfg: Config) -> Config:
     if "env.id" in cfg.explicit:
         canonical = canonical_id(cfg.env.id)
         return cfg if canonical == cfg.env.id else with_values(cfg, {"env.id": canonical})
+    from edgerl.run.rundir import run_game
+
     saved = run_game(Path(cfg.train.run_dir)) if cfg.train.run_dir else None
     if saved is None or saved == cfg.env.id:
         return cfg
     log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
     return with_values(cfg, {"env.id": saved})
-
-
-def run_game(run_dir: Path) -> str | None:
-    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
-    from edgerl.config_parse import parse_toml_file
-    from edgerl.errors import ConfigError
-
-    try:
-        saved = parse_toml_file(run_dir / "config.toml")
-    except ConfigError:  # missing or damaged: the game is not known
-        return None
-    env = saved.get("env")
-    game = env.get("id") if isinstance(env, dict) else None  # the file may be damaged
-    return game if isinstance(game, str) and game else None
 
 
 def default_status_dir() -> Path:

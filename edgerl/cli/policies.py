@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
 import click
 
-from edgerl.cli.app import cli
+from edgerl.cli.app import cli, command_name
 from edgerl.cli.options import default_policy_run
 
 
@@ -226,7 +227,13 @@ def export(
     engines = [p for p in written if p.suffix == ".engine"]
     if written:
         best = (engines or written)[-1]  # the engine when one was built
-        click.echo(f"play it with: edgerl play --model {shlex.quote(str(best))} --render screen")
+        # On the board's console (kmsdrm) --render screen works too; without a desktop to say
+        # so, the console view is the one sure to draw.
+        screen = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        click.echo(
+            f"play it with: {command_name()} play --model {shlex.quote(str(best))} "
+            f"--render {'screen' if screen else 'console'}"
+        )
 
 
 def _export_source(run_dir: Path | None, checkpoint: Path | None, last: bool) -> Path:

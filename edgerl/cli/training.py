@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from pathlib import Path
 
 import click
 
-from edgerl.cli.app import cli
+from edgerl.cli.app import cli, command_name
 from edgerl.cli.options import build_config, config_options, default_status_dir
 from edgerl.files.logs import setup_logging
 
@@ -84,13 +85,15 @@ def train(
     except StoppedDuringSetup as e:
         click.echo(f"{e}: no step was taken, nothing was lost", err=True)
         ctx.exit(130 if e.reason == "SIGINT" else 143)
-    click.echo(result.summary(), err=True)
-    if verdict:
-        click.echo(f"what limited training: {verdict}", err=True)
+    if result.session_steps or result.stopped:  # else the log said there was nothing to do
+        click.echo(result.summary(), err=True)
+        if verdict:
+            click.echo(f"what limited training: {verdict}", err=True)
     if quick and not result.stopped:
+        edgerl, run = command_name(), shlex.quote(str(trainer.run_dir))
         click.echo(
-            f"next: edgerl plot --terminal --run-dir {trainer.run_dir} (the learning curve), "
-            f"edgerl play --run-dir {trainer.run_dir} --episodes 3 (the policy playing)",
+            f"next: {edgerl} plot --terminal --run-dir {run} (the learning curve), "
+            f"{edgerl} play --run-dir {run} --episodes 3 (the policy playing)",
             err=True,
         )
     if result.stopped:

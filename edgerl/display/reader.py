@@ -287,8 +287,8 @@ class FrameReader:
 def no_frames(run_dir: Path, env_id: str) -> str:
     """The sentence for a run whose observations are vectors, not screens."""
     return (
-        f"the trainer in {run_dir} learns {env_id} from vector observations, and such runs have "
-        "no frames to show; follow it with edgerl status"
+        f"the run in {run_dir} learns {env_id} from vector observations, and such runs have "
+        "no frames to show; follow it with edgerl status or edgerl plot --terminal"
     )
 
 

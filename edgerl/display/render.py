@@ -5,8 +5,13 @@ Shared by ``edgerl view`` and ``edgerl play --render``. pygame is imported lazil
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -33,6 +38,8 @@ def import_pygame(purpose: str) -> Any:
     return pygame
 
 
+log = logging.getLogger(__name__)
+
 HEADLESS_DRIVERS = ("offscreen", "dummy")  # SDL's drivers that draw to no screen
 
 
@@ -46,13 +53,34 @@ def no_display_sentence(reason: str, console_flag: str = "--console") -> str:
     )
 
 
+@contextlib.contextmanager
+def sdl_output_logged() -> Iterator[None]:
+    """What SDL writes to the process's stderr while it probes video drivers (``error:
+    XDG_RUNTIME_DIR is invalid or not set in the environment.``, printed before edgerl's own
+    sentence about the display) goes to the debug log instead."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read(4096).decode(errors="replace").strip()
+    if text:
+        log.debug("SDL: %s", text)
+
+
 def open_display(pg: Any, console_flag: str = "--console") -> None:
     """Initialise pygame's display and fonts; raises EdgerlError (one sentence) when there is no
     screen. SDL falls back to its offscreen or dummy driver when it finds none, and a window
     there shows nothing to anyone: that counts as no display unless SDL_VIDEODRIVER asked for it."""
     asked = os.environ.get("SDL_VIDEODRIVER", "")
     try:
-        pg.display.init()
+        with sdl_output_logged():
+            pg.display.init()
     except pg.error as e:
         raise EdgerlError(
             no_display_sentence(f"{e}; SDL_VIDEODRIVER={asked or 'unset'}", console_flag)

@@ -38,6 +38,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,8 +88,10 @@ class FrameMeta:
         action: int,
         sps: float,
         load: dict[str, float | None],
+        q_values: Any = None,
     ) -> FrameMeta:
-        """The overlay of a frame published now (``load`` as the monitor fills it)."""
+        """The overlay of a frame published now (``load`` as the monitor fills it; ``q_values``:
+        the action values the actor computed, when it computed them)."""
         cpu, gr3d = load.get("cpu_max_core"), load.get("gr3d")
         return cls(
             step=step,
@@ -100,6 +103,7 @@ class FrameMeta:
             cpu_max_core=math.nan if cpu is None else float(cpu),
             gr3d=math.nan if gr3d is None else float(gr3d),
             time=time.time(),
+            q_values=() if q_values is None else tuple(float(q) for q in q_values),
         )
 
     def pack(self, num_actions: int) -> bytes:

@@ -36,7 +36,8 @@ from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, 
 from edgerl.display.stream import POINTER_FILE
 from edgerl.errors import EdgerlError
 from edgerl.files.processes import pid_alive
-from edgerl.run.rundir import trainer_of
+from edgerl.learn.envs import ale_game
+from edgerl.run.rundir import run_game, trainer_of
 from edgerl.run.status import liveness, read_status
 
 log = logging.getLogger(__name__)
@@ -414,8 +415,17 @@ def run_window(opts: ViewOptions) -> int:
             pg.display.quit()
 
 
+def check_has_frames(run_dir: Path) -> None:
+    """Raise NoFramesToShow at once for a run whose game has no screen (vector observations),
+    running or not: no trainer of it will ever publish a frame."""
+    game = run_game(run_dir)
+    if game is not None and ale_game(game) is None:
+        raise NoFramesToShow(no_frames(run_dir, game))
+
+
 def run(opts: ViewOptions) -> int:
     """Run the viewer in the mode the options ask for; returns the exit code."""
+    check_has_frames(opts.run_dir)
     if opts.console:
         return run_console(opts)
     if opts.snapshot is not None:

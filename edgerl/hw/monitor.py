@@ -27,6 +27,7 @@ from edgerl.hw.load_sources import LoadSource, ProcfsSource, open_source
 from edgerl.hw.tegrastats import LoadRecord, format_line
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class Verdict:
             return f"too few load samples ({self.samples}) to say what limited training"
         cpu = f"busiest CPU core {self.cpu_max_core:.0f}% (all cores {self.cpu_mean:.0f}%)"
         gpu = f"GR3D {self.gr3d:.0f}%" if self.gr3d is not None else "no GPU load reported"
-        figures = f"{cpu}, {gpu}, over {self.samples} samples"
+        figures = f"{cpu}, {gpu}, over {plural(self.samples, 'sample')}"
         if self.kind == "cpu-bound" and self.gr3d is None:
             return f"CPU-bound: {figures}; training runs on the CPU alone"
         if self.kind == "cpu-bound" and self.cpu_mean is not None and self.cpu_mean < IDLE_CPU:

@@ -38,6 +38,7 @@ import numpy as np
 
 from edgerl.config import EnvConfig
 from edgerl.errors import EnvError, MissingDependencyError
+from edgerl.learn.gym_warnings import gym_warnings_logged
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,8 @@ def _gym_spec(env_id: str) -> EnvSpec:
     except gym.error.Error:
         raise _unknown(env_id) from None
     try:
-        env = gym.make(spec)
+        with gym_warnings_logged():
+            env = gym.make(spec)
     except gym.error.DependencyNotInstalled as e:
         raise EnvError(f"environment '{env_id}' needs a package that is missing: {e}") from None
     try:
@@ -384,9 +386,10 @@ class GymVecEnv(VecEnv):
 
         def one() -> Any:
             check_stop()  # many environments take minutes to build: a stop must not wait
-            if screens:
-                return _keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
-            return gym.make(cfg.id)
+            with gym_warnings_logged():
+                if screens:
+                    return _keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
+                return gym.make(cfg.id)
 
         self._env = SyncVectorEnv([one] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = cfg.num_envs

@@ -11,13 +11,15 @@ that is launching work, on a CPU the update itself).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,11 @@ from edgerl.learn.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.learn.factory import build_learner, build_memory, prepare_learner, uses_replay
 from edgerl.learn.nets import NatureCNN
 from edgerl.learn.replay_sample import example_batch
+from edgerl.run.hooks import Hook, Run
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
 START_TIMEOUT_S = 600.0  # a loop that never reaches its window is reported, not waited for
+ACTOR_WINDOWS = 3  # the actor and the raw env take turns, this many windows each
 
 
 def thread_cpu_s(native_id: int) -> float:
@@ -44,23 +48,38 @@ def thread_cpu_s(native_id: int) -> float:
     return float("nan")
 
 
+class RawEnvWindows:
+    """The raw vector env, random actions, stepped for a window at a time (its own speed)."""
+
+    def __init__(self, env_cfg: EnvConfig) -> None:
+        self.env = make_env(env_cfg)
+        self.num_envs = env_cfg.num_envs
+        self.env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        self.actions = rng.integers(self.env.spec.num_actions, size=(64, self.num_envs))
+        self.i = 0
+        self.window(0.0)  # a few steps of warm-up
+
+    def window(self, seconds: float) -> tuple[int, float]:
+        """Step for ``seconds`` (at least 3 vector steps); returns (env steps, seconds)."""
+        n, started = 0, time.perf_counter()
+        while n < 3 or time.perf_counter() - started < seconds:
+            self.env.step(self.actions[self.i % 64])
+            self.i, n = self.i + 1, n + 1
+        return n * self.num_envs, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def env_steps_per_s(env_cfg: EnvConfig, seconds: float) -> float:
     """Env steps/s of the vector env alone, random actions (the emulator's own speed)."""
-    env = make_env(env_cfg)
+    raw = RawEnvWindows(env_cfg)
     try:
-        num_envs = env_cfg.num_envs
-        env.reset(seed=0)
-        rng = np.random.default_rng(0)
-        actions = rng.integers(env.spec.num_actions, size=(64, num_envs))
-        for i in range(3):
-            env.step(actions[i])
-        n, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            env.step(actions[n % 64])
-            n += 1
-        return n * num_envs / (time.perf_counter() - started)
+        steps, elapsed = raw.window(seconds)
+        return steps / elapsed
     finally:
-        env.close()
+        raw.close()
 
 
 def forwards_per_s(
@@ -277,12 +296,66 @@ def _trainer_window(
     }
 
 
-def actor_loop(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def trainer_logs_quiet() -> Iterator[None]:
+    """Around a trainer that only stands in for a stage: its INFO lines (the display stream for
+    edgerl view, the learning pipeline, a new run) would read as if the bench were training.
+    Warnings still show, and --debug shows everything."""
+    logger = logging.getLogger("edgerl")
+    before = logger.level
+    if logger.getEffectiveLevel() > logging.DEBUG:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+class Alternating(Hook):
+    """In the training loop's thread, once ``warm`` env steps are taken: a window of the actor
+    (the loop running), then a window of the same length of the raw env (the loop waiting),
+    ``windows`` times each; then a stop. A change in the machine's load between windows weighs
+    on both figures alike, where one measured after the other could read 178%."""
+
+    def __init__(self, raw: RawEnvWindows, window_s: float, windows: int, warm: int) -> None:
+        self.raw, self.window_s, self.windows, self.warm = raw, window_s, windows, warm
+        self.actor_steps = self.raw_steps = self.done = 0
+        self.actor_s = self.raw_s = self.actor_cpu_s = 0.0
+        self.mark: tuple[float, int, float] | None = None  # the actor window's start
+        self.stop: Callable[[str], None] = lambda reason: None
+
+    def on_step(self, run: Run) -> None:
+        if self.done >= self.windows or run.step < self.warm:
+            return
+        now = time.perf_counter()
+        if self.mark is None:
+            self.mark = (now, run.step, time.thread_time())
+            return
+        t0, step0, cpu0 = self.mark
+        if now - t0 < self.window_s:
+            return
+        self.actor_cpu_s += time.thread_time() - cpu0
+        self.actor_steps += run.step - step0
+        self.actor_s += now - t0
+        steps, seconds = self.raw.window(self.window_s)
+        self.raw_steps += steps
+        self.raw_s += seconds
+        self.done += 1
+        if self.done >= self.windows:
+            self.stop("bench")
+        self.mark = (time.perf_counter(), run.step, time.thread_time())
+
+
+def actor_loop(
+    cfg: Config, num_envs: int, threads: int, seconds: float, windows: int = ACTOR_WINDOWS
+) -> dict[str, Any]:
     """The actor alone: the real trainer before learning starts (epsilon 1: no forward pass),
-    with everything it does in the background (display stream, load monitor, status), beside
-    the raw vector env with the same environments and threads, measured one after the other."""
+    with everything it does in the background (display stream, load monitor, status), against
+    the raw vector env with the same environments and threads, in alternating windows of
+    ``seconds / windows`` each (``seconds`` of each in all)."""
+    from edgerl.run.train import Trainer
+
     env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs, threads=threads)
-    raw = env_steps_per_s(env_cfg, seconds)
     cfg = dataclasses.replace(
         cfg,
         env=env_cfg,
@@ -292,18 +365,36 @@ def actor_loop(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
         display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
         hw=dataclasses.replace(cfg.hw, monitor=True),
     )
-    warm = 20 * num_envs
-    loop = _trainer_window(cfg, seconds, lambda t: t.step >= warm, 0)
-    if loop.get("timed_out"):
-        return {"num_envs": num_envs, "threads": threads, "raw_steps_per_s": raw, "timed_out": True}
+    out: dict[str, Any] = {"num_envs": num_envs, "threads": threads, "windows": windows}
+    workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
+    cfg.train.run_dir = str(workdir / "run")
+    raw = RawEnvWindows(env_cfg)
+    turns = Alternating(raw, seconds / windows, windows, warm=20 * num_envs)
+    try:
+        with trainer_logs_quiet(), Trainer(cfg, quiet=True, hooks=[turns]) as trainer:
+            turns.stop = trainer.request_stop
+            give_up = threading.Timer(START_TIMEOUT_S + 2 * seconds, trainer.request_stop, ["late"])
+            give_up.daemon = True
+            give_up.start()
+            try:
+                trainer.run()
+            finally:
+                give_up.cancel()
+        host_us = loop_host_work(cfg, num_envs)
+    finally:
+        raw.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if turns.done < windows:
+        return {**out, "timed_out": True}
+    actor, env_only = turns.actor_steps / turns.actor_s, turns.raw_steps / turns.raw_s
     return {
-        "num_envs": num_envs,
-        "threads": threads,
-        "raw_steps_per_s": raw,
-        "steps_per_s": loop["steps_per_s"],
-        "share_of_raw": loop["steps_per_s"] / raw if raw > 0 else float("nan"),
-        "thread_us_per_env_step": loop["host_us_per_env_step"],
-        "host_us_per_env_step": loop_host_work(cfg, num_envs),
+        **out,
+        "window_s": round(seconds / windows, 2),
+        "raw_steps_per_s": env_only,
+        "steps_per_s": actor,
+        "share_of_raw": actor / env_only if env_only > 0 else float("nan"),
+        "thread_us_per_env_step": 1e6 * turns.actor_cpu_s / max(1, turns.actor_steps),
+        "host_us_per_env_step": host_us,
     }
 
 
@@ -341,7 +432,6 @@ def loop_host_work(cfg: Config, num_envs: int, steps_per_env: int = 2_000) -> fl
     """Host CPU microseconds per env step of the training loop itself, acting at epsilon 1 with
     everything it does in the background (display stream, load monitor, status), on recorded
     steps instead of the emulator (its CPU time is the thread's, emulation excluded)."""
-    from edgerl.run.hooks import Hook
     from edgerl.run.train import Trainer
 
     marks: dict[int, float] = {}
@@ -364,7 +454,10 @@ def loop_host_work(cfg: Config, num_envs: int, steps_per_env: int = 2_000) -> fl
     workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
     cfg.train.run_dir = str(workdir / "run")
     try:
-        with Trainer(cfg, quiet=True, hooks=[Marks()], make_envs=RecordedEnv) as trainer:
+        with (
+            trainer_logs_quiet(),
+            Trainer(cfg, quiet=True, hooks=[Marks()], make_envs=RecordedEnv) as trainer,
+        ):
             trainer.run()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

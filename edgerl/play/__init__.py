@@ -22,6 +22,7 @@ import numpy as np
 from edgerl.config import EnvConfig
 from edgerl.errors import EnvError
 from edgerl.learn.envs import VecEnv, make_env
+from edgerl.words import plural
 
 if TYPE_CHECKING:
     from edgerl.policies import Policy
@@ -113,8 +114,9 @@ class PlayResult:
         summary = self.to_json()
         lat = summary["latency_us"]
         return (
-            f"{summary['env']} with {summary['backend']}: {summary['episodes']} episodes, "
-            f"mean return {summary['return_mean']:.2f} (returns {summary['returns']}); action "
+            f"{summary['env']} with {summary['backend']}: "
+            f"{plural(summary['episodes'], 'episode')}, mean return "
+            f"{summary['return_mean']:.2f} (returns {summary['returns']}); action "
             f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
         )
 

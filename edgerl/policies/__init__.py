@@ -66,6 +66,9 @@ def load_policy(
     if kind == "auto":
         suffix = model.suffix.lower()
         kind = {".onnx": "onnx", ".engine": "trt", ".plan": "trt"}.get(suffix, "torch")
+    if not model.exists():  # said before a backend is loaded: a missing TensorRT is not the news
+        what = {"torch": "checkpoint", "onnx": "ONNX file", "trt": "engine"}.get(kind, "model")
+        raise CheckpointError(f"{what} {model} does not exist")
     if kind == "torch":
         from edgerl.policies.torch import TorchPolicy
 

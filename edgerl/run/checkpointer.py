@@ -40,6 +40,7 @@ from edgerl.learn.envs import EnvSpec
 from edgerl.learn.learner import Learner
 from edgerl.learn.pipeline import Learning
 from edgerl.run.hooks import TICK_EVERY_S, Hook, Run
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -316,28 +317,29 @@ class Checkpointer:
         restored = self._restore_replay(checkpoint.replay)
         if restored is not None:
             starts = run.learner.learn_from[0]
-            learning = (
-                "learning continues at once"
-                if starts <= run.step
-                else f"learning starts at step {starts:,} (the checkpoint was taken while the "
-                "replay was still filling)"
-            )
+            if run.step >= run.cfg.train.steps:
+                learning = ""  # nothing is left to learn: the trainer says so
+            elif starts <= run.step:
+                learning = "; learning continues at once"
+            else:
+                learning = (
+                    f"; learning starts at step {starts:,} (the checkpoint was taken while the "
+                    "replay was still filling)"
+                )
             log.info(
-                "resuming from step %s (%s episodes) with the replay of that checkpoint "
-                "(%s transitions); %s",
+                "resuming from step %s (%s) with the replay of that checkpoint (%s)%s",
                 f"{run.step:,}",
-                f"{run.episodes:,}",
-                f"{restored:,}",
+                plural(run.episodes, "episode"),
+                plural(restored, "transition"),
                 learning,
             )
             return
         refill = min(run.cfg.agent.learning_starts, run.memory.capacity)
         run.learner.resume_at(run.step, refill)
         log.info(
-            "resuming from step %s (%s episodes); learning continues after %s steps refill the "
-            "replay",
+            "resuming from step %s (%s); learning continues after %s steps refill the replay",
             f"{run.step:,}",
-            f"{run.episodes:,}",
+            plural(run.episodes, "episode"),
             f"{run.learner.learn_from[0] - run.step:,}",
         )
 

@@ -47,6 +47,7 @@ from edgerl.play.observers import Filming
 from edgerl.policies.torch import TorchPolicy
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ class Evaluation:
         cut = f", {self.cut} cut at the step cap" if self.cut else ""
         return (
             f"evaluation at step {self.step:,}: mean return {r.mean():.1f} (std {r.std():.1f}, "
-            f"min {r.min():g}, max {r.max():g}) over {len(r)} episodes{cut}, {self.eval_s:.1f} s"
+            f"min {r.min():g}, max {r.max():g}) over {plural(len(r), 'episode')}{cut}, "
+            f"{self.eval_s:.1f} s"
         )
 
 
@@ -240,8 +242,8 @@ class Evaluator(Hook):
     def on_start(self, run: Run) -> None:
         self._next = (run.step // self.period + 1) * self.period
         log.info(
-            "evaluations: %d episodes every %s env steps, epsilon %g, the first at step %s",
-            self.settings.episodes,
+            "evaluations: %s every %s env steps, epsilon %g, the first at step %s",
+            plural(self.settings.episodes, "episode"),
             f"{self.period:,}",
             self.settings.epsilon,
             f"{self._next:,}",

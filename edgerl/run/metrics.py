@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from edgerl.errors import MissingDependencyError
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,61 @@ class TrainStats:
 CSV_COLUMNS = ["step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates"]
 
 
+RATE_WINDOW_S = 1.0  # steps/s is measured over at least this long
+
+
+class Pace:
+    """Steps/s as training is judged by: over the window since the latest metrics row (a
+    shorter one holds a burst, PQN's rollouts or one vector step, so the rate before it is kept),
+    never across the start of learning; and this session's steps and seconds split into the
+    replay's filling and learning. The filling pace is no guide to the learning one: Breakout's
+    quick run filled its replay at hundreds of steps/s and learned at 28-30."""
+
+    def __init__(self, step: int, now: float, learning_starts: int) -> None:
+        self.start = (now, step)  # this session's
+        self.window = (now, step)  # the current window's
+        self.learning_from: tuple[float, int] | None = None  # when learning began, this session
+        self.sps = 0.0
+        self.follow(step, learning_starts, now)
+
+    def follow(self, step: int, learning_starts: int, now: float) -> None:
+        """After each step: once ``step`` reaches ``learning_starts``, learning runs from here
+        and the current window restarts."""
+        if self.learning_from is None and step >= learning_starts:
+            self.learning_from = self.window = (now, step)
+            self.sps = 0.0  # the filling pace is no guide: the next rate is the learning one
+
+    def rate(self, step: int, now: float) -> float:
+        """The steps/s to show now."""
+        t0, s0 = self.window
+        if now - t0 >= RATE_WINDOW_S or (self.sps == 0.0 and now > t0):
+            self.sps = (step - s0) / (now - t0)
+        return self.sps
+
+    def new_window(self, step: int, now: float) -> None:
+        """A metrics row was written: the next window starts here, unless this one is still too
+        short to give a rate (rows more often than RATE_WINDOW_S)."""
+        if now - self.window[0] >= RATE_WINDOW_S:
+            self.window = (now, step)
+
+    def phases(self, step: int, now: float) -> tuple[int, float, int, float]:
+        """(filling steps, filling seconds, learning steps, learning seconds) this session."""
+        t0, s0 = self.start
+        if self.learning_from is None:
+            return step - s0, now - t0, 0, 0.0
+        tl, sl = self.learning_from
+        return sl - s0, tl - t0, step - sl, now - tl
+
+
+def nothing_to_do(run_dir: Path, step: int, total: int) -> str:
+    """The sentence for a run that has already reached ``train.steps``: what to do instead."""
+    return (
+        f"the run in {run_dir} is already at step {step:,} of {total:,}: nothing to do; to "
+        f"train it further give a larger total (--steps {2 * total:,}, or train.steps), or "
+        "start over with --fresh (the old run is moved aside)"
+    )
+
+
 @dataclass(frozen=True)
 class TrainResult:
     step: int
@@ -67,18 +123,33 @@ class TrainResult:
     episodes: int
     return_mean: float
     wall_s: float
-    session_steps: int
-    session_s: float
+    fill_steps: int  # this session's steps while the replay filled, and their seconds
+    fill_s: float
+    learn_steps: int  # this session's steps while it learned
+    learn_s: float
     checkpoint: Path | None
     stopped: bool  # a stop was requested before train.steps was reached
+
+    @property
+    def session_steps(self) -> int:
+        return self.fill_steps + self.learn_steps
+
+    def pace(self) -> str:
+        """``28 steps/s learning (the replay filled at 1,950 steps/s)``: the session's rates."""
+        learn = self.learn_steps / self.learn_s if self.learn_s > 0 else 0.0
+        fill = self.fill_steps / self.fill_s if self.fill_s > 0 else 0.0
+        if self.learn_steps and self.fill_steps:
+            return f"{learn:,.0f} steps/s learning (the replay filled at {fill:,.0f} steps/s)"
+        if self.fill_steps:
+            return f"{fill:,.0f} steps/s filling the replay (learning had not started)"
+        return f"{learn:,.0f} steps/s"
 
     def summary(self) -> str:
         """One line for the end of ``edgerl train``."""
         ret = "n/a" if math.isnan(self.return_mean) else f"{self.return_mean:.2f}"
-        sps = self.session_steps / self.session_s if self.session_s > 0 else 0.0
         return (
-            f"step {self.step:,}/{self.total_steps:,}: {self.episodes:,} episodes, "
-            f"mean return (last 100) {ret}, {sps:,.0f} steps/s this session; "
+            f"step {self.step:,}/{self.total_steps:,}: {plural(self.episodes, 'episode')}, "
+            f"mean return (last 100) {ret}, {self.pace()}; "
             f"checkpoint {self.checkpoint or 'unchanged'}"
         )
 

@@ -184,3 +184,17 @@ class RunDir:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def run_game(run_dir: Path) -> str | None:
+    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
+    from edgerl.config_parse import parse_toml_file
+    from edgerl.errors import ConfigError
+
+    try:
+        saved = parse_toml_file(run_dir / "config.toml")
+    except ConfigError:  # missing or damaged: the game is not known
+        return None
+    env = saved.get("env")
+    game = env.get("id") if isinstance(env, dict) else None  # the file may be damaged
+    return game if isinstance(game, str) and game else None

@@ -30,6 +30,7 @@ from edgerl.files.regular import read_regular
 from edgerl.files.sidefiles import SideFiles
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
+from edgerl.words import duration, plural
 
 STATUS_FILE = "status.json"
 MAX_STATUS_BYTES = 1 << 20  # a status document is about 1 KiB
@@ -161,10 +162,10 @@ def liveness(doc: dict[str, Any], now: float | None = None) -> Liveness:
             True,
             True,
             age,
-            f"stale: pid {pid} runs but has not updated its status for {age:.0f} s; "
+            f"stale: pid {pid} runs but has not updated its status for {duration(age)}; "
             "the training loop may be hung",
         )
-    return Liveness(True, False, age, f"running (pid {pid}, updated {age:.0f} s ago)")
+    return Liveness(True, False, age, f"running (pid {pid}, updated {duration(age)} ago)")
 
 
 # What each field of status.json may hold (besides null), checked before anything reads it.
@@ -310,9 +311,9 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
     lines = [
         f"{doc.get('env')} in {doc.get('run_dir')}: {live.reason}",
         f"step {step:,}/{doc.get('total_steps') or 0:,}, {doc.get('sps') or 0:,.0f} "
-        f"steps/s, {doc.get('episodes') or 0:,} episodes, mean return "
+        f"steps/s, {plural(doc.get('episodes') or 0, 'episode')}, mean return "
         f"{'n/a' if ret is None else f'{ret:.2f}'}, epsilon {doc.get('epsilon')}, "
-        f"{doc.get('updates') or 0:,} updates",
+        f"{plural(doc.get('updates') or 0, 'update')}",
         f"started {doc.get('started_at')}, clocks {doc.get('clocks')}",
         f"load: {doc.get('load_line') or 'n/a'}",
         f"checkpoint: {checkpoint or 'none yet'}",

@@ -55,15 +55,16 @@ from edgerl.run.metrics import (
     ConsoleProgress,
     EpisodeWriter,
     MetricsWriter,
+    Pace,
     TrainResult,
     TrainStats,
+    nothing_to_do,
 )
 from edgerl.run.rundir import RunDir, default_run_dir
 from edgerl.run.signals import StoppedDuringSetup
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
-
-RATE_WINDOW_S = 1.0  # steps/s is measured over at least this long
 
 
 class Trainer:
@@ -105,7 +106,7 @@ class Trainer:
         self._stop_reason: str | None = None
         self.wall_before = 0.0  # seconds trained before this session
         self._session_start = time.monotonic()
-        self._session_step0 = 0
+        self._pace = Pace(0, self._session_start, 0)
         self._env: VecEnv | None = None
         self._rundir: RunDir | None = None
         self._metrics: MetricsWriter | None = None
@@ -181,10 +182,11 @@ class Trainer:
                 self.saver.replay_store = store
         if found is not None:
             self.saver.resume(found[1])
-            self._session_step0 = self.step
             self.resumed_from = found[0].path
+        else:
+            log.info("new run in %s (no checkpoint there to resume)", run_path)
         self._check_stop()
-        log.info("building %s environments of %s", f"{cfg.env.num_envs:,}", cfg.env.id)
+        log.info("building %s of %s", plural(cfg.env.num_envs, "environment"), cfg.env.id)
         self._env = self._make_envs(cfg.env, spec, self._check_stop)
         self._check_stop()
         config_toml = cfg.to_toml().encode()
@@ -286,12 +288,10 @@ class Trainer:
         self._episodes_csv = EpisodeWriter(self.run_dir, side=self.side)
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         self._session_start = time.monotonic()
-        self._session_step0 = self.step
+        self._pace = Pace(self.step, self._session_start, self.learner.learn_from[0])
         total = cfg.train.steps
         if self.step >= total:
-            log.info(
-                "the run is already at step %s of %s: nothing to do", f"{self.step:,}", f"{total:,}"
-            )
+            log.info("%s", nothing_to_do(self.run_dir, self.step, total))
             self._progress.close()
             return self._result(stopped=False)
 
@@ -363,8 +363,7 @@ class Trainer:
                 hook.on_start(self)
         for hook in self.hooks:
             hook.on_end(self)
-        now = time.monotonic()
-        self._refresh_stats(self._row_step, now - self._clock["row"])
+        self._refresh_stats(time.monotonic())
         self._progress.update(self.stats)
         if self.step != self._row_step:
             self._write_row()
@@ -384,16 +383,18 @@ class Trainer:
         for hook in self.hooks:
             hook.on_step(self)
         now = time.monotonic()
+        self._pace.follow(self.step, self.learner.learn_from[0], now)
         if now - clock["tick"] >= TICK_EVERY_S:
             clock["tick"] = now
-            self._refresh_stats(self._row_step, now - clock["row"])
+            self._refresh_stats(now)
             self._progress.update(self.stats)
             for hook in self.hooks:
                 hook.on_tick(self, self.stats)
         if now - clock["row"] >= cfg.train.log_every_s:
-            self._refresh_stats(self._row_step, now - clock["row"])
+            self._refresh_stats(now)
             self._write_row()
             clock["row"], self._row_step = now, self.step
+            self._pace.new_window(self.step, now)
         self.saver.after_step(now)
 
     def _start_step(
@@ -448,14 +449,17 @@ class Trainer:
             self._record(stepped_actions, stepped, stepped.env_ids)
 
     def _result(self, stopped: bool) -> TrainResult:
+        fill_steps, fill_s, learn_steps, learn_s = self._pace.phases(self.step, time.monotonic())
         return TrainResult(
             step=self.step,
             total_steps=self.cfg.train.steps,
             episodes=self.episodes,
             return_mean=self.return_mean(),
             wall_s=self.wall_s(),
-            session_steps=self.step - self._session_step0,
-            session_s=time.monotonic() - self._session_start,
+            fill_steps=fill_steps,
+            fill_s=fill_s,
+            learn_steps=learn_steps,
+            learn_s=learn_s,
             checkpoint=self.last_checkpoint,
             stopped=stopped,
         )
@@ -471,26 +475,18 @@ class Trainer:
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
         shared memory, never a wait)."""
         assert self.display is not None
-        book, stats = self.book, self.stats
-        self._to_show = None
-        ret = float(book.returns[book.shown])
-        meta = FrameMeta.of(step, book.shown_episode, ret, epsilon, action, stats.sps, stats.load)
-        if q_values is not None:
-            meta.q_values = tuple(float(q) for q in q_values)
+        self._to_show, book = None, self.book
+        ret, sps, load = float(book.returns[book.shown]), self.stats.sps, self.stats.load
+        meta = FrameMeta.of(step, book.shown_episode, ret, epsilon, action, sps, load, q_values)
         self.display.publish(frames[-1], meta)
 
-    def _refresh_stats(self, row_step: int, interval_s: float) -> None:
+    def _refresh_stats(self, now: float) -> None:
         s = self.stats
         s.step, s.total_steps, s.wall_s = self.step, self.cfg.train.steps, self.wall_s()
-        if interval_s >= RATE_WINDOW_S:
-            s.sps = (self.step - row_step) / interval_s
-        else:  # a shorter window holds a burst (PQN's rollouts, one vector step), not a rate
-            session_s = time.monotonic() - self._session_start
-            s.sps = (self.step - self._session_step0) / session_s if session_s > 0 else 0.0
+        s.sps = self._pace.rate(self.step, now)
         s.episodes, s.return_mean = self.episodes, self.return_mean()
-        s.epsilon = self.learner.epsilon(self.step)
-        s.updates = self.learner.updates
-        s.learning_starts, s.fill_from = self.learner.learn_from[0], self._session_step0
+        s.epsilon, s.updates = self.learner.epsilon(self.step), self.learner.updates
+        s.learning_starts, s.fill_from = self.learner.learn_from[0], self._pace.start[1]
         loss = self.learner.losses.peek()
         if not math.isnan(loss):  # no update since the last row: keep the last mean
             s.loss = loss

@@ -1,0 +1,29 @@
+"""How counts and durations read in the sentences edgerl prints: ``1 episode``, ``2 episodes``,
+``3 h 58 min`` rather than ``14284 s``."""
+
+from __future__ import annotations
+
+import math
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 environment``, ``1,024 environments`` (``nouns``: an irregular plural)."""
+    word = noun if count == 1 else (nouns or noun + "s")
+    return f"{count:,} {word}"
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min 5 s``, ``3 h 58 min``, ``2 d 4 h``: two units at most, rounded down."""
+    if math.isnan(seconds) or seconds < 0:
+        return "n/a"
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s} s" if s else f"{m} min"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(h, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
