@@ -74,11 +74,13 @@ def test_bench_json(cli):
                 loop["steps_per_s"] / limit["steps_per_s"], rel=0.03, abs=0.01
             )
         assert loop["updates"] > 0 and loop["ms_per_update_in_loop"] > 0
-        # A step's wall time, split: acting and learning measured, the rest what is left.
+        # A step's wall time, split: acting and learning measured, the rest what is left (in
+        # the sync loop; the async learner's time is on a thread of its own).
         assert loop["act_us_per_env_step"] > 0 and loop["learn_us_per_env_step"] > 0
-        assert loop["act_us_per_env_step"] + loop["learn_us_per_env_step"] <= (
-            loop["us_per_env_step"] * 1.05  # rounded figures, from one window
-        )
+        if loop["mode"] == "sync":
+            assert loop["act_us_per_env_step"] + loop["learn_us_per_env_step"] <= (
+                loop["us_per_env_step"] * 1.05  # rounded figures, from one window
+            )
     compute = doc["compute"]
     assert compute["macs_per_forward"] == NATURE_CNN_MACS
     assert compute["matmul_peak_gflops"] > 0 and compute["update_gflops"] > 0

@@ -155,6 +155,26 @@ def test_an_evaluation_plays_its_episodes_at_once_one_batched_forward_pass_a_ste
     assert len(batches) == max(result.lengths) < sum(result.lengths) == result.steps
 
 
+def test_many_episodes_are_played_in_waves_of_a_few_environments(monkeypatch):
+    """Twenty episodes: a wave of 16 environments, then one of 4 counted on the same 16 (each
+    environment's first episode, whichever ends first), never 20 environments at once."""
+    from edgerl.play import MAX_TOGETHER
+    from edgerl.policies.torch import TorchPolicy
+
+    batches: list[int] = []
+    original = TorchPolicy.act
+
+    def counting(self, obs):
+        batches.append(len(obs))
+        return original(self, obs)
+
+    monkeypatch.setattr(TorchPolicy, "act", counting)
+    result = evaluate(always_left(), EvalConfig(episodes=20, epsilon=0.0), seed=3)
+    assert MAX_TOGETHER == 16 and set(batches) == {16}
+    assert len(result.returns) == len(result.lengths) == 20 and max(result.lengths) <= 12
+    assert result.steps == sum(result.lengths)
+
+
 def test_an_evaluation_stopped_while_recording_leaves_no_recording(tmp_path):
     asked = []
 

@@ -438,12 +438,16 @@ def render(result: dict[str, Any]) -> str:
         raw = result["env_steps_per_s"].get(str(loop["num_envs"]))
         if loop.get("us_per_env_step") is not None:
             act, learn = loop["act_us_per_env_step"], loop["learn_us_per_env_step"]
-            rest = loop["us_per_env_step"] - act - learn
-            lines.append(
-                f"  per env step: {loop['us_per_env_step']:,.0f} us = acting {act:,.0f} + "
-                f"learning {learn:,.0f} + emulation and the loop {rest:,.0f}"
-                + (f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else "")
-            )
+            alone = f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else ""
+            if loop["mode"] == "sync":  # one thread does it all: the parts add up
+                rest = loop["us_per_env_step"] - act - learn
+                split = (
+                    f"acting {act:,.0f} + learning {learn:,.0f} + emulation and the loop "
+                    f"{rest:,.0f}"
+                )
+            else:  # the learner works on a thread of its own, beside the step
+                split = f"acting {act:,.0f} + the rest; the learner thread {learn:,.0f} beside it"
+            lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")

@@ -266,21 +266,32 @@ def play(
     )
 
 
+# Environments play_together steps at once: enough for an evaluation's usual 5-10 episodes in
+# one wave, few enough that eval.episodes = 1,000,000 builds 16 environments, not a million.
+MAX_TOGETHER = 16
+
+
 def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayResult:
-    """Play ``options.episodes`` episodes at once, one on each of as many environments (seeded
-    ``options.seed``, ``seed + 1``, ...), every action chosen by one batched forward pass:
-    what an evaluation plays, at a fraction of the CPU of one episode after another (the pass
-    for ten observations costs about what one costs). Each environment counts its first
-    episode only; it keeps stepping until the last one ends. No observers (nothing to record
-    or show), and ``fps`` and ``max_steps`` are not used. Latencies are of the batched passes.
+    """Play ``options.episodes`` episodes several at a time: waves of up to
+    :data:`MAX_TOGETHER` environments, each wave's actions chosen by one batched forward pass
+    per step, each environment's first episode counted (so long episodes count as much as short
+    ones), the next wave reseeded after the last one's episodes all ended. This is what an
+    evaluation plays, at a fraction of the CPU of one episode after another: the pass for ten
+    observations costs about what one costs. No observers (nothing to record or show), and
+    ``fps`` and ``max_steps`` are not used. Latencies are of the batched passes; fewer episodes
+    come back when ``options.stop`` ended playing.
 
     Raises EnvError if ``options.env_id`` does not match what the policy was trained on.
     """
     o = options or PlayOptions()
-    n = max(1, o.episodes)
+    n = min(max(1, o.episodes), MAX_TOGETHER)
     env_cfg = _env_config(policy, o.env_id)
     env_cfg.num_envs = n  # one thread: an evaluation runs beside training, on its spare time
     rng = np.random.default_rng(o.seed)
+    returns: list[float] = []
+    lengths: list[int] = []
+    latencies: list[int] = []
+    steps = cut = 0
     with contextlib.closing(make_env(env_cfg)) as env:
         if (
             env.spec.obs_shape != policy.spec.obs_shape
@@ -290,39 +301,36 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
                 f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
             )
-        obs = env.reset(seed=o.seed)
-        returns = np.zeros(n)
-        lengths = np.zeros(n, dtype=np.int64)
-        playing = np.ones(n, dtype=bool)  # still in its first episode
-        cut = np.zeros(n, dtype=bool)
-        latencies: list[int] = []
-        steps = 0
-        while playing.any():
-            if o.stop is not None and o.stop():
-                break
-            t0 = time.perf_counter_ns()
-            actions = np.asarray(policy.act(obs), dtype=np.int64)
-            latencies.append(time.perf_counter_ns() - t0)
-            if o.epsilon > 0:
-                explore = rng.random(n) < o.epsilon
-                actions = np.where(explore, rng.integers(policy.spec.num_actions, size=n), actions)
-            step = env.step(actions)
-            steps += int(playing.sum())
-            returns += np.where(playing, step.rewards, 0.0)
-            lengths += playing
-            ended = playing & (step.terminated | step.truncated)
-            if o.max_episode_steps:
-                cut |= playing & ~ended & (lengths >= o.max_episode_steps)
-                ended |= cut
-            playing &= ~ended
-            obs = step.obs
-    done = ~playing
-    return PlayResult(
-        policy.backend,
-        env_cfg.id,
-        [float(r) for r in returns[done]],
-        steps,
-        latencies,
-        lengths=[int(x) for x in lengths[done]],
-        cut=int(cut.sum()),
-    )
+        while len(returns) < o.episodes:
+            wave = min(n, o.episodes - len(returns))  # the first ``wave`` environments count
+            obs = env.reset(seed=o.seed + len(returns))
+            ret = np.zeros(n)
+            length = np.zeros(n, dtype=np.int64)
+            playing = np.arange(n) < wave  # still in its first episode, and counted
+            was_cut = np.zeros(n, dtype=bool)
+            while playing.any():
+                if o.stop is not None and o.stop():
+                    return PlayResult(
+                        policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut
+                    )
+                t0 = time.perf_counter_ns()
+                actions = np.asarray(policy.act(obs), dtype=np.int64)
+                latencies.append(time.perf_counter_ns() - t0)
+                if o.epsilon > 0:
+                    explore = rng.random(n) < o.epsilon
+                    randoms = rng.integers(policy.spec.num_actions, size=n)
+                    actions = np.where(explore, randoms, actions)
+                step = env.step(actions)
+                steps += int(playing.sum())
+                ret += np.where(playing, step.rewards, 0.0)
+                length += playing
+                ended = playing & (step.terminated | step.truncated)
+                if o.max_episode_steps:
+                    was_cut |= playing & ~ended & (length >= o.max_episode_steps)
+                    ended |= was_cut
+                playing &= ~ended
+                obs = step.obs
+            returns += [float(r) for r in ret[:wave]]
+            lengths += [int(x) for x in length[:wave]]
+            cut += int(was_cut.sum())
+    return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut)
