@@ -137,38 +137,35 @@ def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():
     assert same.lengths == randomly.lengths  # seeded
 
 
-def test_an_evaluation_plays_its_episodes_at_once_one_batched_forward_pass_a_step(monkeypatch):
-    """Ten episodes on ten environments: every forward pass holds ten observations, and there
-    are as many passes as the longest episode has steps (not the sum of all ten)."""
+@pytest.fixture
+def batches(monkeypatch) -> list[int]:
+    """The number of observations of each forward pass a TorchPolicy makes to act."""
     from edgerl.policies.torch import TorchPolicy
 
-    batches: list[int] = []
+    sizes: list[int] = []
     original = TorchPolicy.act
 
     def counting(self, obs):
-        batches.append(len(obs))
+        sizes.append(len(obs))
         return original(self, obs)
 
     monkeypatch.setattr(TorchPolicy, "act", counting)
+    return sizes
+
+
+def test_an_evaluation_plays_its_episodes_at_once_one_batched_forward_pass_a_step(batches):
+    """Ten episodes on ten environments: every forward pass holds ten observations, and there
+    are as many passes as the longest episode has steps (not the sum of all ten)."""
     result = evaluate(always_left(), EvalConfig(episodes=10, epsilon=0.0), seed=3)
     assert len(result.returns) == 10 and set(batches) == {10}
     assert len(batches) == max(result.lengths) < sum(result.lengths) == result.steps
 
 
-def test_many_episodes_are_played_in_waves_of_a_few_environments(monkeypatch):
+def test_many_episodes_are_played_in_waves_of_a_few_environments(batches):
     """Twenty episodes: a wave of 16 environments, then one of 4 counted on the same 16 (each
     environment's first episode, whichever ends first), never 20 environments at once."""
     from edgerl.play import MAX_TOGETHER
-    from edgerl.policies.torch import TorchPolicy
 
-    batches: list[int] = []
-    original = TorchPolicy.act
-
-    def counting(self, obs):
-        batches.append(len(obs))
-        return original(self, obs)
-
-    monkeypatch.setattr(TorchPolicy, "act", counting)
     result = evaluate(always_left(), EvalConfig(episodes=20, epsilon=0.0), seed=3)
     assert MAX_TOGETHER == 16 and set(batches) == {16}
     assert len(result.returns) == len(result.lengths) == 20 and max(result.lengths) <= 12

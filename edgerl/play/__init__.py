@@ -165,6 +165,18 @@ def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
     return env_cfg
 
 
+def check_matches(policy: Policy, env: VecEnv) -> None:
+    """Raise EnvError unless ``env`` has the observations and actions ``policy`` learned."""
+    if (
+        env.spec.obs_shape != policy.spec.obs_shape
+        or env.spec.num_actions != policy.spec.num_actions
+    ):
+        raise EnvError(
+            f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
+            f"observations {policy.spec.obs_shape}); {env.spec.id} does not match"
+        )
+
+
 def play(
     policy: Policy, options: PlayOptions | None = None, observers: Sequence[Observer] = ()
 ) -> PlayResult:
@@ -185,14 +197,7 @@ def play(
     with contextlib.ExitStack() as cleanup:
         env = make_env(env_cfg, screens=screens)
         cleanup.callback(env.close)
-        if (
-            env.spec.obs_shape != policy.spec.obs_shape
-            or env.spec.num_actions != policy.spec.num_actions
-        ):
-            raise EnvError(
-                f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
-                f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
-            )
+        check_matches(policy, env)
         for w in observers:
             w.on_start(env, cleanup)
         obs = env.reset(seed=o.seed)
@@ -293,14 +298,7 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
     latencies: list[int] = []
     steps = cut = 0
     with contextlib.closing(make_env(env_cfg)) as env:
-        if (
-            env.spec.obs_shape != policy.spec.obs_shape
-            or env.spec.num_actions != policy.spec.num_actions
-        ):
-            raise EnvError(
-                f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
-                f"observations {policy.spec.obs_shape}); {env_cfg.id} does not match"
-            )
+        check_matches(policy, env)
         while len(returns) < o.episodes:
             wave = min(n, o.episodes - len(returns))  # the first ``wave`` environments count
             obs = env.reset(seed=o.seed + len(returns))
