@@ -1,0 +1,117 @@
+"""docs/results.md against the runs it reports: every row's figures are those of the committed
+eval.csv, the evaluation it names is the first to reach its target, and `edgerl plot` reads
+each committed run. No test trains Pong: the runs under docs/runs/ are what was trained."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results.md"
+ROW = re.compile(r"^\|(?P<cells>.*)\|\s*$")
+
+
+def table_rows() -> list[dict[str, str]]:
+    """The rows of the results table (the first table of docs/results.md), by header."""
+    lines = RESULTS.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| game"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        m = ROW.match(line)
+        if m is None:
+            break
+        cells = [c.strip() for c in m["cells"].split("|")]
+        rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def run_dir(row: dict[str, str]) -> Path:
+    target = re.search(r"\]\((runs/[^)]+)\)", row["run files"])
+    assert target, f"row {row['game']} links no run directory"
+    return (RESULTS.parent / target[1]).resolve()
+
+
+def evaluations(run: Path) -> list[dict[str, str]]:
+    with (run / "eval.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "").replace("−", "-"))
+
+
+def wall_seconds(text: str) -> float:
+    """``17 min 32 s`` or ``52 s`` as seconds."""
+    m = re.fullmatch(r"(?:(\d+) min)?\s*(?:(\d+) s)?", text.strip())
+    assert m and any(m.groups()), f"wall time {text!r} is not 'M min S s'"
+    return int(m[1] or 0) * 60 + int(m[2] or 0)
+
+
+ROWS = table_rows()
+
+
+def test_the_table_has_pong_and_cartpole_with_both_learners():
+    games = {(r["game"].split()[0], r["learner"]) for r in ROWS}
+    assert {
+        ("Pong", "PQN"),
+        ("CartPole-v1", "DQN"),
+        ("CartPole-v1", "PQN"),
+    } <= games
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_a_rows_figures_are_its_runs_first_evaluation_at_the_target_or_its_best(row):
+    run = run_dir(row)
+    for name in ("eval.csv", "metrics.csv", "config.toml"):
+        assert (run / name).is_file(), f"{run} lacks {name}"
+    target = number(re.search(r"\(target (-?[\d.]+)\)", row["game"])[1])
+    found = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+) \((\d+) episodes\)(.*)", row["greedy mean ± std"])
+    assert found, f"{row['greedy mean ± std']!r} is not 'MEAN ± STD (N episodes)'"
+    mean, std, episodes, note = found.groups()
+    evals = evaluations(run)
+    reached = [e for e in evals if float(e["return_mean"]) >= target]
+    if reached:  # the first evaluation at the target
+        shown = reached[0]
+        assert not note.strip()
+    else:  # none reached it: the best one, and the row says so
+        shown = max(evals, key=lambda e: float(e["return_mean"]))
+        assert "not reached" in note
+    assert int(number(row["env steps"])) == int(shown["step"])
+    assert wall_seconds(row["wall time"]) == round(float(shown["wall_s"]))
+    assert float(mean) == pytest.approx(float(shown["return_mean"]), abs=0.05)
+    assert float(std) == pytest.approx(float(shown["return_std"]), abs=0.05)
+    assert int(episodes) == int(shown["episodes"])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_edgerl_plot_reads_every_committed_run(cli, row):
+    run = run_dir(row)
+    r = cli("plot", "--terminal", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert "eval" in r.out  # the greedy evaluations are drawn
+
+
+def test_the_command_of_a_row_is_what_its_config_says(cli):
+    """A row whose command names a preset resolves to the settings its run saved (the run
+    directory and the machine's threads aside)."""
+    import tomllib
+
+    checked = 0
+    for row in ROWS:
+        command = re.search(r"`edgerl train ([^`]*)`", row["command"])
+        if command is None or "--preset" not in command[1]:
+            continue
+        r = cli("config", *command[1].split())
+        assert r.code == 0, r.err
+        shown = tomllib.loads(r.out)
+        saved = tomllib.loads((run_dir(row) / "config.toml").read_text())
+        for section in ("env", "agent", "pqn", "eval"):
+            assert shown[section] == saved[section], section
+        assert shown["train"]["steps"] == saved["train"]["steps"]
+        checked += 1
+    assert checked, "no row is trained by a --preset command"
