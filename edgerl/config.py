@@ -79,10 +79,12 @@ class EnvConfig:
         0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0, max=MAX_THREADS
     )
     batch_size: int = setting(
-        0,
+        -1,
         "Atari: act on the first batch_size environments to finish a step while the others "
-        "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep",
-        min=0,
+        "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep "
+        "(deterministic); -1: auto, half the environments where a GPU learns from a replay "
+        "(8 environments or more), else 0",
+        min=-1,
         max=MAX_ENVS,
     )
     repeat_action_probability: float = setting(

@@ -255,3 +255,51 @@ def test_env_batch_size_is_refused_where_it_cannot_work(cli, tmp_path):
         "train", "--set", "env.num_envs=4", "--set", "env.batch_size=4", "--run-dir", tmp_path / "p"
     )
     assert r.code == 2 and "env.batch_size (4) must be below env.num_envs (4)" in r.err
+
+
+@pytest.mark.parametrize(
+    ("sets", "device", "batch"),
+    [
+        ([], "cuda", 4),  # DQN on a GPU, 8 environments: half of them at a time
+        ([], "cpu", 0),  # on a CPU the update is the limit: lockstep, a run repeats exactly
+        (["env.batch_size=0"], "cuda", 0),  # lockstep asked for: kept
+        (["env.batch_size=3"], "cpu", 3),  # a number given: kept
+        (["agent.algo=pqn"], "cuda", 0),  # a rollout steps every environment together
+        (["env.num_envs=4"], "cuda", 0),  # too few environments to split
+        (["env.id=CartPole-v1"], "cuda", 0),  # ALE's async mode is Atari's
+    ],
+)
+def test_env_batch_size_auto_is_ales_async_mode_only_where_acting_limits(sets, device, batch):
+    import torch
+
+    from edgerl.config import build_layers, resolve
+    from edgerl.config_presets import apply_presets
+    from edgerl.learn.envs import probe
+    from edgerl.learn.factory import resolve_env_batch
+
+    cfg = resolve(build_layers(None, ["env.num_envs=8", *sets], use_system=False))
+    assert resolve(build_layers(None, [], use_system=False)).env.batch_size == -1  # the default
+    spec = probe(cfg.env.id)
+    cfg = apply_presets(cfg, spec.kind)
+    if "agent.algo=pqn" in sets:
+        cfg.env.num_envs = 8  # over PQN's preset of 128: the rule, not the count, says no
+    assert resolve_env_batch(cfg, spec, torch.device(device)) == batch
+
+
+def test_a_run_saves_the_env_batch_size_it_resolved_and_evaluates_in_lockstep(tmp_path):
+    """The default (auto) trains Pong on a CPU in lockstep and says so in config.toml; a policy
+    trained with ALE's async mode still plays every evaluation environment each step."""
+    from edgerl.play import _env_config
+    from edgerl.run.train import Trainer
+
+    from .helpers import pong_config
+
+    cfg = pong_config(tmp_path, "env.num_envs=2", steps=40)
+    with Trainer(cfg, quiet=True) as trainer:
+        trainer.run()
+    assert "batch_size = 0" in (tmp_path / "run" / "config.toml").read_text()
+
+    from types import SimpleNamespace
+
+    trained = SimpleNamespace(env_config={"id": "ALE/Pong-v5", "num_envs": 8, "batch_size": 4})
+    assert _env_config(trained, None).batch_size == 0  # what _env_config reads of a policy

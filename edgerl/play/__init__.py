@@ -162,6 +162,7 @@ def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
     if env_id is not None and env_id != policy.spec.id:
         env_cfg.id = env_id
     env_cfg.num_envs, env_cfg.threads = 1, 1
+    env_cfg.batch_size = 0  # every environment each step: ALE's async mode is for training
     return env_cfg
 
 

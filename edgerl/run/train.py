@@ -42,6 +42,7 @@ from edgerl.learn.factory import (
     build_memory,
     check_memory,
     check_setup,
+    resolve_env_batch,
 )
 from edgerl.learn.pipeline import Learning
 from edgerl.learn.replay import ReplayBuffer
@@ -151,7 +152,8 @@ class Trainer:
         run_path = (
             Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
         )
-        cfg = with_values(cfg, {"train.run_dir": str(run_path)})
+        batch = resolve_env_batch(cfg, spec, self.device)
+        cfg = with_values(cfg, {"train.run_dir": str(run_path), "env.batch_size": batch})
         self.cfg = cfg
         self._rundir = RunDir(run_path)
         if self.fresh:
