@@ -21,7 +21,7 @@ from edgerl.learn.replay_memory import fmt_bytes
 def rollout_bytes(spec: EnvSpec, num_envs: int, steps: int) -> int:
     """Bytes a rollout of ``steps`` vector steps of ``num_envs`` environments holds."""
     obs = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
-    return num_envs * (steps + 1) * (obs + 8 + 4 + 2)
+    return num_envs * (steps + 1) * (obs + 8 + 4 + 4 + 2)  # obs, action, reward, value, flags
 
 
 def lambda_returns(
@@ -156,8 +156,6 @@ class RolloutBuffer:
     def clear(self) -> None:
         """Start the next rollout from the newest observations."""
         self.obs[0].copy_(self.obs[self.t])
-        self.values[0].copy_(self.values[self.t])
-        self.values_version[0] = self.values_version[self.t]
-        self.values_version[1:] = -1
+        self.values_version[:] = -1  # the next rollout's values come from its own steps
         self.t = 0
         self.finals.clear()
