@@ -59,6 +59,7 @@ def test_the_table_has_pong_and_cartpole_with_both_learners():
     games = {(r["game"].split()[0], r["learner"]) for r in ROWS}
     assert {
         ("Pong", "PQN"),
+        ("Pong", "DQN"),
         ("CartPole-v1", "DQN"),
         ("CartPole-v1", "PQN"),
     } <= games
