@@ -319,8 +319,17 @@ def make_dry_run(*args: str) -> list[str]:
     """The commands ``make -n ARGS`` would run here (nothing is installed)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    # Under `make test` the environment says this make is a sub-make, which then prints
+    # "Entering/Leaving directory" lines: the commands are read as a top-level make prints them.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     r = subprocess.run(
-        ["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+        ["make", "-n", "--no-print-directory", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return r.stdout.splitlines()
 
