@@ -258,8 +258,8 @@ class PerfConfig:
     )
     amp: str = setting(
         "auto",
-        "mixed precision: auto (bf16 on Ampere+, fp16 on older fast-FP16 "
-        "GPUs, off on CPU), off, fp16, bf16",
+        "mixed precision: auto (on a Jetson bf16 from Orin, fp16 before; off on "
+        "discrete GPUs and CPUs), off, fp16, bf16",
         choices=("auto", "off", "fp16", "bf16"),
     )
     cuda_graphs: str = setting(

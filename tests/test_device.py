@@ -29,18 +29,21 @@ from .helpers import CPU, GPU
 
 
 @pytest.mark.parametrize(
-    ("setting", "capability", "expected"),
+    ("setting", "capability", "integrated", "expected"),
     [
-        ("auto", (8, 7), torch.bfloat16),  # Orin
-        ("auto", (7, 2), torch.float16),  # Xavier
-        ("auto", (5, 3), torch.float16),  # Nano
-        ("auto", (6, 1), None),  # consumer Pascal: slow fp16
-        ("off", (8, 7), None),
-        ("fp16", (8, 7), torch.float16),
+        ("auto", (8, 7), True, torch.bfloat16),  # Orin
+        ("auto", (7, 2), True, torch.float16),  # Xavier
+        ("auto", (5, 3), True, torch.float16),  # Nano
+        ("auto", (6, 1), False, None),  # consumer Pascal: slow fp16
+        ("auto", (9, 0), False, None),  # H100/H200: bf16 measured slower at these sizes
+        ("auto", (8, 6), False, None),  # a desktop Ampere
+        ("bf16", (9, 0), False, torch.bfloat16),  # asked for: given
+        ("off", (8, 7), True, None),
+        ("fp16", (8, 7), True, torch.float16),
     ],
 )
-def test_mixed_precision_choice(setting, capability, expected):
-    assert resolve_amp(setting, GPU, capability) is expected
+def test_mixed_precision_choice(setting, capability, integrated, expected):
+    assert resolve_amp(setting, GPU, capability, integrated=integrated) is expected
 
 
 def test_mixed_precision_errors():
@@ -67,8 +70,9 @@ def test_auto_precision_leaves_a_small_mlp_in_fp32():
     from edgerl.device import resolve_amp
 
     perf = PerfConfig(amp="auto", cuda_graphs="off", compile="off")
-    assert resolve_amp(perf.amp, torch.device("cuda"), (8, 7), frames=False) is None
-    assert resolve_amp(perf.amp, torch.device("cuda"), (8, 7), frames=True) is torch.bfloat16
+    orin = {"capability": (8, 7), "integrated": True}
+    assert resolve_amp(perf.amp, torch.device("cuda"), frames=False, **orin) is None
+    assert resolve_amp(perf.amp, torch.device("cuda"), frames=True, **orin) is torch.bfloat16
     assert resolve_amp("bf16", torch.device("cuda"), (8, 7), frames=False) is torch.bfloat16
 
 

@@ -174,7 +174,12 @@ def check_precision(ctx: Context) -> Check:
         found = "CPU: fp32, channels_last convolutions, no CUDA graph (perf.amp/cuda_graphs=auto)"
         return Check("precision", "pass", found, data=data)
     cap = torch.cuda.get_device_capability(device)
-    if amp is None:
+    if amp is None and not torch.cuda.get_device_properties(device).is_integrated:
+        precision = (
+            f"fp32 with TF32 convolutions (compute {cap[0]}.{cap[1]}; on a discrete GPU bf16 "
+            "does not pay at these sizes, perf.amp=bf16 asks for it)"
+        )
+    elif amp is None:
         precision = f"fp32 (compute {cap[0]}.{cap[1]} has no fast FP16)"
     else:
         precision = f"{amp_name} convolutions with fp32 Q-values (compute {cap[0]}.{cap[1]})"
