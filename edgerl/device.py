@@ -171,7 +171,7 @@ def resolve_amp(
     (TF32 convolutions) too: the Nature CNN's kernels at edgerl's batch sizes are too small for
     bf16 to pay, and its casts are more kernels and more host work. Measured on an H200 (one run
     each): the CUDA-graph update at batch 32 made 1,824 updates/s in bf16 against 1,984 in fp32,
-    and PQN's Pong loop ran 1.2x as fast in fp32; an H100 earlier gave the same direction.
+    and PQN's Pong loop ran 1.19x as fast in fp32; an H100 earlier gave the same direction.
     ``auto`` keeps bf16 (fp16 before Ampere) on integrated GPUs, a Jetson's, where memory is
     shared with the CPU and the GPU is small: not measured on a board yet. ``integrated`` is read
     from the device when not given. Raises ConfigError for a precision the device cannot do.
