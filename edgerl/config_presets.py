@@ -45,6 +45,7 @@ class NamedPreset:
 
     summary: str  # one line for --help and the docs
     values: Mapping[str, Any]
+    gpu: bool = False  # measured on a CUDA GPU: training refuses it where none is usable
 
 
 # --preset NAME: over the config files, under --set and the command line's own flags. Each one's
@@ -78,6 +79,7 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
             "eval.episodes": 10,
             "perf.amp": "bf16",
         },
+        gpu=True,
     ),
 }
 
@@ -90,6 +92,16 @@ def named_preset_layer(name: str) -> Layer:
             f"unknown preset {name!r}; the presets are: {', '.join(sorted(NAMED_PRESETS))}"
         )
     return Layer(f"--preset {name}", dict(NAMED_PRESETS[name].values))
+
+
+def check_preset_device(name: str, cuda_usable: bool) -> None:
+    """Raises ConfigError when preset ``name`` was measured on a CUDA GPU and none is usable."""
+    if NAMED_PRESETS[name].gpu and not cuda_usable:
+        cpu_presets = sorted(n for n, p in NAMED_PRESETS.items() if not p.gpu)
+        raise ConfigError(
+            f"--preset {name} is a recipe for a CUDA GPU and none is usable here; on a CPU "
+            f"use --preset {' or --preset '.join(cpu_presets)}"
+        )
 
 
 def apply_presets(cfg: Config, obs_kind: str) -> Config:

@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
-# Check edgerl's CUDA paths on a GPU machine lent for minutes, one short step per call, and keep
+# Check edgerl's CUDA paths on a GPU machine lent for minutes, a few short steps per call, and keep
 # what each step finds in a results directory (docs/development.md, "Checking on a GPU").
 #
 #   scripts/gpu_check.sh STEP RESULTS_DIR
 #
 # Steps, in the order to run them; each ends within its limit (all under 8 minutes) and writes
-# only into RESULTS_DIR, so a step cut off loses nothing of the others:
+# only into RESULTS_DIR/STEP/, packed into RESULTS_DIR/STEP.tgz when it ends, so a step cut off
+# loses nothing of the others and the directory stays a few files:
 #   install  the wheels of .gpu-wheels (scripts/gpu_wheels.sh) into .gpu-site; every other step
 #            does this first when what it imports is missing
-#   machine  machine.txt: the GPU, driver, torch/CUDA/cuDNN versions, CPUs, the wheels installed
-#   doctor   doctor.json: `edgerl doctor --deep --json` (its log in doctor.err)
+#   machine  machine.txt: the GPU, driver, torch/CUDA/cuDNN versions, CPUs, the packages used
 #   tests    gpu_tests.log, gpu_tests.xml: the tests marked gpu; gpu_failures.log: each
 #            failure's traceback as it happens (a step cut off keeps them)
+#   doctor   doctor.json: `edgerl doctor --deep --json` (its log in doctor.err)
 #   bench    bench.json: `edgerl bench --json` (its log in bench.err)
-#   pong     pong.log and runs/pong: Pong against the clock (docs/performance.md), stopped by
-#            SIGTERM as systemd stops the service
-#   resume   resume.log and runs/<amp>-<pipeline>: train, stop, resume, for perf.amp=off|bf16 x
-#            perf.pipeline=sync|async
-#   all      every step in order (about 35 minutes: only for a machine held that long)
-# steps.txt gets one line per step: its name, exit status and seconds. Run directories are kept
-# with their logs and CSV files; checkpoints and replay files are listed (runs.txt) and removed,
-# unless KEEP_FILES=1. PYTHON names the interpreter with torch (default python3).
+#   pong     pong.log and run/: `edgerl train --preset pong-gpu` (Pong with PQN, 18+ within
+#            5 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
+#            longer; then its policy exported to ONNX and played with torch on the GPU and ONNX
+#            Runtime (export.json, play-torch.json, play-onnx.json)
+#   resume   resume.log and runs/<amp>-<pipeline>: DQN trained, stopped, resumed, for
+#            perf.amp=off|bf16 x perf.pipeline=sync|async
+# Groups, each one call: check (install machine tests doctor bench: about 2.5 minutes on an
+# H200), then pong (about 5 minutes), then resume (about 4); all runs every step in order.
+# steps.txt gets one line per step: its name, exit status and seconds. Run directories keep their
+# logs and CSV files; checkpoints and replay files are listed (runs.txt) and removed, unless
+# KEEP_FILES=1. PYTHON names the interpreter with torch (default python3).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine doctor tests bench pong resume)
-# Seconds each step may take in all, set-up included: a command on a lent machine may run 10
-# minutes, and the machine is lent for about 30.
-declare -A LIMIT=([install]=120 [machine]=60 [doctor]=300 [tests]=450 [bench]=450 [pong]=450
-    [resume]=450)
-PONG_SECONDS=${PONG_SECONDS:-360}
+STEPS=(install machine tests doctor bench pong resume)
+# Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
+GROUP_NAMES=(check pong resume)
+declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume")
+# Seconds each step may take in all, set-up included. Measured on an H200 with 16 cores
+# (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
+# preset ends itself at 2,000,000 steps), export and play 16.
+declare -A LIMIT=([install]=120 [machine]=60 [tests]=240 [doctor]=120 [bench]=240 [pong]=470
+    [resume]=330)
+PONG_SECONDS=${PONG_SECONDS:-330}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
 NEEDED="torch numpy gymnasium ale_py onnx onnxruntime psutil click rich pynvml tomli_w pytest hypothesis"
 
@@ -45,8 +53,6 @@ say() { echo "gpu_check: $*" >&2; }
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 SDL_VIDEODRIVER=dummy SDL_AUDIODRIVER=dummy
 
-edgerl() { "$PY" -m edgerl.cli "$@"; }
-
 step_install() {
     if [ -e "$SITE/.installed" ]; then
         return 0
@@ -56,7 +62,8 @@ step_install() {
         return 1
     fi
     # --target and --no-deps: nothing the machine has (its torch, numpy) is touched.
-    "$PY" -m pip install --quiet --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl &&
+    mkdir -p "$SITE" &&
+        "$PY" -m pip install --quiet --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl &&
         touch "$SITE/.installed"
 }
 
@@ -76,67 +83,62 @@ step_machine() {
     {
         nvidia-smi || echo "nvidia-smi: not found or failed"
         "$PY" - <<'EOF'
+import importlib.metadata as md
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
 if torch.cuda.is_available():
     print("device", torch.cuda.get_device_name(), torch.cuda.get_device_capability())
 else:
     print("torch.cuda.is_available() is False")
+for name in ("numpy", "gymnasium", "ale-py", "onnx", "onnxruntime", "pytest", "hypothesis",
+             "click", "rich", "psutil", "nvidia-ml-py", "tomli-w"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
 EOF
         echo "cpus $(nproc)"
-        ls "$SITE" 2>/dev/null | grep -i 'dist-info$' || true
     } >"$OUT/machine.txt" 2>&1
-}
-
-step_doctor() {
-    # stderr apart: logs and library warnings must not break the JSON document.
-    timeout -k 10 280 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>"$OUT/doctor.err"
 }
 
 step_tests() {
     local modules
     modules=$(grep -l 'pytest.mark.gpu' "$ROOT"/tests/test_*.py)
     # SIGINT first: pytest then prints what it has; the failure log has each traceback already.
-    (cd "$ROOT" && EDGERL_FAILURE_LOG="$OUT/gpu_failures.log" timeout -k 20 -s INT 420 \
+    (cd "$ROOT" && EDGERL_FAILURE_LOG="$OUT/gpu_failures.log" timeout -k 20 -s INT 210 \
         "$PY" -m pytest -m gpu -v --tb=short -rfEs -p no:cacheprovider -o faulthandler_timeout=120 \
         --junitxml="$OUT/gpu_tests.xml" $modules) >"$OUT/gpu_tests.log" 2>&1
 }
 
+step_doctor() {
+    # stderr apart: logs and library warnings must not break the JSON document.
+    timeout -k 10 100 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>"$OUT/doctor.err"
+}
+
 step_bench() {
-    timeout -k 10 -s INT 430 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-10}" \
-        --envs 8,16,32,64 >"$OUT/bench.json" 2>"$OUT/bench.err"
+    timeout -k 10 -s INT 220 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-5}" \
+        --envs 8,16,32,64 --actor-envs 32 >"$OUT/bench.json" 2>"$OUT/bench.err"
 }
 
 step_pong() {
-    local dir="$OUT/runs/pong"
-    cat >"$OUT/pong.toml" <<'EOF'
-[env]
-id = "ALE/Pong-v5"
-num_envs = 8
-repeat_action_probability = 0.0
-[agent]
-train_freq = 1
-batch_size = 32
-lr = 1e-4
-target_update = 1000
-learning_starts = 10_000
-eps_decay_steps = 100_000
-eps_end = 0.01
-[replay]
-capacity = 100_000
-persist = false
-[display]
-enabled = false
-[perf]
-pipeline = "async"
-EOF
+    local run="$OUT/run" status
     {
-        echo "=== Pong, async, stopped by SIGTERM after $PONG_SECONDS s"
-        timeout -k 60 -s TERM "$PONG_SECONDS" "$PY" -m edgerl.cli train --config "$OUT/pong.toml" \
-            --steps 100000000 --run-dir "$dir" --quiet
-        echo "exit $? (124: stopped by the time limit, as meant)"
-        tail -n 5 "$dir/metrics.csv"
+        echo "=== edgerl train --preset pong-gpu, stopped by SIGTERM after $PONG_SECONDS s at most"
+        timeout -k 30 -s TERM "$PONG_SECONDS" "$PY" -m edgerl.cli train --preset pong-gpu \
+            --set display.enabled=false --set replay.persist=false --run-dir "$run"
+        status=$?
+        echo "exit $status (124: stopped by the time limit)"
+        cat "$run/eval.csv"
     } >"$OUT/pong.log" 2>&1
+    # The learned policy: ONNX against PyTorch, then play's latency with each backend.
+    timeout -k 5 30 "$PY" -m edgerl.cli export --onnx --json --run-dir "$run" \
+        -o "$OUT/policy.onnx" >"$OUT/export.json" 2>>"$OUT/pong.log"
+    timeout -k 5 30 "$PY" -m edgerl.cli play --run-dir "$run" --device cuda --json \
+        >"$OUT/play-torch.json" 2>>"$OUT/pong.log"
+    timeout -k 5 30 "$PY" -m edgerl.cli play --model "$OUT/policy.onnx" --json \
+        >"$OUT/play-onnx.json" 2>>"$OUT/pong.log"
+    rm -f "$OUT/policy.onnx"
+    [ "$status" = 0 ] || [ "$status" = 124 ]
 }
 
 step_resume() {
@@ -151,10 +153,10 @@ step_resume() {
                 --set display.enabled=false --run-dir "$dir" --quiet)
             {
                 echo "=== amp=$amp pipeline=$pipeline: first run"
-                timeout -k 20 -s TERM 45 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
+                timeout -k 10 -s TERM 35 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
                 echo "exit $?"
                 echo "=== amp=$amp pipeline=$pipeline: resumed"
-                timeout -k 20 -s TERM 30 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
+                timeout -k 10 -s TERM 25 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
                 echo "exit $?"
                 ls "$dir" && tail -n 3 "$dir/metrics.csv"
             } >>"$OUT/resume.log" 2>&1 || status=1
@@ -165,29 +167,40 @@ step_resume() {
 
 # Checkpoints and replay files are too large to bring back: list them, then remove them.
 prune_runs() {
-    [ -d "$OUT/runs" ] || return 0
-    find "$OUT/runs" -type f -exec ls -l {} + >>"$OUT/runs.txt" 2>&1
+    local dir=$1
+    local listing
+    listing=$(find "$dir" -type f \( -name '*.ckpt' -o -name '*.rpl' \) -exec ls -l {} + 2>&1)
+    [ -n "$listing" ] || return 0
+    echo "$listing" >>"$dir/runs.txt"
     if [ -z "${KEEP_FILES:-}" ]; then
-        find "$OUT/runs" -type f \( -name '*.ckpt' -o -name '*.rpl' \) -delete
+        find "$dir" -type f \( -name '*.ckpt' -o -name '*.rpl' \) -delete
     fi
 }
 
-# One step, within its limit, timed, with its exit status in steps.txt.
+# One step, within its limit, timed, with its exit status in steps.txt and its files in STEP.tgz.
 run_step() {
     local name=$1 started status
     started=$(date +%s)
     if [ "$name" != install ] && ! check_imports 2>/dev/null; then
-        timeout -k 10 "${LIMIT[install]}" "$0" --inner install "$OUT" || true
+        timeout -k 10 "${LIMIT[install]}" "$0" --inner install "$RESULTS" || true
     fi
-    if [ "$name" = install ] || [ "$name" = machine ] || check_imports 2>>"$OUT/$name.err"; then
-        timeout -k 15 "${LIMIT[$name]}" "$0" --inner "$name" "$OUT"
+    mkdir -p "$RESULTS/$name"
+    if [ "$name" = install ] || [ "$name" = machine ] ||
+        check_imports 2>>"$RESULTS/$name/imports.err"; then
+        timeout -k 15 "${LIMIT[$name]}" "$0" --inner "$name" "$RESULTS/$name"
         status=$?
     else
         status=3
     fi
-    prune_runs
-    echo "$name $status $(($(date +%s) - started))" >>"$OUT/steps.txt"
-    say "$name: exit $status after $(($(date +%s) - started)) s (results in $OUT)"
+    [ -s "$RESULTS/$name/imports.err" ] || rm -f "$RESULTS/$name/imports.err"
+    prune_runs "$RESULTS/$name"
+    if [ -n "$(ls -A "$RESULTS/$name")" ]; then
+        tar czf "$RESULTS/$name.tgz" -C "$RESULTS" "$name" && rm -rf "${RESULTS:?}/$name"
+    else
+        rmdir "$RESULTS/$name"
+    fi
+    echo "$name $status $(($(date +%s) - started))" >>"$RESULTS/steps.txt"
+    say "$name: exit $status after $(($(date +%s) - started)) s (results in $RESULTS)"
     return "$status"
 }
 
@@ -199,23 +212,25 @@ fi
 
 if [ $# -ne 2 ]; then
     usage >&2
-    say "a step and a results directory are needed, as in: scripts/gpu_check.sh doctor results"
+    say "a step and a results directory are needed, as in: scripts/gpu_check.sh check results"
     exit 2
 fi
 STEP=$1
-OUT=$2
-if [ "$STEP" != all ] && [ -z "${LIMIT[$STEP]+set}" ]; then
-    say "unknown step $STEP; the steps are: ${STEPS[*]} all"
+if [ "$STEP" = all ]; then
+    CHOSEN=("${STEPS[@]}")
+elif [ -n "${STEP_GROUPS[$STEP]+set}" ]; then
+    read -r -a CHOSEN <<<"${STEP_GROUPS[$STEP]}"
+elif [ -n "${LIMIT[$STEP]+set}" ]; then
+    CHOSEN=("$STEP")
+else
+    say "unknown step $STEP; the steps are: ${STEPS[*]}; the groups: ${GROUP_NAMES[*]} all"
     exit 2
 fi
-mkdir -p "$OUT" || exit 2
-OUT=$(cd "$OUT" && pwd)
+mkdir -p "$2" || exit 2
+RESULTS=$(cd "$2" && pwd)
 
-if [ "$STEP" = all ]; then
-    failed=0
-    for name in "${STEPS[@]}"; do
-        run_step "$name" || failed=1
-    done
-    exit $failed
-fi
-run_step "$STEP"
+failed=0
+for name in "${CHOSEN[@]}"; do
+    run_step "$name" || failed=$?
+done
+exit $failed

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgerl.config import Config, build_layers, field_info, from_dict, keys, resolve
-from edgerl.config_parse import parse_override
+from edgerl.config_parse import parse_override, tomllib
 from edgerl.config_presets import PRESETS, apply_presets, check_consistency
 from edgerl.errors import ConfigError
 
@@ -169,6 +169,24 @@ def test_cli_config_shows_presets_for_the_environment(cli):
     assert r.code == 0
     assert f"batch_size = {PRESETS['vector']['agent.batch_size']}" in r.out
     assert 'id = "CartPole-v1"' in r.out
+
+
+def test_a_gpu_preset_is_shown_anywhere_and_refused_for_training_without_a_gpu(cli, tmp_path):
+    """`edgerl config --preset pong-gpu` shows the recipe on a laptop; training it there says
+    which preset is for a CPU before anything is written (not perf.amp's error about bf16)."""
+    import torch
+
+    r = cli("config", "--preset", "pong-gpu")
+    assert r.code == 0, r.err
+    shown = tomllib.loads(r.out)
+    assert shown["perf"]["amp"] == "bf16" and shown["eval"]["every_steps"] == 500_000
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: the preset would train")
+    run = tmp_path / "run"
+    r = cli("train", "--preset", "pong-gpu", "--run-dir", run)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "--preset pong-gpu is a recipe for a CUDA GPU" in r.err and "--preset pong-cpu" in r.err
+    assert not run.exists()
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -187,7 +188,19 @@ def test_each_gpu_check_step_has_a_limit_under_eight_minutes_and_no_test_plugin_
             assert int(seconds) <= limits[step], (step, seconds)
 
 
-def test_a_check_step_writes_into_the_results_directory_it_is_given(tmp_path):
+def packed(results: Path, step: str) -> dict[str, str]:
+    """The files of ``STEP.tgz`` in the results directory: name under the step -> text."""
+    with tarfile.open(results / f"{step}.tgz") as tar:
+        return {
+            m.name.removeprefix(f"{step}/"): tar.extractfile(m).read().decode()
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+
+
+def test_a_check_step_writes_into_the_results_directory_it_is_given_packed(tmp_path):
+    """Each step's files end up in one STEP.tgz beside steps.txt: a lent machine may bring
+    back only a few files, and a step cut off still leaves its folder."""
     python, calls = stand_in_python(tmp_path)
     env = {
         "PYTHON": str(python),
@@ -198,20 +211,46 @@ def test_a_check_step_writes_into_the_results_directory_it_is_given(tmp_path):
     r = run_script(CHECK_SCRIPT, "tests", str(results), env=env)
     assert r.returncode == 0, r.stderr
     pytest_call = next(c for c in calls.read_text().splitlines() if "-m pytest" in c)
-    assert f"FAILURE_LOG={results}/gpu_failures.log " in pytest_call  # failures as they happen
-    assert "-m gpu" in pytest_call and f"--junitxml={results}/gpu_tests.xml" in pytest_call
+    assert f"FAILURE_LOG={results}/tests/gpu_failures.log " in pytest_call  # as they happen
+    assert "-m gpu" in pytest_call and f"--junitxml={results}/tests/gpu_tests.xml" in pytest_call
     assert "tests/test_actor.py" in pytest_call and "tests/test_learning.py" not in pytest_call
-    assert (results / "gpu_tests.log").exists()
+    assert "gpu_tests.log" in packed(results, "tests")
     (line,) = (results / "steps.txt").read_text().splitlines()
     assert line.split()[:2] == ["tests", "0"]
 
     r = run_script(CHECK_SCRIPT, "machine", str(results), env=env)
     assert r.returncode == 0, r.stderr
-    assert (results / "machine.txt").exists()
+    assert "machine.txt" in packed(results, "machine")
+    assert sorted(p.name for p in results.iterdir()) == ["machine.tgz", "steps.txt", "tests.tgz"]
     assert [s.split()[0] for s in (results / "steps.txt").read_text().splitlines()] == [
         "tests",
         "machine",
     ]
+
+
+def test_the_check_group_runs_its_steps_in_one_call_and_pong_trains_the_gpu_preset(tmp_path):
+    python, calls = stand_in_python(tmp_path)
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "x-1-py3-none-any.whl").write_text("")
+    env = {
+        "PYTHON": str(python),
+        "GPU_WHEELS": str(tmp_path / "wheels"),
+        "GPU_SITE": str(tmp_path / "site"),
+    }
+    results = tmp_path / "results"
+    r = run_script(CHECK_SCRIPT, "check", str(results), env=env)
+    assert r.returncode == 0, r.stderr
+    steps = [s.split()[0] for s in (results / "steps.txt").read_text().splitlines()]
+    assert steps == ["install", "machine", "tests", "doctor", "bench"]
+    said = calls.read_text()
+    assert "-m pip install --quiet --no-index --no-deps --target" in said
+    assert "doctor --deep --json" in said and "bench --json" in said
+
+    r = run_script(CHECK_SCRIPT, "pong", str(results), env=env)
+    assert r.returncode == 0, r.stderr
+    said = calls.read_text()
+    assert "train --preset pong-gpu" in said
+    assert "export --onnx" in said and "play --run-dir" in said and "play --model" in said
 
 
 @pytest.mark.parametrize(
@@ -243,5 +282,6 @@ def test_missing_modules_are_named_before_the_step_starts(tmp_path):
     r = run_script(CHECK_SCRIPT, "tests", str(tmp_path / "results"), env=env)
     assert r.returncode == 3
     assert "no wheels in" in r.stderr and "scripts/gpu_wheels.sh" in r.stderr
-    assert "cannot import hypothesis" in (tmp_path / "results" / "tests.err").read_text()
-    assert not (tmp_path / "results" / "gpu_tests.log").exists()
+    files = packed(tmp_path / "results", "tests")
+    assert "cannot import hypothesis" in files["imports.err"]
+    assert "gpu_tests.log" not in files

@@ -57,6 +57,12 @@ def train(
 
             cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
             setup_logging(ctx.obj["debug"], cfg.log.level)
+            if preset is not None:
+                import torch
+
+                from edgerl.config_presets import check_preset_device
+
+                check_preset_device(preset, torch.cuda.is_available())
             check_extras(cfg.train.tensorboard)  # before anything is written
             if stop.reason is not None:
                 raise StoppedDuringSetup(stop.reason)
