@@ -193,9 +193,7 @@ def resolve_amp(
         return torch.bfloat16
     if setting == "fp16":
         return torch.float16
-    if integrated is None:
-        integrated = bool(torch.cuda.get_device_properties(device).is_integrated)
-    if not integrated:
+    if not (integrated_gpu(device) if integrated is None else integrated):
         return None
     if bf16_ok:
         return torch.bfloat16

@@ -161,7 +161,7 @@ def check_precision(ctx: Context) -> Check:
     """What ``perf.amp=auto`` and ``perf.cuda_graphs=auto`` choose on this device."""
     import torch
 
-    from edgerl.device import resolve_amp, resolve_cuda_graphs
+    from edgerl.device import integrated_gpu, resolve_amp, resolve_cuda_graphs
 
     device = ctx.device
     if device is None:
@@ -174,7 +174,7 @@ def check_precision(ctx: Context) -> Check:
         found = "CPU: fp32, channels_last convolutions, no CUDA graph (perf.amp/cuda_graphs=auto)"
         return Check("precision", "pass", found, data=data)
     cap = torch.cuda.get_device_capability(device)
-    if amp is None and not torch.cuda.get_device_properties(device).is_integrated:
+    if amp is None and not integrated_gpu(device):
         precision = (
             f"fp32 with TF32 convolutions (compute {cap[0]}.{cap[1]}; on a discrete GPU bf16 "
             "does not pay at these sizes, perf.amp=bf16 asks for it)"
