@@ -9,9 +9,9 @@ import json
 import logging
 import sys
 
-from edgerl.device import resolve_device
+from edgerl.hw.device import resolve_device
 from edgerl.measure.bench import BenchOptions, _config
-from edgerl.measure.bench_replay import render_replay_save, replay_save_cost
+from edgerl.measure.replay import render_replay_save, replay_save_cost
 
 
 def main(argv: list[str]) -> int:

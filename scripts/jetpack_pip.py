@@ -17,7 +17,7 @@ SRC is a checkout of edgerl (or its wheel). What it does, and why:
    (``2.3.0a0+40ec155e58.nv24.03``), and pip never lets an installed torch count for edgerl's
    torch requirement through a constraint: ``pip install -c pins "edgerl[jetson]"`` with that
    torch pinned ends in ResolutionImpossible. edgerl checks torch itself instead (step 3).
-3. Refuse, in one sentence, a torch older than edgerl supports (edgerl.versions reads NVIDIA's
+3. Refuse, in one sentence, a torch older than edgerl supports (edgerl.hw.versions reads NVIDIA's
    version strings by their release numbers).
 4. Install edgerl's other requirements (and those of the extras asked for) with the pins.
    NumPy is pinned only if it is new enough for edgerl; an older one (Ubuntu 22.04's 1.21.5) is
@@ -142,8 +142,8 @@ def check_torch(version: str | None) -> None:
             "JetPack first (see docs/install.md), then run this again"
         )
     importlib.invalidate_caches()  # edgerl was installed after this process started
-    from edgerl.versions import PlatformError
-    from edgerl.versions import check_torch as check
+    from edgerl.hw.versions import PlatformError
+    from edgerl.hw.versions import check_torch as check
 
     try:
         check(version)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
-from edgerl.learn.dqn import DQN
-from edgerl.learn.fast_update import FastUpdate
-from edgerl.learn.nets import MLP
+from edgerl.learners.dqn import DQN
+from edgerl.learners.fast_update import FastUpdate
+from edgerl.learners.nets import MLP
 
 
 class FakeGraph:

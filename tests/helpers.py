@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from edgerl.config import build_layers, resolve
-from edgerl.display.stream import FrameMeta
-from edgerl.learn.replay_sample import Batch
+from edgerl.memories.replay.sample import Batch
+from edgerl.stream import FrameMeta
 
 CUDA = torch.cuda.is_available()
 # Unindexed on purpose: learners and replays must take "cuda" for the "cuda:0" tensors report.

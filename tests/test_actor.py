@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from edgerl.learn.actor import Actor, ActorWeights, exploration
-from edgerl.learn.nets import MLP, NatureCNN
+from edgerl.learners.nets import MLP, NatureCNN
+from edgerl.policies.explore import exploration
+from edgerl.run.actor import Actor, ActorWeights
 
 from .cuda_standins import FakeStream, fake_streams_and_graphs
 from .helpers import CUDA, GPU

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgerl.learn.registry import LEARNERS, LearnerInfo
+from edgerl.config.learners import LEARNERS, LearnerInfo
 
 TOY = ["--env", "CartPole-v1", "--set", "agent.algo=toy", "--set", "env.num_envs=4"]
 SMALL = ["--set", "pqn.rollout_steps=16", "--set", "eval.every_steps=1000"]

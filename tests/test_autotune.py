@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgerl.measure.autotune import ActorMeasurement, choose, predict
+from edgerl.run.autotune import ActorMeasurement, choose, predict
 from edgerl.run.train import Trainer
 
 from .helpers import pong_config

@@ -1,4 +1,4 @@
-"""`edgerl bench` (bench.py, bench_replay.py): the JSON document, and a loop's share of the
+"""`edgerl bench` (bench.py, loops.py, replay.py): the JSON document, and a loop's share of the
 limit."""
 
 from __future__ import annotations
@@ -157,9 +157,9 @@ def test_the_learner_limit_of_a_rollout_learner_counts_whole_rollouts():
     import torch
 
     from edgerl.config import Config, with_values
-    from edgerl.config_presets import apply_presets
-    from edgerl.learn.envs import probe
-    from edgerl.measure.bench_loops import learner_limit
+    from edgerl.config.presets import apply_presets
+    from edgerl.envs import probe
+    from edgerl.measure.loops import learner_limit
 
     spec = probe("CartPole-v1")
     cfg = with_values(Config(), {"env.id": "CartPole-v1", "agent.algo": "pqn"})
@@ -202,7 +202,7 @@ def test_flops_per_env_step_follow_the_learner():
 
 
 def test_the_multiply_adds_of_a_network_are_counted_from_its_layers():
-    from edgerl.learn.nets import MLP, NatureCNN
+    from edgerl.learners.nets import MLP, NatureCNN
     from edgerl.measure.compute import macs_per_forward
 
     assert macs_per_forward(NatureCNN(4, 6, layer_norm=True), (4, 84, 84), "uint8") == (

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgerl.config import Config, build_layers, field_info, from_dict, keys, resolve
-from edgerl.config_parse import parse_override, tomllib
-from edgerl.config_presets import PRESETS, apply_presets, check_consistency
+from edgerl.config.parse import parse_override, tomllib
+from edgerl.config.presets import PRESETS, apply_presets, check_consistency
 from edgerl.errors import ConfigError
 
 
@@ -282,7 +282,7 @@ def test_non_finite_huge_and_negative_numbers_are_refused_with_a_sentence(key, v
 
 def test_the_largest_values_a_config_takes_are_ones_training_takes(cli, tmp_path):
     from edgerl.config import MAX_SEED, EnvConfig
-    from edgerl.learn.envs import make_env
+    from edgerl.envs import make_env
 
     def top(key: str) -> int:
         return field_info(key)[0].metadata["max"]

@@ -10,7 +10,7 @@ import statistics
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from edgerl.curves import WINDOW, Series, read_curves
+from edgerl.display.curves import WINDOW, Series, read_curves
 from edgerl.files.csvread import MAX_LINE, CsvReader
 
 from .damage import CSV_TAILS, damaged_csv

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from edgerl.files.checkpoint import list_checkpoints
-from edgerl.run.notify import Notifier, watchdog_interval_s
+from edgerl.service.notify import Notifier, watchdog_interval_s
 
 from .conftest import REPO, edgerl_cmd
 
@@ -262,13 +262,13 @@ def test_a_crash_in_the_loop_checkpoints_restores_clocks_and_fails(tmp_path, not
     runner = _fault_runner(
         tmp_path,
         """
-        import edgerl.learn.dqn
-        original = edgerl.learn.dqn.DQN.learn
+        import edgerl.learners.dqn
+        original = edgerl.learners.dqn.DQN.learn
         def learn(self, replay, step, n=1):
             if self.updates >= 5:
                 raise RuntimeError("simulated CUDA error")
             return original(self, replay, step, n)
-        edgerl.learn.dqn.DQN.learn = learn
+        edgerl.learners.dqn.DQN.learn = learn
     """,
     )
     proc = start_daemon(service_config(tmp_path), notify, *runner)

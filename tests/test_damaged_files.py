@@ -205,7 +205,7 @@ GOOD_POINTER = {
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=damaged_json(GOOD_POINTER))
 def test_any_display_json_is_read_or_named_as_damaged(tmp_path_factory, data):
-    from edgerl.display.reader import FrameReader, StreamError, read_pointer
+    from edgerl.stream.reader import FrameReader, StreamError, read_pointer
 
     run = tmp_path_factory.mktemp("run")
     (run / "display.json").write_bytes(data)
@@ -295,8 +295,8 @@ GOOD_SIDECAR = {
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=damaged_json(GOOD_SIDECAR))
 def test_any_policy_description_is_read_or_refused_in_a_sentence(tmp_path_factory, data):
-    from edgerl.export.common import SIDECAR_FORMAT, Sidecar
-    from edgerl.export.common import ExportError as Refused
+    from edgerl.policies.sidecar import SIDECAR_FORMAT, Sidecar
+    from edgerl.policies.sidecar import ExportError as Refused
 
     assert GOOD_SIDECAR["format"] == SIDECAR_FORMAT
     policy = tmp_path_factory.mktemp("policy") / "policy.engine"
@@ -438,8 +438,8 @@ def test_any_frame_stream_header_or_slot_is_read_or_named_as_damaged(
     fields,
     slot_bytes,
 ):
-    from edgerl.display.reader import FrameReader, StreamError
-    from edgerl.display.stream import HEADER, MAGIC, VERSION
+    from edgerl.stream import HEADER, MAGIC, VERSION
+    from edgerl.stream.reader import FrameReader, StreamError
 
     from .helpers import frame_for, meta_for
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from edgerl.config import PerfConfig
-from edgerl.cpus import CpuSample, cpu_load, others_busy
-from edgerl.device import (
+from edgerl.errors import ConfigError
+from edgerl.hw.cpus import CpuSample, cpu_load, others_busy
+from edgerl.hw.device import (
     CpuLoad,
     configure_backends,
     describe_threads,
@@ -23,7 +24,6 @@ from edgerl.device import (
     resolve_cuda_graphs,
     resolve_threads,
 )
-from edgerl.errors import ConfigError
 
 from .helpers import CPU, GPU
 
@@ -67,7 +67,7 @@ def test_cuda_graph_choice():
 def test_auto_precision_leaves_a_small_mlp_in_fp32():
     """Vector observations lose precision in bf16 before the first layer (0.5% on CartPole-like
     inputs here), and a small MLP's update gains nothing from it."""
-    from edgerl.device import resolve_amp
+    from edgerl.hw.device import resolve_amp
 
     perf = PerfConfig(amp="auto", cuda_graphs="off", compile="off")
     orin = {"capability": (8, 7), "integrated": True}
@@ -106,7 +106,7 @@ def test_other_programs_cpu_use_is_the_machines_less_this_process_over_the_windo
 def test_a_busy_program_is_seen_at_once_not_a_minute_later(monkeypatch):
     """The load average lags a minute behind; the window from the mark sees a busy loop that
     started after it, and this process's own work is not counted."""
-    import edgerl.cpus as cpus
+    import edgerl.hw.cpus as cpus
 
     monkeypatch.setattr(cpus, "_mark", None)
     assert cpu_load().measured_s == 0.0  # no mark: the load average

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgerl.config_docs import describe, reference_markdown
+from edgerl.config.reference import describe, reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
+from edgerl.envs import EnvSpec
 from edgerl.export.common import collect_observations
-from edgerl.learn.dqn import DQN
-from edgerl.learn.envs import EnvSpec
-from edgerl.learn.nets import MLP, NatureCNN
-from edgerl.learn.replay_sample import example_batch
+from edgerl.learners.dqn import DQN
+from edgerl.learners.nets import MLP, NatureCNN
+from edgerl.memories.replay.sample import example_batch
 
 from .helpers import random_batch
 
@@ -123,7 +123,7 @@ def test_optimizer_state_from_a_capturable_optimizer_loads_on_the_cpu():
     ],
 )
 def test_updates_per_launch(setting, graph_samples, target_period, max_ahead, k):
-    from edgerl.learn.dqn import resolve_updates_per_launch
+    from edgerl.learners.dqn import resolve_updates_per_launch
 
     assert resolve_updates_per_launch(setting, graph_samples, target_period, max_ahead) == k
 
@@ -154,8 +154,8 @@ def test_a_learner_made_on_cuda_samples_in_its_graph_from_a_replay_on_cuda_0(mon
     from types import SimpleNamespace
 
     from edgerl.config import Config
-    from edgerl.device import same_device
-    from edgerl.learn.dqn import prepare
+    from edgerl.hw.device import same_device
+    from edgerl.learners.dqn import prepare
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert same_device("cuda", torch.device("cuda", 0)) and same_device(CPU, "cpu")
@@ -169,7 +169,7 @@ def test_a_learner_made_on_cuda_samples_in_its_graph_from_a_replay_on_cuda_0(mon
     monkeypatch.setattr(learner.fast, "prepare", lambda *a: captured.append("batch copied in"))
     replay = SimpleNamespace(device=torch.device("cuda", 0))
     spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
-    monkeypatch.setattr("edgerl.learn.dqn.example_batch", lambda *a: None)  # no CUDA tensors
+    monkeypatch.setattr("edgerl.learners.dqn.example_batch", lambda *a: None)  # no CUDA tensors
     prepare(learner, Config(), spec, replay, remaining_updates=1000)
     assert captured == ["samples"]
     assert learner.per_launch > 1  # auto: several sampled updates per launch

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from edgerl.config import EnvConfig
+from edgerl.envs import ale_game, make_env, probe
 from edgerl.errors import EnvError
-from edgerl.learn.envs import ale_game, make_env, probe
 
 
 def test_pong_frames_are_preprocessed_stacks():

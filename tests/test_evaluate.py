@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from edgerl.config import Config, EvalConfig, build_layers, resolve
+from edgerl.envs import probe
 from edgerl.files.checkpoint import Checkpoint, load
-from edgerl.learn.envs import probe
-from edgerl.learn.nets import build_q_network
+from edgerl.learners.nets import build_q_network
 from edgerl.policies import newest_checkpoint
 from edgerl.run.evaluate import EVAL_COLUMNS, eval_period, evaluate
 

@@ -10,25 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from edgerl.device import fast_fp16
 from edgerl.errors import EdgerlError
-from edgerl.export.common import (
-    ExportError,
-    Sidecar,
-    check_agreement,
-    check_batch,
-    collect_observations,
-    compare,
-)
-from edgerl.export.onnx import session_providers
+from edgerl.export.common import check_agreement, collect_observations, compare
 from edgerl.export.run import ExportRequest, run_export
-from edgerl.export.tensorrt import (
-    calibration_cache_path,
-    engine_name,
-    flavor,
-    profile_shapes,
-)
-from edgerl.policies.onnx import OnnxPolicy
+from edgerl.export.tensorrt import calibration_cache_path, engine_name, profile_shapes
+from edgerl.hw.device import fast_fp16
+from edgerl.policies.onnx import OnnxPolicy, session_providers
+from edgerl.policies.sidecar import ExportError, Sidecar, check_batch
+from edgerl.policies.tensorrt import flavor
 
 from .conftest import PONG_FAST
 

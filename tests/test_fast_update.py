@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PerfConfig
-from edgerl.learn.dqn import DQN
-from edgerl.learn.nets import MLP, NatureCNN
-from edgerl.learn.replay_sample import Batch
+from edgerl.learners.dqn import DQN
+from edgerl.learners.nets import MLP, NatureCNN
+from edgerl.memories.replay.sample import Batch
 
 from .helpers import CPU, CUDA, GPU, random_batch
 
@@ -118,7 +118,7 @@ def test_compiling_the_update_prints_no_profiler_warning():
 
     code = (
         "import torch\n"
-        "from edgerl.learn.fast_update import quiet_profiler_notes\n"
+        "from edgerl.learners.fast_update import quiet_profiler_notes\n"
         "quiet_profiler_notes()\n"
         "def f(x):\n"
         "    with torch.autograd.profiler.record_function('marker'):\n"
@@ -137,9 +137,9 @@ def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministi
     that sample from the same replay with the same CUDA seed: the same losses and weights."""
     import numpy as np
 
-    from edgerl.learn.envs import EnvSpec
-    from edgerl.learn.replay import ReplayBuffer
-    from edgerl.learn.replay_sample import example_batch
+    from edgerl.envs import EnvSpec
+    from edgerl.memories.replay import ReplayBuffer
+    from edgerl.memories.replay.sample import example_batch
 
     spec = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, ("NOOP",) * 6)
     replay = ReplayBuffer(spec, 4 * 512, 4, GPU, seed=0, n_step=3)
@@ -183,8 +183,8 @@ def vector_batch(b: int = 16) -> Batch:
 
 
 def test_a_compile_that_did_not_pay_is_not_compiled_again(tmp_path, monkeypatch, caplog):
-    from edgerl.files.decisions import CompileDecisions
-    from edgerl.learn.fast_update import compile_key
+    from edgerl.learners.decisions import CompileDecisions
+    from edgerl.learners.fast_update import compile_key
 
     batch = vector_batch()
     learner = compile_free_learner()
@@ -209,7 +209,7 @@ def test_a_compile_that_did_not_pay_is_not_compiled_again(tmp_path, monkeypatch,
 
 
 def test_a_decision_holds_whatever_thread_count_the_machine_s_load_chose():
-    from edgerl.learn.fast_update import compile_key
+    from edgerl.learners.fast_update import compile_key
 
     batch, learner = vector_batch(), compile_free_learner()
     before = torch.get_num_threads()
@@ -224,8 +224,8 @@ def test_a_decision_holds_whatever_thread_count_the_machine_s_load_chose():
 
 
 def test_the_first_measurement_is_remembered_for_the_next_run(tmp_path):
-    from edgerl.files.decisions import CompileDecisions
-    from edgerl.learn.fast_update import compile_key
+    from edgerl.learners.decisions import CompileDecisions
+    from edgerl.learners.fast_update import compile_key
 
     batch = vector_batch()
     learner = compile_free_learner()
@@ -237,7 +237,7 @@ def test_the_first_measurement_is_remembered_for_the_next_run(tmp_path):
 
 
 def test_a_damaged_decisions_file_is_reported_moved_aside_and_measured_again(tmp_path, caplog):
-    from edgerl.files.decisions import FILE_NAME, CompileDecisions
+    from edgerl.learners.decisions import FILE_NAME, CompileDecisions
 
     (tmp_path / FILE_NAME).write_text('{"version": 1, "entries": ')  # cut short by a crash
     decisions = CompileDecisions(tmp_path)
@@ -252,7 +252,7 @@ def test_a_damaged_decisions_file_is_reported_moved_aside_and_measured_again(tmp
 
 
 def test_an_unwritable_cache_costs_only_a_warning(tmp_path, caplog):
-    from edgerl.files.decisions import CompileDecisions
+    from edgerl.learners.decisions import CompileDecisions
 
     blocked = tmp_path / "file"
     blocked.write_text("")

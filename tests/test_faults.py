@@ -24,11 +24,11 @@ import psutil
 import pytest
 
 from edgerl.config import EnvConfig
+from edgerl.envs import make_env, probe
 from edgerl.errors import EnvMemoryError
 from edgerl.files.atomic import TEMP_NAME
 from edgerl.files.checkpoint import list_checkpoints, load
-from edgerl.learn.envs import make_env, probe
-from edgerl.learn.replay_memory import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
+from edgerl.memories.budget import ATARI_ENV_BYTES, VECTOR_ENV_BYTES, plan_env_memory
 
 from .conftest import PONG_FAST, REPO, edgerl_cmd
 from .test_daemon import notify, service_config, start_daemon  # noqa: F401 - notify: a fixture

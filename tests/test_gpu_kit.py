@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from edgerl.config_parse import tomllib
+from edgerl.config.parse import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 WHEELS_SCRIPT = REPO / "scripts" / "gpu_wheels.sh"

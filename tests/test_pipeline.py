@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgerl.learn.dqn import DQN
-from edgerl.learn.pipeline import resolve_pipeline
+from edgerl.learners.dqn import DQN
+from edgerl.run.pipeline import resolve_pipeline
 from edgerl.run.train import Trainer
 
 from .helpers import CPU, GPU, pong_config
@@ -129,10 +129,11 @@ def test_the_async_learners_captured_sampler_keeps_the_pipelines_guard(monkeypat
     would."""
     import numpy as np
 
-    import edgerl.learn.replay as replay_module
+    import edgerl.memories.replay as replay_module
     from edgerl.config import build_layers, resolve
-    from edgerl.learn.envs import EnvSpec
-    from edgerl.learn.factory import build_learner, build_learning, build_memory
+    from edgerl.envs import EnvSpec
+    from edgerl.learners.factory import build_learner, build_memory
+    from edgerl.run.pipeline import build_learning
 
     cfg = resolve(
         build_layers(
@@ -171,10 +172,10 @@ def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(cap
     import numpy as np
 
     from edgerl.config import AgentConfig, PerfConfig
-    from edgerl.learn.actor import Actor, ActorWeights
-    from edgerl.learn.envs import EnvSpec
-    from edgerl.learn.pipeline import AsyncLearning
-    from edgerl.learn.replay import ReplayBuffer
+    from edgerl.envs import EnvSpec
+    from edgerl.memories.replay import ReplayBuffer
+    from edgerl.run.actor import Actor, ActorWeights
+    from edgerl.run.pipeline import AsyncLearning
 
     from .cuda_standins import learner_with_sampling_graph
 
@@ -212,10 +213,10 @@ def test_the_drain_at_the_end_of_a_run_captures_no_second_graph(monkeypatch, mod
     import numpy as np
 
     from edgerl.config import AgentConfig, PerfConfig
-    from edgerl.learn.actor import Actor, ActorWeights
-    from edgerl.learn.envs import EnvSpec
-    from edgerl.learn.pipeline import AsyncLearning, SyncLearning
-    from edgerl.learn.replay import ReplayBuffer
+    from edgerl.envs import EnvSpec
+    from edgerl.memories.replay import ReplayBuffer
+    from edgerl.run.actor import Actor, ActorWeights
+    from edgerl.run.pipeline import AsyncLearning, SyncLearning
 
     from .cuda_standins import forbid_capture, learner_with_sampling_graph
 

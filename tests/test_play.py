@@ -227,7 +227,7 @@ def gif_frames(path):
 
 def test_record_a_cartpole_gif_of_its_colour_screen(cli, cartpole_run):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
-    from edgerl.record import CAPTION_HEIGHT, caption_scale
+    from edgerl.play.record import CAPTION_HEIGHT, caption_scale
 
     plain = cli("play", "--run-dir", cartpole_run, "--episodes", "2", "--seed", "4", "--json")
     r = cli(
@@ -294,8 +294,8 @@ def test_record_pong_in_colour_210x160(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
     from edgerl.play import PlayOptions, play
     from edgerl.play.observers import Filming
+    from edgerl.play.record import CAPTION_HEIGHT
     from edgerl.policies import load_policy
-    from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
     filming = Filming(tmp_path / "pong.gif", policy.spec)
@@ -312,8 +312,8 @@ def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
     from edgerl.play import PlayOptions, play
     from edgerl.play.observers import Filming
+    from edgerl.play.record import CAPTION_HEIGHT
     from edgerl.policies import load_policy
-    from edgerl.record import CAPTION_HEIGHT
 
     policy = load_policy(run_dir=pong_run)
     filming = Filming(tmp_path / "agent.gif", policy.spec, "agent")

@@ -115,7 +115,7 @@ def test_without_run_dir_plot_takes_the_newest_run(cli, cartpole_run):
 
 
 def test_curves_skip_repeated_headers_and_rows_a_resume_replaced(tmp_path):
-    from edgerl.curves import Series, read_curves
+    from edgerl.display.curves import Series, read_curves
 
     path = tmp_path / "metrics.csv"
     path.write_text(
@@ -168,7 +168,7 @@ def test_a_plot_that_cannot_be_written_is_one_sentence_and_leaves_nothing(cli, c
     ],
 )
 def test_axis_labels_read_as_people_write_numbers(value, span, label):
-    from edgerl.plot import tick
+    from edgerl.display.plot import tick
 
     assert tick(value, span) == label
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from edgerl.config import AgentConfig, PQNConfig
-from edgerl.learn.envs import EnvSpec
-from edgerl.learn.nets import MLP
-from edgerl.learn.pqn import PQN
-from edgerl.learn.rollout import RolloutBuffer, lambda_returns
+from edgerl.envs import EnvSpec
+from edgerl.learners.nets import MLP
+from edgerl.learners.pqn import PQN
+from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
 CPU = torch.device("cpu")

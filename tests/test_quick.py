@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from edgerl.config_parse import tomllib
+from edgerl.config.parse import tomllib
 from edgerl.run import quick
 
 from .conftest import PONG_FAST, edgerl_cmd

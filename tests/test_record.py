@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from edgerl.errors import MissingDependencyError
-from edgerl.record import CAPTION_HEIGHT, RecordError, caption_frame, find_ffmpeg, open_recorder
+from edgerl.play.record import (
+    CAPTION_HEIGHT,
+    RecordError,
+    caption_frame,
+    find_ffmpeg,
+    open_recorder,
+)
 
 PIL = pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
 from PIL import Image  # noqa: E402
@@ -126,7 +132,7 @@ KILLED_WRITER = """
 import sys, time
 from pathlib import Path
 import numpy as np
-from edgerl.record import open_recorder
+from edgerl.play.record import open_recorder
 rec = open_recorder(Path(sys.argv[1]), fps=15)
 for i in range(5):
     rec.add(np.full((210, 160, 3), i * 40, dtype=np.uint8))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError, ReplayMemoryError
-from edgerl.learn.envs import EnvSpec
-from edgerl.learn.replay import ReplayBuffer
-from edgerl.learn.replay_memory import available_memory, bytes_per_transition, plan_memory
+from edgerl.memories.budget import available_memory, bytes_per_transition, plan_memory
+from edgerl.memories.replay import ReplayBuffer
 
 STACK = 4
 # Tiny "frames": 2x2 pixels; pixel 0/1 carry a 16-bit id (0 = padding), pixel 2 the env.

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from edgerl.config import build_layers, resolve
 from edgerl.files.checkpoint import list_checkpoints, load
-from edgerl.files.replay_restore import TRAILER
-from edgerl.files.replay_store import ReplayFileError, ReplayStore
-from edgerl.learn.replay import ReplayBuffer
-from edgerl.learn.replay_sample import VALID
+from edgerl.memories.replay import ReplayBuffer
+from edgerl.memories.replay.restore import TRAILER
+from edgerl.memories.replay.sample import VALID
+from edgerl.memories.replay.store import ReplayFileError, ReplayStore
 from edgerl.run.train import Trainer
 
 from .conftest import PONG_FAST, edgerl_cmd, run_edgerl
@@ -502,7 +502,7 @@ def test_a_disk_too_small_for_the_replay_is_refused_with_a_sentence(cli, tmp_pat
         u = real(path)
         return type(u)(u.total, u.total - 1000, 1000)
 
-    monkeypatch.setattr("edgerl.files.replay_store.shutil.disk_usage", small)
+    monkeypatch.setattr("edgerl.memories.replay.store.shutil.disk_usage", small)
     r = cli(
         "train",
         *CARTPOLE,
@@ -524,9 +524,9 @@ def test_a_disk_too_small_for_the_replay_is_refused_with_a_sentence(cli, tmp_pat
 def test_a_disk_that_fills_later_costs_that_replay_not_the_run(cli, tmp_path, monkeypatch):
     import errno
 
-    import edgerl.files.replay_store
+    import edgerl.memories.replay.store
 
-    original = edgerl.files.replay_store.write_atomic
+    original = edgerl.memories.replay.store.write_atomic
     failures = [1]
 
     def write_atomic(path, data):  # type: ignore[no-untyped-def]
@@ -535,7 +535,7 @@ def test_a_disk_that_fills_later_costs_that_replay_not_the_run(cli, tmp_path, mo
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(path, data)
 
-    monkeypatch.setattr(edgerl.files.replay_store, "write_atomic", write_atomic)
+    monkeypatch.setattr(edgerl.memories.replay.store, "write_atomic", write_atomic)
     run = tmp_path / "cartpole"
     once = [*CARTPOLE, "--set", "train.checkpoint_every_s=100000"]  # the final save only
     r = cli("train", *once, "--steps", "600", "--run-dir", run)

@@ -1,4 +1,4 @@
-"""The frame stream (display/stream.py, display/reader.py): the ring with and without readers,
+"""The frame stream (stream/__init__.py, stream/reader.py): the ring with and without readers,
 torn and corrupt slots, permissions, and a real Pong trainer whose stream is damaged under it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from edgerl.config import DisplayConfig
-from edgerl.display.reader import FrameReader, StreamError
-from edgerl.display.stream import (
+from edgerl.envs import EnvSpec
+from edgerl.stream import (
     DAMAGE_CHECK_EVERY_S,
     HEADER,
     SEQ,
@@ -26,7 +26,7 @@ from edgerl.display.stream import (
     shm_path,
     slot_size,
 )
-from edgerl.learn.envs import EnvSpec
+from edgerl.stream.reader import FrameReader, StreamError
 
 from .conftest import PONG_FAST, stop
 from .helpers import ACTIONS, frame_for, meta_for

@@ -1,4 +1,5 @@
-"""The package's shape: no import circles between edgerl modules, no module over 500 lines.
+"""The package's shape: its layers (every import points down), no import circles between edgerl
+modules, no module over 500 lines.
 
 Every import counts, wherever it stands: at the top, inside a function, under ``TYPE_CHECKING``.
 An import names the module it reads (``from edgerl.hw import clocks`` names ``edgerl.hw.clocks``,
@@ -94,26 +95,26 @@ def test_the_import_graph_reads_imports_inside_functions_and_under_type_checking
         "    from edgerl.run.train import Trainer\n"
         "def f():\n"
         "    from edgerl.hw import clocks\n"
-        "    import edgerl.learn.replay\n"
+        "    import edgerl.memories.replay\n"
     )
     known = {
         "edgerl.run.train",
         "edgerl.hw",
         "edgerl.hw.clocks",
-        "edgerl.learn.replay",
+        "edgerl.memories.replay",
         "edgerl.config",
     }
     assert imported("edgerl.demo", src, known) == {
         "edgerl.run.train",
         "edgerl.hw",  # its __init__ runs before edgerl.hw.clocks
         "edgerl.hw.clocks",
-        "edgerl.learn.replay",
+        "edgerl.memories.replay",
     }
     # a module's own package has been imported before it: not an edge
     assert imported("edgerl.hw.monitor", src, known) == {
         "edgerl.run.train",
         "edgerl.hw.clocks",
-        "edgerl.learn.replay",
+        "edgerl.memories.replay",
     }
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
@@ -133,16 +134,78 @@ def test_no_module_is_over_500_lines():
     assert not long, f"modules over {MAX_LINES} lines (split them along a seam): {long}"
 
 
-def test_the_learning_code_knows_nothing_of_runs_files_or_commands():
-    """edgerl.learn is what a learner needs and no more: settings, the device and errors. A new
-    learner is written there without reading how runs, files or commands work."""
-    allowed = {"edgerl.config", "edgerl.device", "edgerl.errors"}
-    outside = {
-        name: sorted(b for b in imports if not b.startswith("edgerl.learn") and b not in allowed)
-        for name, imports in import_graph().items()
-        if name.startswith("edgerl.learn")
+# The layers, from the ground up: a package imports only packages of lower layers (and its own
+# modules); packages in one layer import nothing of each other. docs/development.md draws it.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "words"),  # one-sentence errors; counts and durations in words
+    ("files",),  # atomic writes, tolerant readers, the checkpoint record
+    ("config",),  # typed settings, their layers and presets, the learner table
+    ("hw",),  # the machine: Jetson platform, clocks, load, CPUs, torch's device
+    ("envs",),  # vector environments, ALE's async mode, preprocessing
+    ("memories", "stream"),  # replay and rollout; the frame stream's format
+    ("learners",),  # DQN, PQN, their networks and fast updates
+    ("policies",),  # a learned policy from any file, behind one interface
+    ("play", "export"),  # playing a policy; writing and checking policy files
+    ("run",),  # the training loop: actor, pipeline, trainer, hooks, evaluations
+    ("service",),  # the session around a run, the daemon, logging
+    ("display",),  # the viewer, the console renderer, the curves
+    ("measure", "doctor"),  # edgerl bench; edgerl doctor
+    ("cli",),  # the command line
+]
+LAYER = {package: i for i, packages in enumerate(LAYERS) for package in packages}
+
+
+def package_of(module: str) -> str | None:
+    """``edgerl.run.train`` -> ``run``; None for ``edgerl`` itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that does not point down the layer table, as ``a -> b (why)``."""
+    found = []
+    for name, imports in sorted(graph.items()):
+        own = package_of(name)
+        for target in sorted(imports):
+            other = package_of(target)
+            if own is None or other is None or other == own:
+                continue
+            if LAYER[other] > LAYER[own]:
+                found.append(f"{name} -> {target} (up: {other} is above {own})")
+            elif LAYER[other] == LAYER[own]:
+                found.append(f"{name} -> {target} (sideways: {own} and {other} share a layer)")
+    return found
+
+
+def test_every_package_has_a_layer_and_says_what_it_holds_in_one_line():
+    packages = {package_of(name) for name in modules()} - {None}
+    assert packages == set(LAYER), (
+        f"without a layer: {sorted(packages - set(LAYER))}; gone: {sorted(set(LAYER) - packages)}"
+    )
+    for package in packages:
+        init = PACKAGE / package / "__init__.py"
+        if init.exists():
+            doc = ast.get_docstring(ast.parse(init.read_text()))
+            assert doc, f"edgerl/{package}/__init__.py has no docstring saying what it holds"
+
+
+def test_every_import_points_down_the_layer_table():
+    offending = against_the_layers(import_graph())
+    assert not offending, "imports against the layers:\n" + "\n".join(offending)
+
+
+def test_the_layer_check_names_an_import_that_climbs():
+    graph = {
+        "edgerl.hw.monitor": {"edgerl.run.hooks", "edgerl.config"},
+        "edgerl.run.hooks": {"edgerl.config"},
+        "edgerl.play": {"edgerl.export"},
+        "edgerl.config": set(),
+        "edgerl.export": set(),
     }
-    assert not any(outside.values()), {k: v for k, v in outside.items() if v}
+    assert against_the_layers(graph) == [
+        "edgerl.hw.monitor -> edgerl.run.hooks (up: run is above hw)",
+        "edgerl.play -> edgerl.export (sideways: play and export share a layer)",
+    ]
 
 
 def test_play_and_export_share_the_policies_and_import_nothing_of_each_other():

@@ -273,9 +273,9 @@ def test_env_batch_size_auto_is_ales_async_mode_only_where_acting_limits(sets, d
     import torch
 
     from edgerl.config import build_layers, resolve
-    from edgerl.config_presets import apply_presets
-    from edgerl.learn.envs import probe
-    from edgerl.learn.factory import resolve_env_batch
+    from edgerl.config.presets import apply_presets
+    from edgerl.envs import probe
+    from edgerl.learners.factory import resolve_env_batch
 
     cfg = resolve(build_layers(None, ["env.num_envs=8", *sets], use_system=False))
     assert resolve(build_layers(None, [], use_system=False)).env.batch_size == -1  # the default

@@ -21,7 +21,7 @@ import torch
     ],
 )
 def test_the_torch_floor_counts_nvidia_prereleases_by_their_release(version, ok):
-    from edgerl.versions import PlatformError, check_torch
+    from edgerl.hw.versions import PlatformError, check_torch
 
     if ok:
         check_torch(version)

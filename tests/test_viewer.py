@@ -18,15 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgerl.display.reader import FrameReader, StreamError
 from edgerl.display.render import text_frame
-from edgerl.display.stream import (
+from edgerl.display.viewer import Attachment
+from edgerl.errors import EdgerlError
+from edgerl.stream import (
     HEADER,
     FrameRing,
     shm_path,
 )
-from edgerl.display.viewer import Attachment
-from edgerl.errors import EdgerlError
+from edgerl.stream.reader import FrameReader, StreamError
 
 from .conftest import PONG_FAST, edgerl_cmd, run_edgerl, start_trainer, stop
 from .helpers import ACTIONS, frame_for, meta_for

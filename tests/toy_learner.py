@@ -1,5 +1,5 @@
 """A learner written the way docs/development.md says a new one is: one module with a class that
-has the members of edgerl.learn.learner.Learner and a ``build`` function, plus one registry entry
+has the members of edgerl.learners.Learner and a ``build`` function, plus one registry entry
 (the test that uses it adds the entry). One-step Q-learning on each rollout, plain SGD: small, so
 the test is about the plumbing (train, checkpoint, resume, play, export), not about learning."""
 
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.learn.losses import LossMeter, linear_schedule
-from edgerl.learn.rollout import RolloutBuffer
+from edgerl.learners.shared import LossMeter, linear_schedule
+from edgerl.memories.rollout import RolloutBuffer
 
 
 class OneStepQ:

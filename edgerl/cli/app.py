@@ -15,9 +15,10 @@ import sys
 
 import click
 
-from edgerl import __version__, cpus
+from edgerl import __version__
 from edgerl.errors import EdgerlError
-from edgerl.files.logs import setup_logging
+from edgerl.hw import cpus
+from edgerl.service.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 

@@ -99,7 +99,7 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
         )
 
     if "preset" in shortcuts:
-        from edgerl.config_presets import NAMED_PRESETS
+        from edgerl.config.presets import NAMED_PRESETS
 
         listed = "; ".join(f"{name}: {p.summary}" for name, p in sorted(NAMED_PRESETS.items()))
         options.append(
@@ -144,7 +144,7 @@ def build_config(
 
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says
-        from edgerl.config_presets import named_preset_layer
+        from edgerl.config.presets import named_preset_layer
         from edgerl.run.quick import quick_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
@@ -159,7 +159,7 @@ def with_game(cfg: Config) -> Config:
     """The game spelled as registered (``ALE/pong-v5`` names ``runs/Pong-v5``), and, when no
     game was given but the run directory holds a run, that run's game: resuming needs no --env."""
     from edgerl.config import with_values
-    from edgerl.learn.envs import canonical_id
+    from edgerl.envs import canonical_id
 
     if "env.id" in cfg.explicit:
         canonical = canonical_id(cfg.env.id)
@@ -199,8 +199,8 @@ def default_policy_run() -> Path:
     """The run ``play`` and ``export`` use when given none: the service's run if it has
     checkpoints, else the newest run under ``./runs`` that has them; raises CheckpointError."""
     from edgerl.errors import CheckpointError
-    from edgerl.run.daemon import daemon_config
     from edgerl.run.rundir import service_state_dir
+    from edgerl.service.daemon import daemon_config
 
     service_run = Path(daemon_config(None).train.run_dir)
     if (service_run / "checkpoints").is_dir():

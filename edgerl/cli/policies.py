@@ -103,7 +103,7 @@ def play(
     if last and (model is not None or checkpoint is not None):
         raise click.UsageError("--last picks a run's checkpoint: give --run-dir (or nothing)")
     if record is not None:
-        from edgerl.record import check_target
+        from edgerl.play.record import check_target
 
         check_target(record)  # a wrong name or a missing encoder is said before playing
     if model is None and checkpoint is None:

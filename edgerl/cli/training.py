@@ -11,7 +11,7 @@ import click
 
 from edgerl.cli.app import cli, command_name
 from edgerl.cli.options import build_config, config_options, default_status_dir
-from edgerl.files.logs import setup_logging
+from edgerl.service.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 
@@ -50,17 +50,17 @@ def train(
         # As an exception raised inside those imports it can be swallowed (torch's C start-up
         # swallows one raised in its import of numpy, leaving numpy half-built for later).
         with stop_on_signals(stop.set) as received:
-            from edgerl.device import describe_threads
+            from edgerl.hw.device import describe_threads
             from edgerl.run.metrics import check_extras
             from edgerl.run.quick import long_run_warning
-            from edgerl.run.session import training_session
+            from edgerl.service.session import training_session
 
             cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
             setup_logging(ctx.obj["debug"], cfg.log.level)
             if preset is not None:
                 import torch
 
-                from edgerl.config_presets import check_preset_device
+                from edgerl.config.presets import check_preset_device
 
                 check_preset_device(preset, torch.cuda.is_available())
             check_extras(cfg.train.tensorboard)  # before anything is written
@@ -118,7 +118,7 @@ def train(
 @click.pass_context
 def daemon(ctx: click.Context, config_file: Path | None) -> None:
     """Run as the edgerl service (systemd Type=notify): train, checkpoint, restore clocks."""
-    from edgerl.run.daemon import run
+    from edgerl.service.daemon import run
 
     ctx.exit(run(config_file, debug=ctx.obj["debug"]))
 
@@ -182,9 +182,9 @@ def config_cmd(
     markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
-    from edgerl.config_docs import reference_markdown, reference_text
-    from edgerl.config_presets import apply_presets, check_consistency
-    from edgerl.learn.envs import probe
+    from edgerl.config.presets import apply_presets, check_consistency
+    from edgerl.config.reference import reference_markdown, reference_text
+    from edgerl.envs import probe
 
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)

@@ -151,8 +151,8 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
     """Learning curves: training return, steps/s and CPU/GPU load of one run or several."""
     import shutil
 
-    from edgerl.curves import load_run
-    from edgerl.plot import save_png, summary, text_chart
+    from edgerl.display.curves import load_run
+    from edgerl.display.plot import save_png, summary, text_chart
 
     dirs = list(run_dirs) or [default_status_dir()]
     for run_dir in dirs:

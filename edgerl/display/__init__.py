@@ -1,2 +1,4 @@
-"""Showing the game: the trainer's frame stream (stream.py) and its reader (reader.py), drawing
-(render.py), the viewer (viewer.py)."""
+"""What a user watches: the game as the trainer shows it (viewer.py: a pygame window, or the
+console through render.py, which also draws `edgerl play`), and the learning curves of run
+directories (curves.py reads them, plot.py draws them). The frame stream itself is
+:mod:`edgerl.stream`."""

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.display.stream import FrameMeta
 from edgerl.errors import EdgerlError, MissingDependencyError
 from edgerl.play import Moment, Observer
+from edgerl.stream import FrameMeta
 
 PANEL_HEIGHT = 96  # the Q-value bar chart under the game
 TOP_HEIGHT = 86  # the overlay (up to 4 lines) above the game: over it, it hid Pong's left score

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgerl.display.reader import (
+from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
+from edgerl.envs import ale_game
+from edgerl.errors import EdgerlError
+from edgerl.files.processes import pid_alive
+from edgerl.run.rundir import run_game, trainer_of
+from edgerl.run.status import liveness, read_status
+from edgerl.stream import POINTER_FILE
+from edgerl.stream.reader import (
     Frame,
     FrameReader,
     StreamError,
@@ -32,13 +39,6 @@ from edgerl.display.reader import (
     no_frames,
     read_pointer,
 )
-from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
-from edgerl.display.stream import POINTER_FILE
-from edgerl.errors import EdgerlError
-from edgerl.files.processes import pid_alive
-from edgerl.learn.envs import ale_game
-from edgerl.run.rundir import run_game, trainer_of
-from edgerl.run.status import liveness, read_status
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     import torch
 
     from edgerl.config import Config
+    from edgerl.envs import EnvSpec
     from edgerl.hw.platform import Platform
-    from edgerl.learn.envs import EnvSpec
 
 log = logging.getLogger(__name__)
 

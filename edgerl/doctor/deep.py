@@ -118,12 +118,12 @@ class DeepState:
 
 def deep_checks(ctx: Context) -> Iterator[Check]:
     """Every deep check, in order; a check that cannot run says which earlier line to read."""
-    from edgerl.device import configure_backends
+    from edgerl.hw.device import configure_backends
 
     if not ctx.torch_ok or ctx.device is None:
         yield Check("deep", "skip", "needs a supported PyTorch and a device (see the lines above)")
         return
-    from edgerl.learn.factory import uses_replay
+    from edgerl.learners.factory import uses_replay
 
     state = DeepState(ctx.device)
     configure_backends(ctx.device, ctx.cfg.perf.threads)  # cuDNN autotuning and TF32, as training
@@ -150,8 +150,8 @@ def _replay_checks(ctx: Context, state: DeepState) -> Iterator[Check]:
 
 def _deep_spec(ctx: Context) -> Any:
     from edgerl.config import with_values
-    from edgerl.config_presets import apply_presets
-    from edgerl.learn.envs import probe
+    from edgerl.config.presets import apply_presets
+    from edgerl.envs import probe
 
     spec = ctx.spec if ctx.spec is not None and ctx.spec.has_frames else probe(DEEP_ENV)
     cfg = (
@@ -164,10 +164,10 @@ def _deep_spec(ctx: Context) -> Any:
 
 def check_replay(ctx: Context, state: DeepState) -> Check:
     """A replay on the device, filled from the real game, and batches sampled from it."""
-    from edgerl.device import indexed
-    from edgerl.learn.envs import make_env
-    from edgerl.learn.replay import ReplayBuffer
-    from edgerl.learn.replay_memory import fmt_bytes
+    from edgerl.envs import make_env
+    from edgerl.hw.device import indexed
+    from edgerl.memories.budget import fmt_bytes
+    from edgerl.memories.replay import ReplayBuffer
 
     started = time.monotonic()
     state.spec, state.cfg = spec, cfg = _deep_spec(ctx)
@@ -215,9 +215,9 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
 def check_rollout(ctx: Context, state: DeepState) -> Check:
     """A rollout learner (PQN) as training builds it: a rollout on the device filled from the
     real game, then one rollout's learning: finite losses and weights that move."""
-    from edgerl.device import indexed
-    from edgerl.learn.envs import make_env
-    from edgerl.learn.factory import build_learner, build_memory
+    from edgerl.envs import make_env
+    from edgerl.hw.device import indexed
+    from edgerl.learners.factory import build_learner, build_memory
 
     started = time.monotonic()
     spec, cfg = _deep_spec(ctx)
@@ -270,7 +270,7 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
 
 def run_mode(state: DeepState, mode: Mode) -> Outcome:
     """The updates of one mode, from the shared initial weights, on the shared batches."""
-    from edgerl.learn.factory import build_learner, q_network
+    from edgerl.learners.factory import build_learner, q_network
 
     spec, cfg = state.spec, state.cfg
     if state.init is None:

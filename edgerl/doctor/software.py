@@ -28,11 +28,11 @@ def check_python(ctx: Context) -> Check:
 
 
 def check_torch(ctx: Context) -> Check:
-    """PyTorch against the floor (:mod:`edgerl.versions`, which reads NVIDIA's pre-release
+    """PyTorch against the floor (:mod:`edgerl.hw.versions`, which reads NVIDIA's pre-release
     version strings); later checks that need torch skip unless it passes."""
     import torch
 
-    from edgerl.versions import PlatformError, check_torch
+    from edgerl.hw.versions import PlatformError, check_torch
 
     version = torch.__version__
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
@@ -49,7 +49,7 @@ def check_cuda(ctx: Context) -> Check:
     """Whether torch can use a CUDA GPU; sets ``ctx.device`` to what ``perf.device=auto`` picks."""
     import torch
 
-    from edgerl.device import resolve_device
+    from edgerl.hw.device import resolve_device
     from edgerl.hw.platform import nvml_gpu_name
 
     if not ctx.torch_ok:
@@ -107,8 +107,8 @@ def check_gpu(ctx: Context) -> Check:
     """The GPU, its compute capability, and whether this torch has kernels for it."""
     import torch
 
-    from edgerl.device import fast_fp16
-    from edgerl.learn.replay_memory import fmt_bytes
+    from edgerl.hw.device import fast_fp16
+    from edgerl.memories.budget import fmt_bytes
 
     device = ctx.device
     if device is None or device.type != "cuda":
@@ -161,7 +161,7 @@ def check_precision(ctx: Context) -> Check:
     """What ``perf.amp=auto`` and ``perf.cuda_graphs=auto`` choose on this device."""
     import torch
 
-    from edgerl.device import integrated_gpu, resolve_amp, resolve_cuda_graphs
+    from edgerl.hw.device import integrated_gpu, resolve_amp, resolve_cuda_graphs
 
     device = ctx.device
     if device is None:
@@ -192,8 +192,8 @@ def check_game(ctx: Context) -> Check:
     of its observation kind to ``ctx.cfg``."""
     import ale_py
 
-    from edgerl.config_presets import apply_presets, check_consistency
-    from edgerl.learn.envs import probe
+    from edgerl.config.presets import apply_presets, check_consistency
+    from edgerl.envs import probe
 
     spec = probe(ctx.cfg.env.id)
     cfg = apply_presets(ctx.cfg, spec.kind)
@@ -212,7 +212,7 @@ def check_game(ctx: Context) -> Check:
 def check_threads(ctx: Context) -> Check:
     """PyTorch's CPU threads (``perf.threads``, after the game's presets) against the CPUs that
     the machine's load leaves free: more threads than free CPUs slow training many times."""
-    from edgerl.device import cpu_load, oversubscription, resolve_threads
+    from edgerl.hw.device import cpu_load, oversubscription, resolve_threads
 
     setting = ctx.cfg.perf.threads
     load = cpu_load()
@@ -237,7 +237,7 @@ def check_threads(ctx: Context) -> Check:
 
 def check_replay_memory(ctx: Context) -> Check:
     """Whether the learner's memory (DQN's replay, PQN's rollout) fits on its device."""
-    from edgerl.learn.factory import memory_fix, memory_plan
+    from edgerl.learners.factory import memory_fix, memory_plan
 
     spec, cfg, device = ctx.spec, ctx.cfg, ctx.device
     if spec is None or device is None:
@@ -286,8 +286,8 @@ def check_onnx(ctx: Context) -> Check:
 
 def check_tensorrt(ctx: Context) -> Check:
     """TensorRT for `edgerl export --trt`: importable, new enough, with a GPU to build on."""
-    from edgerl.device import fast_fp16
-    from edgerl.export.tensorrt import flavor
+    from edgerl.hw.device import fast_fp16
+    from edgerl.policies.tensorrt import flavor
 
     jetson = ctx.platform is not None and ctx.platform.is_jetson
     cuda = ctx.device is not None and ctx.device.type == "cuda"

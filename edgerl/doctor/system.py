@@ -14,7 +14,7 @@ from pathlib import Path
 
 from edgerl.doctor.core import Check, Context
 from edgerl.errors import EdgerlError, MissingDependencyError
-from edgerl.learn.replay_memory import fmt_bytes
+from edgerl.memories.budget import fmt_bytes
 
 SERVICE_UNIT = Path("/etc/systemd/system/edgerl.service")  # where scripts/install.sh puts it
 HIDDEN_SDL_DRIVERS = ("dummy", "offscreen")  # SDL opens these, but nobody sees the window
@@ -80,7 +80,7 @@ def check_group(ctx: Context) -> Check:
 
 def check_shm(ctx: Context) -> Check:
     """``/dev/shm`` takes the frame stream: there, writable, with room for a ring."""
-    from edgerl.display.stream import HEADER, SHM_DIR, slot_size
+    from edgerl.stream import HEADER, SHM_DIR, slot_size
 
     need = HEADER.size + 4 * slot_size(84, 84)  # FrameRing's default of 4 slots
     if not SHM_DIR.is_dir():
@@ -172,7 +172,7 @@ def check_display(ctx: Context) -> Check:
 def checkpoint_bytes(ctx: Context) -> int:
     """About what one checkpoint of this game's network takes: the online and target networks
     and Adam's two moments, four copies of the weights."""
-    from edgerl.learn.nets import build_q_network
+    from edgerl.learners.nets import build_q_network
 
     if ctx.spec is None:
         return 32 << 20  # the Nature CNN for Atari is ~27 MiB
@@ -182,7 +182,7 @@ def checkpoint_bytes(ctx: Context) -> int:
 
 def check_disk(ctx: Context) -> Check:
     """The run directory ``edgerl train`` would use here can be written and has room."""
-    from edgerl.learn.envs import short_env_name
+    from edgerl.envs import short_env_name
     from edgerl.run.rundir import default_run_dir
 
     cfg = ctx.cfg

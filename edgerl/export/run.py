@@ -20,16 +20,14 @@ import numpy as np
 
 from edgerl.export.common import (
     Agreement,
-    ExportError,
-    Sidecar,
     check_agreement,
     collect_observations,
     compare,
     latency_us,
-    sidecar_path,
 )
 from edgerl.files.atomic import fsync_dir, temp_path, write_atomic
 from edgerl.files.checkpoint import file_sha256
+from edgerl.policies.sidecar import ExportError, Sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +140,14 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
 
     The ONNX file and its sidecar get their names only once ONNX Runtime agreed with PyTorch on
     them: an export that fails its check or is interrupted leaves nothing under those names."""
+    from edgerl.envs import short_env_name
     from edgerl.export.onnx import export_onnx, require_onnx
-    from edgerl.learn.envs import short_env_name
     from edgerl.policies.onnx import OnnxPolicy
     from edgerl.policies.torch import TorchPolicy
 
     require_onnx()  # say at once when onnx or ONNX Runtime is missing, before any work
     if req.trt:  # say at once when TensorRT or a GPU is missing, before any work
-        from edgerl.export.tensorrt import flavor, import_tensorrt
+        from edgerl.policies.tensorrt import flavor, import_tensorrt
 
         flavor(import_tensorrt().__version__)
     torch_policy = TorchPolicy.from_file(req.checkpoint)
@@ -225,8 +223,8 @@ def _export_trt(
     import dataclasses
 
     from edgerl.export.onnx import export_onnx
-    from edgerl.export.tensorrt import Calibration, build_engine, flavor, import_tensorrt
-    from edgerl.policies.tensorrt import TensorRTPolicy
+    from edgerl.export.tensorrt import Calibration, build_engine
+    from edgerl.policies.tensorrt import TensorRTPolicy, flavor, import_tensorrt
 
     trt = import_tensorrt()
     fl = flavor(trt.__version__)

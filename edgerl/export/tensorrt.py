@@ -13,7 +13,6 @@ device that runs them. The builder branches on the TensorRT version where the AP
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,90 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.device import fast_fp16
-from edgerl.export.common import INPUT, ExportError, slug
+from edgerl.export.common import slug
 from edgerl.files.atomic import write_atomic
+from edgerl.hw.device import fast_fp16
+from edgerl.policies.sidecar import INPUT, ExportError
+from edgerl.policies.tensorrt import Flavor, TrtLogger, flavor, import_tensorrt
 
 log = logging.getLogger(__name__)
-
-ONNX_HINT = "engines must be built on the device that runs them, and --onnx works anywhere"
-
-
-@dataclass(frozen=True)
-class Flavor:
-    """What one TensorRT version's Python API looks like, for the parts edgerl uses."""
-
-    version: str
-    major: int
-    explicit_batch_flag: bool  # 8.x needs NetworkDefinitionCreationFlag.EXPLICIT_BATCH
-    precision_flags: bool  # BuilderFlag.FP16 / INT8 exist (removed in 11)
-    int8_calibration: bool  # IInt8EntropyCalibrator2 with implicit quantization
-    strongly_typed: bool  # precision comes from the graph's types
-
-    @property
-    def tag(self) -> str:
-        return "trt" + ".".join(self.version.split(".")[:3])
-
-
-def flavor(version: str) -> Flavor:
-    """The API flavor of a TensorRT version string; raises ExportError if older than 8.5."""
-    m = re.match(r"(\d+)\.(\d+)", version)
-    if not m:
-        raise ExportError(f"cannot read the TensorRT version {version!r}")
-    major, minor = int(m[1]), int(m[2])
-    if (major, minor) < (8, 5):
-        raise ExportError(
-            f"TensorRT {version} is older than 8.5 (JetPack 5): upgrade JetPack to export engines"
-        )
-    return Flavor(
-        version,
-        major,
-        explicit_batch_flag=major < 10,
-        precision_flags=major < 11,
-        int8_calibration=major < 11,
-        strongly_typed=major >= 11,
-    )
-
-
-def import_tensorrt() -> Any:
-    """TensorRT and a usable CUDA device, or ExportError saying which is missing."""
-    try:
-        import tensorrt
-    except ImportError:
-        raise ExportError(
-            "--trt needs TensorRT, which is not installed (JetPack ships it on a Jetson; on a "
-            f"desktop GPU: pip install tensorrt); {ONNX_HINT}"
-        ) from None
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ExportError(f"--trt needs a CUDA GPU and none is usable here; {ONNX_HINT}")
-    return tensorrt
 
 
 def engine_name(env_short: str, precision: str, batch: int, fl: Flavor, gpu: str) -> str:
     """``policy-Pong-v5-fp16-b8-trt10.3.0-jetson-agx-orin.engine``: what it is for, by name."""
     return f"policy-{env_short}-{precision}-b{batch}-{fl.tag}-{slug(gpu)}.engine"
-
-
-class TrtLogger:
-    """A TensorRT logger that forwards to ``logging`` (built lazily: needs the module)."""
-
-    @staticmethod
-    def make(trt: Any) -> Any:
-        class Forward(trt.ILogger):
-            def __init__(self) -> None:
-                trt.ILogger.__init__(self)
-
-            def log(self, severity: Any, msg: str) -> None:
-                level = logging.DEBUG
-                if severity in (trt.ILogger.ERROR, trt.ILogger.INTERNAL_ERROR):
-                    level = logging.ERROR
-                elif severity == trt.ILogger.WARNING:
-                    level = logging.DEBUG  # TensorRT warns about int64 casts etc. on every build
-                log.log(level, "TensorRT: %s", msg)
-
-        return Forward()
 
 
 def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: Path) -> Any:

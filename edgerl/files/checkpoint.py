@@ -74,7 +74,7 @@ class Checkpoint:
     not resume (:meth:`require_training_state`).
     """
 
-    kind: str  # the learner: "dqn", "pqn" (edgerl.learn.learner.Learner.kind)
+    kind: str  # the learner: "dqn", "pqn" (edgerl.learners.Learner.kind)
     step: int  # env steps trained
     env: dict[str, Any]  # EnvSpec.to_dict() of the game
     config: dict[str, Any]  # Config.to_dict() of the run

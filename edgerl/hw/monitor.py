@@ -21,12 +21,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from edgerl.config import Config, HwConfig
+from edgerl.config import HwConfig
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.hw.load_sources import LoadSource, ProcfsSource, open_source
 from edgerl.hw.tegrastats import LoadRecord, format_line
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -98,13 +96,12 @@ def judge(
     return Verdict(kind, samples, cpu_max_core, cpu_mean, gr3d)
 
 
-class LoadMonitor(Hook):
-    """The sampling thread; a context manager and a trainer hook.
+class LoadMonitor:
+    """The sampling thread, a context manager (a training run follows it through
+    :class:`edgerl.service.session.LoadHook`).
 
     ``run_dir`` None: sample only (``edgerl hw status``); else write tegrastats.log and load.csv.
     """
-
-    csv_columns = ("cpu_max_core", "gr3d")  # added to metrics.csv
 
     def __init__(
         self,
@@ -253,24 +250,18 @@ class LoadMonitor(Hook):
             if f is not None:
                 f.close()
 
-    # -- trainer hook ------------------------------------------------------------------------
-
-    def on_start(self, run: Run) -> None:
-        self.count_from_now()
-
-    def on_tick(self, run: Run, stats: TrainStats) -> None:
+    def latest_fields(self) -> dict[str, Any] | None:
+        """The newest sample as a metrics row and the log line use it, or None before the
+        first: its tegrastats-style line, the busiest core, GR3D and the whole record."""
         rec = self.latest
-        if rec is not None:
-            stats.load = {
-                "load_line": rec.load_line(),
-                "cpu_max_core": rec.cpu_max_core,
-                "gr3d": rec.gr3d,
-                "record": rec.to_dict(),
-            }
-
-    def on_reconfigure(self, run: Run, cfg: Config) -> None:
-        if cfg.hw.monitor_interval_ms != self.interval_ms:
-            self.set_interval(cfg.hw.monitor_interval_ms)
+        if rec is None:
+            return None
+        return {
+            "load_line": rec.load_line(),
+            "cpu_max_core": rec.cpu_max_core,
+            "gr3d": rec.gr3d,
+            "record": rec.to_dict(),
+        }
 
 
 def _date() -> str:

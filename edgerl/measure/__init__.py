@@ -1,3 +1,3 @@
 """Measuring speed: ``edgerl bench`` (each stage alone, then the whole loop), its loop and
-replay benchmarks, and the autotune that picks env.num_envs from the figures.
-"""
+replay benchmarks, and what a step costs in arithmetic. The autotune that picks env.num_envs is
+a training decision: :mod:`edgerl.run.autotune`."""

@@ -20,8 +20,8 @@ its share of the limit (from unrounded figures; a loop cannot beat the limit, so
 little above 100% is noise, reported as 100% and flagged, and one far above it says the limit
 measurement was disturbed). Figures are per second and per update / per env step, so they scale
 to other devices. Last, what saving the replay costs per checkpoint
-(:mod:`edgerl.measure.bench_replay`).
-The measurements themselves are in :mod:`edgerl.measure.bench_loops`.
+(:mod:`edgerl.measure.replay`).
+The measurements themselves are in :mod:`edgerl.measure.loops`.
 """
 
 from __future__ import annotations
@@ -36,17 +36,22 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, build_layers, resolve
-from edgerl.config_presets import apply_presets, check_consistency
-from edgerl.cpus import CpuLoad, CpuSample, others_busy
-from edgerl.device import configure_backends, oversubscription, resolve_device
-from edgerl.learn.envs import probe
-from edgerl.learn.factory import q_network, uses_replay
-from edgerl.learn.nets import NatureCNN
-from edgerl.learn.pipeline import resolve_pipeline
-from edgerl.learn.registry import learner_info
-from edgerl.learn.replay_memory import bytes_per_transition
-from edgerl.measure.autotune import calibrate
-from edgerl.measure.bench_loops import (
+from edgerl.config.learners import learner_info
+from edgerl.config.presets import apply_presets, check_consistency
+from edgerl.envs import probe
+from edgerl.envs.batches import overlaps_emulation
+from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy
+from edgerl.hw.device import configure_backends, oversubscription, resolve_device
+from edgerl.learners.factory import q_network, uses_replay
+from edgerl.learners.nets import NatureCNN
+from edgerl.measure.compute import (
+    forward_gflops,
+    forwards_per_env_step,
+    learning_forwards_per_update,
+    macs_per_forward,
+    matmul_peak_gflops,
+)
+from edgerl.measure.loops import (
     actor_loop,
     env_steps_per_s,
     forwards_per_s,
@@ -55,15 +60,10 @@ from edgerl.measure.bench_loops import (
     update_variants,
     whole_loop,
 )
-from edgerl.measure.bench_replay import render_replay_save, replay_save_cost
-from edgerl.measure.compute import (
-    forward_gflops,
-    forwards_per_env_step,
-    learning_forwards_per_update,
-    macs_per_forward,
-    matmul_peak_gflops,
-)
-from edgerl.run.batches import overlaps_emulation
+from edgerl.measure.replay import render_replay_save, replay_save_cost
+from edgerl.memories.budget import bytes_per_transition
+from edgerl.run.autotune import calibrate
+from edgerl.run.pipeline import resolve_pipeline
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.learn.registry import learner_info
+from edgerl.config.learners import learner_info
 
 FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP = 3.0  # forward + backward (twice the forward)
 PEAK_MATMUL_SIZE = 2048

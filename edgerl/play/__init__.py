@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgerl.config import EnvConfig
+from edgerl.envs import VecEnv, make_env
 from edgerl.errors import EnvError
-from edgerl.learn.envs import VecEnv, make_env
+from edgerl.policies.explore import with_exploration
 from edgerl.words import plural
 
 if TYPE_CHECKING:
+    from edgerl.play.record import Recording
     from edgerl.policies import Policy
-    from edgerl.record import Recording
 
 
 @dataclass(frozen=True)
@@ -223,8 +224,8 @@ def play(
                 q = None
                 action = policy.act(obs)
             latencies.append(time.perf_counter_ns() - t0)
-            if o.epsilon > 0 and rng.random() < o.epsilon:
-                action = rng.integers(policy.spec.num_actions, size=1)
+            if o.epsilon > 0:
+                action = with_exploration(action, o.epsilon, policy.spec.num_actions, rng)
             step = env.step(np.asarray(action, dtype=np.int64))
             ret += float(step.rewards[0])
             steps += 1
@@ -316,9 +317,7 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 actions = np.asarray(policy.act(obs), dtype=np.int64)
                 latencies.append(time.perf_counter_ns() - t0)
                 if o.epsilon > 0:
-                    explore = rng.random(n) < o.epsilon
-                    randoms = rng.integers(policy.spec.num_actions, size=n)
-                    actions = np.where(explore, randoms, actions)
+                    actions = with_exploration(actions, o.epsilon, policy.spec.num_actions, rng)
                 step = env.step(actions)
                 steps += int(playing.sum())
                 ret += np.where(playing, step.rewards, 0.0)

@@ -1,7 +1,7 @@
 """What watches a policy play besides the screen: a recording of the episodes, and the episode log.
 
-:class:`Filming` records the played episodes (see :mod:`edgerl.record`): the colour screen, or the
-agent's own view, one frame after each reset and one after each step (the last of an episode
+:class:`Filming` records the played episodes (see :mod:`edgerl.play.record`): the colour screen, or
+the agent's own view, one frame after each reset and one after each step (the last of an episode
 included), each with its episode and score beneath it, at the game's pace whatever
 ``PlayOptions.fps``. Nothing is written under the file's name when playing fails, is interrupted
 or stopped. The live view of ``edgerl play --render`` is
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgerl.envs import EnvSpec, VecEnv
 from edgerl.errors import EnvError
-from edgerl.learn.envs import EnvSpec, VecEnv
 from edgerl.play import Moment, Observer
-from edgerl.record import Recorder, open_recorder
+from edgerl.play.record import Recorder, open_recorder
 
 log = logging.getLogger(__name__)
 

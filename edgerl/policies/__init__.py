@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import CheckpointStore
-from edgerl.learn.envs import EnvSpec
 
 
 class Policy(Protocol):

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from edgerl.config import from_dict
-from edgerl.device import resolve_device
+from edgerl.config.learners import LEARNERS
+from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import Checkpoint, load
-from edgerl.learn.envs import EnvSpec
-from edgerl.learn.nets import NatureCNN, build_q_network
-from edgerl.learn.registry import LEARNERS
+from edgerl.hw.device import resolve_device
+from edgerl.learners.nets import NatureCNN, build_q_network
 
 
 class TorchPolicy:

@@ -1,4 +1,3 @@
-"""A training run: the loop and its saved state, the session and service around it, hooks
-(evaluations, the best policy, metrics, status), and the process plumbing (signals, sd_notify,
-child processes, the run directory).
-"""
+"""A training run: the loop (train.py) with its actor and pipeline, the hooks that follow it
+(evaluations, the best policy, metrics, status, checkpoints), the run directory, autotune, the
+quick settings and stop requests. The session and service around it are :mod:`edgerl.service`."""

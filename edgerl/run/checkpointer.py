@@ -2,7 +2,7 @@
 
 A checkpoint holds the learner (network, target network, optimizer, its schedules' position), the
 step and episode counts, the recent returns and every RNG. With ``replay.persist`` it also names
-the replay files saved with it (see :mod:`edgerl.files.replay_store`): the replay is saved in the
+the replay files saved with it (see :mod:`edgerl.memories.replay.store`): the replay is saved in the
 background while the actor goes on, and the checkpoint file is written only once those files are
 on disk, so a checkpoint never names a replay that is not there. A failed write (a full disk) is
 logged and reported to the hooks, and training goes on; the last checkpoint of a session is
@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from edgerl.envs import EnvSpec
 from edgerl.errors import RunDirError
 from edgerl.files.checkpoint import (
     Checkpoint,
@@ -34,12 +35,12 @@ from edgerl.files.checkpoint import (
     CheckpointStore,
     CheckpointWriteError,
 )
-from edgerl.files.replay_save import SaveJob
-from edgerl.files.replay_store import ReplayFileError, ReplayStore
-from edgerl.learn.envs import EnvSpec
-from edgerl.learn.learner import Learner
-from edgerl.learn.pipeline import Learning
+from edgerl.learners import Learner
+from edgerl.memories import Memory
+from edgerl.memories.replay.saving import SaveJob
+from edgerl.memories.replay.store import ReplayFileError, ReplayStore
 from edgerl.run.hooks import TICK_EVERY_S, Hook, Run
+from edgerl.run.pipeline import Learning
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class TrainingState(Run, Protocol):
     spec: EnvSpec
     device: torch.device
     learner: Learner
-    memory: Any  # the learner's: a ReplayBuffer or a RolloutBuffer
+    memory: Memory  # the learner's: a ReplayBuffer or a RolloutBuffer
     actor_rng: np.random.Generator
     learning: Learning | None  # the pipeline, while the loop runs
     hooks: list[Hook]

@@ -138,7 +138,7 @@ def evaluate(
     """Play ``settings.episodes`` episodes with the weights of ``snapshot`` (as
     :meth:`Run.policy_snapshot` gives them), all at once on as many new environments of the
     training game (:func:`~edgerl.play.play_together`); with ``record``, the first episode is
-    played alone first and recorded to that GIF (see :mod:`edgerl.record`).
+    played alone first and recorded to that GIF (see :mod:`edgerl.play.record`).
 
     Fewer episodes come back when ``stop`` ended it early. Raises what building the environment
     or the network raises, and RecordError / MissingDependencyError before playing when the

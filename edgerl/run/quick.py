@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, Layer
-from edgerl.learn.registry import learner_info
+from edgerl.config.learners import learner_info
 
 QUICK_SOURCE = "--quick"
 CARTPOLE = "CartPole-v1"
@@ -59,7 +59,7 @@ def quick_layer(cfg: Config) -> Layer:
     """The settings of ``--quick`` for a config resolved without it: the game by the device
     unless one was given, and the quick values of the game's kind (never over a key the
     command line sets, since those layers come after this one)."""
-    from edgerl.learn.envs import ale_game
+    from edgerl.envs import ale_game
 
     values: dict[str, Any] = {}
     if "env.id" in cfg.explicit:

@@ -55,7 +55,7 @@ def service_state_dir() -> Path:
 
 def service_run_dir(env_id: str) -> Path:
     """Where the service trains ``env_id`` unless train.run_dir says otherwise."""
-    from edgerl.learn.envs import short_env_name
+    from edgerl.envs import short_env_name
 
     return service_state_dir() / "runs" / short_env_name(env_id)
 
@@ -188,7 +188,7 @@ class RunDir:
 
 def run_game(run_dir: Path) -> str | None:
     """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
-    from edgerl.config_parse import parse_toml_file
+    from edgerl.config.parse import parse_toml_file
     from edgerl.errors import ConfigError
 
     try:

@@ -25,29 +25,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgerl.config import Config, with_values
-from edgerl.config_presets import apply_presets, check_consistency
-from edgerl.device import configure_backends, resolve_device
-from edgerl.display.stream import DisplayPublisher, FrameMeta
+from edgerl.config import Config
+from edgerl.envs import Step, VecEnv, make_env
+from edgerl.envs.batches import Batches, overlaps_emulation, row_of
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
-from edgerl.files.decisions import CompileDecisions
-from edgerl.files.replay_store import ReplayStore
 from edgerl.files.sidefiles import SideFiles
-from edgerl.learn.envs import Step, VecEnv, make_env, probe
-from edgerl.learn.factory import (
+from edgerl.learners.decisions import CompileDecisions
+from edgerl.learners.factory import (
     build_learner,
-    build_learning,
     build_memory,
-    check_memory,
-    check_setup,
-    resolve_env_batch,
 )
-from edgerl.learn.pipeline import Learning
-from edgerl.learn.replay import ReplayBuffer
-from edgerl.measure.autotune import Choice, autotune_config
-from edgerl.run.batches import Batches, overlaps_emulation, row_of
+from edgerl.memories.replay import ReplayBuffer
+from edgerl.memories.replay.store import ReplayStore
+from edgerl.run.autotune import Choice
 from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.episodes import Episodes
 from edgerl.run.hooks import TICK_EVERY_S, Hook
@@ -61,8 +53,11 @@ from edgerl.run.metrics import (
     TrainStats,
     nothing_to_do,
 )
-from edgerl.run.rundir import RunDir, default_run_dir
+from edgerl.run.pipeline import Learning, build_learning
+from edgerl.run.rundir import RunDir
+from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
+from edgerl.stream import DisplayPublisher, FrameMeta
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -140,21 +135,11 @@ class Trainer:
             self._close_resources()
 
     def _open(self) -> None:
-        cfg = self.requested_cfg
-        spec = probe(cfg.env.id)
-        cfg = apply_presets(cfg, spec.kind)
-        check_consistency(cfg)
-        check_setup(cfg, spec)
-        self.spec = spec
-        self.device = resolve_device(cfg.perf.device)
-        available = check_memory(cfg, spec, self.device)
-
-        run_path = (
-            Path(cfg.train.run_dir) if cfg.train.run_dir else default_run_dir(spec.short_name)
-        )
-        batch = resolve_env_batch(cfg, spec, self.device)
-        cfg = with_values(cfg, {"train.run_dir": str(run_path), "env.batch_size": batch})
-        self.cfg = cfg
+        settled = settle_config(self.requested_cfg)  # every value set, then checked once
+        self.cfg = cfg = settled.cfg
+        self.spec = spec = settled.spec
+        self.device, self.autotune = settled.device, settled.autotune
+        run_path = Path(cfg.train.run_dir)
         self._rundir = RunDir(run_path)
         if self.fresh:
             self.moved_aside = self._rundir.move_aside()
@@ -169,14 +154,11 @@ class Trainer:
             self.saver.check_compatible(found[1], found[0].path)
 
         self._check_stop()
-        configure_backends(self.device, cfg.perf.threads)
-        if cfg.perf.autotune:
-            cfg, self.autotune = autotune_config(cfg, spec, self.device)
-            self.cfg = cfg
         seed = cfg.env.seed
         torch.manual_seed(seed)
         self.actor_rng = np.random.default_rng(seed)
-        self.memory = build_memory(cfg, spec, self.device, available)  # fills in the background
+        # A replay fills its memory in the background from here.
+        self.memory = build_memory(cfg, spec, self.device, settled.available)
         self.learner = build_learner(cfg, spec, self.device)
         if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
             store = ReplayStore(self._rundir.path / "replay", self.memory)

@@ -1,0 +1,465 @@
+"""Typed configuration: one dataclass per section, TOML layers, ``--set`` overrides, presets.
+
+Layers, each overriding the one before:
+
+1. built-in defaults (the fields below),
+2. ``/etc/edgerl/edgerl.toml`` if present (the service's file; ``EDGERL_SYSTEM_CONFIG`` moves it,
+   an empty value disables it),
+3. ``--config FILE``,
+4. ``--set section.key=value`` (repeatable; the value is read as TOML, else as a plain string),
+5. the shortcut flags ``--env``, ``--steps``, ``--run-dir``.
+
+Keys nobody set follow the observation kind of the environment and the learner (see
+:mod:`edgerl.config.presets`): Atari-scale values for frames, small-task values for vector
+observations. The resolved config is written to the run directory, so a run can always be
+reproduced. Text is read and each value checked by
+:mod:`edgerl.config.parse`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from edgerl.config.learners import LEARNERS
+from edgerl.config.parse import (
+    check_range,
+    coerce,
+    flatten,
+    parse_override,
+    parse_toml_file,
+    unknown_key,
+)
+
+SYSTEM_CONFIG = Path("/etc/edgerl/edgerl.toml")
+
+# Upper bounds: every number a config accepts is one training can use (ALE takes int32 seeds and
+# thread counts; a step count of 10^12 is decades of training at 1,000 steps/s).
+MAX_STEPS = 10**12
+MAX_SEED = 2**31 - 1
+MAX_ENVS = 1_000_000  # far beyond memory: the memory checks say what fits
+MAX_THREADS = 1024
+MAX_SECONDS = 10**7  # about 115 days
+MAX_HIDDEN = 65_536  # widest hidden layer
+
+
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    choices: Collection[Any] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    live: bool = False,
+) -> Any:
+    """A config field with its one-line doc and the values it accepts.
+
+    ``live`` marks a key the service can change without restarting (SIGHUP).
+    """
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "live": live}
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class EnvConfig:
+    id: str = setting(
+        "ALE/Pong-v5", "Gymnasium id: ALE/<Game>-v5 (Atari) or any discrete-action id"
+    )
+    num_envs: int = setting(
+        4, "environments stepped in parallel (ALE's C++ thread pool)", min=1, max=MAX_ENVS
+    )
+    seed: int = setting(
+        0, "seed for environments, networks, exploration and replay", min=0, max=MAX_SEED
+    )
+    threads: int = setting(
+        0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0, max=MAX_THREADS
+    )
+    batch_size: int = setting(
+        -1,
+        "Atari: act on the first batch_size environments to finish a step while the others "
+        "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep "
+        "(deterministic); -1: auto, half the environments where a GPU learns from a replay "
+        "(8 environments or more), else 0",
+        min=-1,
+        max=MAX_ENVS,
+    )
+    repeat_action_probability: float = setting(
+        0.25, "sticky actions, as in ALE v5 (0 for the original DQN setting)", min=0.0, max=1.0
+    )
+    noop_max: int = setting(30, "random no-ops at episode start (Atari)", min=0, max=1000)
+    max_episode_frames: int = setting(
+        108_000, "emulator frames before an Atari episode is cut", min=1, max=1_000_000_000
+    )
+
+
+@dataclass
+class AgentConfig:
+    algo: str = setting(
+        "dqn",
+        "the learner: dqn (Double DQN with a replay memory) or pqn (Q(lambda) without one: "
+        "for boards with little memory; its own keys are in [pqn])",
+        choices=LEARNERS.keys(),  # a view: a learner registered later is a choice too
+    )
+    lr: float = setting(1e-4, "Adam learning rate", min=0.0, max=1.0)
+    lr_end: float = setting(
+        -1.0, "learning rate at the last step, linearly annealed (-1: constant)", min=-1.0, max=1.0
+    )
+    gamma: float = setting(0.99, "discount factor", min=0.0, max=1.0)
+    n_step: int = setting(
+        1,
+        "transitions summed into each target (multi-step returns, as Rainbow's 3); episode "
+        "ends cut it short",
+        min=1,
+        max=20,
+    )
+    batch_size: int = setting(32, "transitions per gradient update", min=1, max=65_536)
+    train_freq: int = setting(
+        4, "env steps per gradient update, counted over all envs", min=1, max=MAX_STEPS
+    )
+    target_update: int = setting(
+        1000, "env steps between target-network syncs", min=1, max=MAX_STEPS
+    )
+    learning_starts: int = setting(
+        20_000, "env steps of experience before learning starts", min=0, max=MAX_STEPS
+    )
+    eps_start: float = setting(1.0, "exploration epsilon at step 0", min=0.0, max=1.0)
+    eps_end: float = setting(0.01, "exploration epsilon after the decay", min=0.0, max=1.0)
+    eps_decay_steps: int = setting(
+        250_000, "env steps of linear epsilon decay", min=1, max=MAX_STEPS
+    )
+    double: bool = setting(True, "Double DQN targets (online net picks, target net values)")
+    grad_clip: float = setting(10.0, "max gradient norm (0: no clipping)", min=0.0, max=1e6)
+    adam_eps: float = setting(
+        1e-8, "Adam's epsilon (Rainbow and Dopamine use 1.5e-4 with lr 6.25e-5)", min=1e-12, max=1.0
+    )
+    hidden: tuple[int, ...] = setting((256, 256), "hidden layer widths of the MLP (vector obs)")
+
+
+@dataclass
+class ReplayConfig:
+    capacity: int = setting(
+        200_000, "transitions kept (about 7 KB each for Atari frames)", min=1, max=MAX_STEPS
+    )
+    device: str = setting(
+        "auto",
+        "where replay lives: auto (the learner's device), cpu, cuda",
+        choices=("auto", "cpu", "cuda"),
+    )
+    persist: bool = setting(
+        True,
+        "save the replay with each checkpoint (only what changed) and resume with it",
+    )
+
+
+@dataclass
+class PQNConfig:
+    rollout_steps: int = setting(
+        32, "vector steps of every environment per rollout, learned from at once", min=1, max=10_000
+    )
+    lam: float = setting(
+        0.65,
+        "Q(lambda)'s lambda: how much of the longer returns goes into each target",
+        min=0.0,
+        max=1.0,
+    )
+    epochs: int = setting(2, "passes over each rollout", min=1, max=100)
+    minibatches: int = setting(32, "minibatches per pass", min=1, max=100_000)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = setting(
+        10_000_000,
+        "total env steps of the run (a total: resuming continues to it)",
+        min=1,
+        max=MAX_STEPS,
+    )
+    run_dir: str = setting("", "run directory (empty: runs/<env name>)")
+    checkpoint_every_s: float = setting(
+        300.0, "seconds between checkpoints", min=1.0, max=MAX_SECONDS
+    )
+    keep_checkpoints: int = setting(3, "newest checkpoints kept", min=1, max=1000)
+    final_checkpoint_retry_s: float = setting(
+        60.0,
+        "seconds the last checkpoint is retried (disk full) before the run exits non-zero",
+        min=0.0,
+        max=MAX_SECONDS,
+    )
+    log_every_s: float = setting(
+        5.0, "seconds between metrics.csv rows", min=0.1, max=MAX_SECONDS, live=True
+    )
+    tensorboard: bool = setting(False, "also write TensorBoard events (needs edgerl[tensorboard])")
+
+
+@dataclass
+class DisplayConfig:
+    enabled: bool = setting(True, "publish frames for `edgerl view`", live=True)
+    every: int = setting(
+        3, "publish every Nth env step (DeepMind's display_freq)", min=1, max=MAX_STEPS, live=True
+    )
+    env_index: int = setting(0, "which environment is shown", min=0, max=MAX_ENVS)
+    group: str = setting("edgerl", "group that may read the frame stream when training as root")
+
+
+@dataclass
+class HwConfig:
+    max_clocks: bool = setting(
+        False, "run at maximum clocks (jetson_clocks) and restore afterwards"
+    )
+    nvpmodel: str = setting("", "power mode (id or name in /etc/nvpmodel.conf) while training")
+    monitor: bool = setting(True, "sample CPU/GPU load while training (load.csv, tegrastats.log)")
+    monitor_interval_ms: int = setting(
+        1000, "load sampling interval", min=50, max=3_600_000, live=True
+    )
+    jetson_clocks: str = setting("jetson_clocks", "jetson_clocks command (looked up on PATH)")
+    tegrastats: str = setting("tegrastats", "tegrastats command (looked up on PATH)")
+    nvpmodel_cmd: str = setting("nvpmodel", "nvpmodel command (looked up on PATH)")
+    state_dir: str = setting(
+        "", "clock state (empty: /run/edgerl-clocks as root, else ~/.local/state/edgerl)"
+    )
+
+
+@dataclass
+class PerfConfig:
+    device: str = setting(
+        "auto", "compute device: auto (CUDA if usable), cpu, cuda", choices=("auto", "cpu", "cuda")
+    )
+    threads: int = setting(
+        0,
+        "PyTorch CPU threads (0: auto, the CPUs the load leaves free, at most PyTorch's own)",
+        min=0,
+        max=MAX_THREADS,
+    )
+    pipeline: str = setting(
+        "auto",
+        "async: learner thread beside the actor; sync: one loop; auto: async when the "
+        "learner is on a GPU, sync on the CPU (where the learner already uses every core)",
+        choices=("auto", "async", "sync"),
+    )
+    max_policy_lag: int = setting(
+        4,
+        "updates behind the learner's at which the actor's weights are refreshed",
+        min=1,
+        max=1000,
+    )
+    max_ahead: int = setting(
+        8, "updates the actor may run ahead of the learner (x train_freq)", min=1, max=1000
+    )
+    updates_per_launch: int = setting(
+        0,
+        "updates per launch of the learner's CUDA graph, each on a batch it samples on the GPU "
+        "(0: auto, 4 where the graph samples, else 1)",
+        min=0,
+        max=64,
+    )
+    amp: str = setting(
+        "auto",
+        "mixed precision: auto (on a Jetson bf16 from Orin, fp16 before; off on "
+        "discrete GPUs and CPUs), off, fp16, bf16",
+        choices=("auto", "off", "fp16", "bf16"),
+    )
+    cuda_graphs: str = setting(
+        "auto", "capture the update as a CUDA graph: auto, on, off", choices=("auto", "on", "off")
+    )
+    compile: str = setting(
+        "auto",
+        "torch.compile the update on the CPU: auto (tried for long runs, kept only if it "
+        "measurably repays its compile time), on, off",
+        choices=("auto", "on", "off"),
+    )
+    autotune: bool = setting(False, "measure at start and pick env.num_envs and env.threads")
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = setting(
+        -1,
+        "env steps between greedy evaluations (eval.csv); 0: off; -1: auto, every twentieth "
+        "of train.steps (rounded down to thousands) for runs of 50,000 steps or more, else off",
+        min=-1,
+        max=MAX_STEPS,
+    )
+    episodes: int = setting(5, "episodes per evaluation", min=1, max=1_000_000)
+    epsilon: float = setting(
+        0.001,
+        "random-action probability while evaluating: not 0, so that a policy that never "
+        "presses FIRE after a lost life cannot idle to the step cap (as Dopamine's 0.001)",
+        min=0.0,
+        max=1.0,
+    )
+    max_episode_steps: int = setting(
+        27_000,
+        "agent steps before an evaluation episode is cut (counted in eval.csv's cut column; "
+        "27,000 is the 108,000 frames Atari cuts at)",
+        min=1,
+        max=1_000_000_000,
+    )
+    record: int = setting(
+        0,
+        "record the first episode of every Nth evaluation as a colour GIF in "
+        "<run_dir>/recordings/eval-step-<step>.gif (0: never; needs the record extra)",
+        min=0,
+        max=1_000_000,
+    )
+
+
+@dataclass
+class LogConfig:
+    level: str = setting(
+        "info", "log level", choices=("debug", "info", "warning", "error"), live=True
+    )
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    pqn: PQNConfig = field(default_factory=PQNConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    display: DisplayConfig = field(default_factory=DisplayConfig)
+    hw: HwConfig = field(default_factory=HwConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    # Keys set by a layer above the built-in defaults; presets never touch these.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def get(self, key: str) -> Any:
+        section, name = key.split(".", 1)
+        return getattr(getattr(self, section), name)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The config as plain TOML-ready values (tuples become lists)."""
+        out: dict[str, dict[str, Any]] = {}
+        for section in SECTIONS:
+            values = dataclasses.asdict(getattr(self, section))
+            out[section] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        return out
+
+    def to_toml(self) -> str:
+        import tomli_w
+
+        return tomli_w.dumps(self.to_dict())
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if f.name != "explicit"
+}
+
+
+def keys() -> list[str]:
+    """Every config key as ``section.name``."""
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def field_info(key: str) -> tuple[dataclasses.Field[Any], Any]:
+    """The dataclass field and its resolved type for ``section.name``; raises KeyError."""
+    section, _, name = key.partition(".")
+    cls = SECTIONS[section]
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f, get_type_hints(cls)[name]
+    raise KeyError(key)
+
+
+# Names other DQN code bases (Stable-Baselines3, CleanRL) use for our keys: a user's first guess.
+KNOWN_ALIASES = {
+    "learning_rate": "agent.lr",
+    "buffer_size": "replay.capacity",
+    "total_timesteps": "train.steps",
+    "target_update_interval": "agent.target_update",
+    "target_network_frequency": "agent.target_update",
+    "exploration_final_eps": "agent.eps_end",
+    "exploration_initial_eps": "agent.eps_start",
+    "end_e": "agent.eps_end",
+    "start_e": "agent.eps_start",
+    "num_envs": "env.num_envs",
+    "seed": "env.seed",
+}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of settings: where they came from and the flat ``section.key -> value`` map."""
+
+    source: str
+    values: Mapping[str, Any]
+
+
+def system_config_path() -> Path | None:
+    """The service's config file, moved by ``EDGERL_SYSTEM_CONFIG`` (empty: none)."""
+    env = os.environ.get("EDGERL_SYSTEM_CONFIG")
+    if env is not None:
+        return Path(env) if env else None
+    return SYSTEM_CONFIG
+
+
+def build_layers(
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    shortcuts: Mapping[str, Any] | None = None,
+    use_system: bool = True,
+) -> list[Layer]:
+    """The layers above the built-in defaults, in order, from files and command-line options."""
+    layers: list[Layer] = []
+    system = system_config_path() if use_system else None
+    if system is not None and system.exists():  # not a plain file there: said, not skipped
+        layers.append(Layer(str(system), flatten(parse_toml_file(system), str(system), SECTIONS)))
+    if config_file is not None:
+        path = Path(config_file)
+        named = flatten(parse_toml_file(path, named=True), str(path), SECTIONS)
+        layers.append(Layer(str(path), named))
+    sets = dict(parse_override(o, keys(), KNOWN_ALIASES) for o in overrides)
+    if sets:
+        layers.append(Layer("--set", sets))
+    flags = {k: v for k, v in (shortcuts or {}).items() if v is not None}
+    if flags:
+        layers.append(Layer("command line", flags))
+    return layers
+
+
+def resolve(layers: Iterable[Layer]) -> Config:
+    """Apply layers over the defaults, checking every key, type and range; raises ConfigError."""
+    cfg = Config()
+    explicit: set[str] = set()
+    for layer in layers:
+        for key, value in layer.values.items():
+            try:
+                fld, typ = field_info(key)
+            except KeyError:
+                raise unknown_key(key, layer.source, keys(), KNOWN_ALIASES) from None
+            coerced = coerce(key, value, typ, layer.source)
+            check_range(key, coerced, fld.metadata, layer.source)
+            section, name = key.split(".", 1)
+            setattr(getattr(cfg, section), name, coerced)
+            explicit.add(key)
+    cfg.explicit = frozenset(explicit)
+    return cfg
+
+
+def from_dict(table: Mapping[str, Any], source: str) -> Config:
+    """A config from a nested dict (a resolved config file or a checkpoint's copy)."""
+    return resolve([Layer(source, flatten(table, source, SECTIONS))])
+
+
+def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
+    """A new config: ``cfg`` with ``section.key -> value`` replaced (``cfg`` is not changed).
+
+    Values are taken as they are (callers pass resolved, typed values); which keys count as
+    explicitly set does not change.
+    """
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, {})[name] = value
+    return dataclasses.replace(
+        cfg,
+        **{s: dataclasses.replace(getattr(cfg, s), **sections.get(s, {})) for s in SECTIONS},
+    )

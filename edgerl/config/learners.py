@@ -1,0 +1,84 @@
+"""The learners edgerl knows, by the name ``agent.algo`` gives them, and what the rest of edgerl
+needs to know of each: the module that builds it, what it learns from, whether it may learn on a
+thread of its own beside the actor, its network's LayerNorm, its presets and its speed on a CPU.
+
+No PyTorch here: the config reads the names and presets before PyTorch is imported. A new learner
+is a module with a ``build(net, cfg, device)`` function (and, if it makes its update fast before
+training, a ``prepare(...)`` function; see :mod:`edgerl.learners.factory`) and one entry in
+:data:`LEARNERS`; docs/development.md walks through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LearnerInfo:
+    """What edgerl needs to know of a learner besides its code."""
+
+    module: str  # the module whose build(net, cfg, device) makes the learner
+    memory: str  # "replay" (a ReplayBuffer it samples) or "rollout" (the last steps, in order)
+    # Whether it may learn on a thread of its own while the actor collects steps (the async
+    # pipeline): a learner that learns from each rollout before the next is collected may not.
+    concurrent: bool
+    layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
+    # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
+    # edgerl.config.presets.PRESETS.
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Atari env steps/s it trains at on a CPU, measured (for the warning that an Atari run on a
+    # CPU takes hours); None: its speed follows agent.train_freq (a replay ratio's updates).
+    cpu_atari_steps_per_s: float | None = None
+
+
+# PQN's presets. Frames: the reference's Atari settings (purejaxql's pqn_atari.yaml): 128
+# environments, rollouts of 32 steps, 2 epochs of 32 minibatches, lr 2.5e-4, lambda 0.65 (the
+# [pqn] defaults), exploration over the first tenth of the default 10M steps; the learning rate is
+# annealed to 0 as CleanRL's pqn_atari_envpool.py does, and exploration ends at 0.01 as there.
+# How edgerl differs from the reference, and why: docs/training.md. Vector: CartPole-sized,
+# measured in edgerl's suite.
+PQN_PRESETS: dict[str, dict[str, Any]] = {
+    "frames": {
+        "env.num_envs": 128,
+        "agent.lr": 2.5e-4,
+        "agent.lr_end": 0.0,
+        "agent.eps_end": 0.01,
+        "agent.eps_decay_steps": 1_000_000,
+        "perf.pipeline": "sync",
+    },
+    "vector": {
+        "env.num_envs": 32,
+        "agent.lr": 1e-3,
+        "agent.lr_end": 0.0,
+        "agent.eps_end": 0.05,
+        "agent.eps_decay_steps": 50_000,
+        "pqn.rollout_steps": 16,
+        "pqn.lam": 0.9,
+        "pqn.epochs": 4,
+        "pqn.minibatches": 4,
+        "train.steps": 500_000,
+        "perf.pipeline": "sync",
+    },
+}
+
+# agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
+LEARNERS: dict[str, LearnerInfo] = {
+    "dqn": LearnerInfo("edgerl.learners.dqn", memory="replay", concurrent=True),
+    "pqn": LearnerInfo(
+        "edgerl.learners.pqn",
+        memory="rollout",
+        concurrent=False,
+        layer_norm=True,
+        presets=PQN_PRESETS,
+        # 212 and 268 steps/s over 30- and 45-minute Pong runs on one core of a 2-core x86
+        # machine (docs/training.md); a rollout learner's speed does not follow train_freq.
+        cpu_atari_steps_per_s=200.0,
+    ),
+}
+
+
+def learner_info(algo: str) -> LearnerInfo:
+    """The entry of ``algo`` (a name of :data:`LEARNERS`: the config checks it)."""
+    return LEARNERS[algo]

@@ -1,0 +1,56 @@
+"""What the rest of edgerl knows of a learning algorithm: the :class:`Learner` interface.
+
+A learner owns its network (the policy that exports and plays: greedy actions are the argmax of
+its output), its optimizer and its schedules: how much exploration at an env step, and how much
+learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradient updates,
+PQN's rollouts). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a
+rollout) what is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
+:class:`edgerl.learners.dqn.DQN` and :class:`edgerl.learners.pqn.PQN`, built by
+:mod:`edgerl.learners.factory`; a new one is a module with a class that has these members and a
+``build`` function, and a line in :mod:`edgerl.config.learners`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from edgerl.learners.shared import LossMeter
+from edgerl.memories import Memory
+
+
+class Learner(Protocol):
+    kind: str  # "dqn", "pqn": checkpoints record it
+    device: torch.device
+    q: nn.Module  # the policy network
+    updates: int  # gradient updates so far
+    per_launch: int  # units learn() makes at a time (the rest waits for the end of a run)
+    losses: LossMeter
+    cuda_graphs: bool  # the actor may capture its forward pass too
+    learn_from: tuple[int, int]  # the env step learning starts at, and the units done then
+
+    def describe(self) -> str:
+        """How it learns here, in a few words (device, layout, precision)."""
+        ...
+
+    def epsilon(self, step: int) -> float:
+        """The exploration rate at env step ``step``."""
+        ...
+
+    def owed(self, step: int) -> int:
+        """Units of learning due at env step ``step`` and not made yet."""
+        ...
+
+    def learn(self, memory: Memory, step: int, n: int) -> None:
+        """Make ``n`` units of learning from ``memory`` at env step ``step``."""
+        ...
+
+    def resume_at(self, step: int, refill: int) -> None:
+        """Continue a resumed run at ``step``, with ``refill`` steps before learning resumes."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...

@@ -1,0 +1,204 @@
+"""Building a learner from its config: the learner ``agent.algo`` names and its memory (a replay
+for DQN, a rollout for PQN; the memory checked first). The pipeline that runs it beside an actor
+is :func:`edgerl.run.pipeline.build_learning`.
+
+The trainer, ``edgerl bench``, autotune and ``edgerl doctor`` build learners here, so what they
+measure is what trains. Which learners there are, and what each learns from, is
+:mod:`edgerl.config.learners`'s table; a learner's module has a ``build(net, cfg, device)``
+function and, if it makes its update fast before training, a ``prepare(learner, cfg, spec,
+memory, remaining_updates, decisions)`` function. Nothing here names a learner.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from edgerl.config import Config
+from edgerl.config.learners import learner_info
+from edgerl.envs import EnvSpec
+from edgerl.errors import ConfigError, ReplayMemoryError
+from edgerl.hw.device import resolve_device
+from edgerl.learners import Learner
+from edgerl.learners.fast_update import Decisions, may_compile, spare_dynamo_import
+from edgerl.learners.nets import build_q_network
+from edgerl.memories import Memory
+from edgerl.memories.budget import (
+    MEMORY_SHARE,
+    MemoryPlan,
+    available_memory,
+    check_env_memory,
+    fmt_bytes,
+    plan_memory,
+)
+from edgerl.memories.replay import ReplayBuffer
+from edgerl.memories.rollout import RolloutBuffer, rollout_bytes
+
+
+def replay_device(cfg: Config, device: torch.device) -> torch.device:
+    """Where the replay lives: ``replay.device``, by default the learner's device."""
+    return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+
+
+def uses_replay(cfg: Config) -> bool:
+    """The learner ``cfg`` names learns from a replay (else from a rollout)."""
+    return learner_info(cfg.agent.algo).memory == "replay"
+
+
+def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
+    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
+    layer_norm = learner_info(cfg.agent.algo).layer_norm
+    return build_q_network(spec, cfg.agent.hidden, layer_norm=layer_norm)
+
+
+def learner_module(algo: str) -> ModuleType:
+    """The module of learner ``algo`` (its ``build`` and maybe ``prepare`` functions)."""
+    return importlib.import_module(learner_info(algo).module)
+
+
+def check_setup(cfg: Config, spec: EnvSpec) -> None:
+    """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
+    algo = cfg.agent.algo
+    if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
+        raise ConfigError(
+            f"perf.pipeline=async needs a learner that learns beside the actor, and "
+            f"agent.algo={algo} learns from each rollout before collecting the next (set "
+            "perf.pipeline to auto or sync)"
+        )
+    if not uses_replay(cfg):
+        if cfg.perf.autotune:
+            preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
+            raise ConfigError(
+                f"perf.autotune balances the actor against a replay learner's updates; with "
+                f"agent.algo={algo} set env.num_envs yourself"
+                + (f" (its preset is {preset})" if preset else "")
+            )
+        if cfg.env.batch_size > 0:
+            raise ConfigError(
+                f"env.batch_size needs a replay learner: an agent.algo={algo} rollout steps every "
+                "environment together (set env.batch_size to 0)"
+            )
+    if cfg.env.batch_size > 0 and not spec.has_frames:
+        raise ConfigError(
+            f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
+            f"{cfg.env.id}; set it to 0"
+        )
+
+
+# env.batch_size = -1 (auto) turns ALE's async mode on from this many environments: with fewer,
+# half a step is too few rows to keep the emulator threads busy.
+AUTO_BATCH_MIN_ENVS = 8
+
+
+def resolve_env_batch(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
+    """``env.batch_size`` as training uses it: a number given is kept; -1 (auto) is half the
+    environments (ALE's async mode) where the loop is bound by acting, not by learning (a
+    replay learner on a GPU, Atari, at least :data:`AUTO_BATCH_MIN_ENVS` environments), else 0:
+    all environments in lockstep, and a seeded run repeats exactly.
+
+    Why: stepping 8 Pong environments in lockstep, the actor alone reached 72-93% of the raw
+    vector env on 2 cores, and with half of them returned at a time 98-100% (docs/performance.md);
+    that is what a GPU learner's loop waits on. On a CPU the update is the limit (about 30
+    updates/s against thousands of env steps/s) and async mode would give up repeatable runs
+    for nothing; a rollout learner (PQN) steps every environment together."""
+    if cfg.env.batch_size >= 0:
+        return cfg.env.batch_size
+    n = cfg.env.num_envs
+    if device.type == "cuda" and uses_replay(cfg) and spec.has_frames and n >= AUTO_BATCH_MIN_ENVS:
+        return n // 2
+    return 0
+
+
+def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+    """What the learner's memory (DQN's replay, PQN's rollout) needs against what is free on the
+    device it lives on, and a sentence saying so (``edgerl doctor``'s memory line)."""
+    if uses_replay(cfg):
+        available, where = available_memory(replay_device(cfg, device))
+        plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        what = (
+            f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
+            f"({plan.bytes_per_transition:,} bytes per transition)"
+        )
+    else:
+        available, where = available_memory(device)
+        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        what = (
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(size)} (no replay)"
+        )
+    return plan, (
+        f"{what}; {fmt_bytes(available)} of {where} memory is free, edgerl uses up to "
+        f"{MEMORY_SHARE:.0%}"
+    )
+
+
+def memory_fix(cfg: Config, plan: MemoryPlan) -> str:
+    """What to change when ``plan`` does not fit."""
+    if uses_replay(cfg):
+        return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
+    return "lower env.num_envs or pqn.rollout_steps, or free memory"
+
+
+def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
+    """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
+    one sentence each, before anything is allocated); returns the memory available."""
+    plan, _ = memory_plan(cfg, spec, device)
+    if uses_replay(cfg):
+        plan.check()
+    elif not plan.fits:
+        raise ReplayMemoryError(
+            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments needs {fmt_bytes(plan.total_bytes)} but only "
+            f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
+            f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
+        )
+    where_to = replay_device(cfg, device) if uses_replay(cfg) else device
+    check_env_memory(spec, cfg.env.num_envs, plan, where_to)
+    return plan.available_bytes
+
+
+def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
+    """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
+    if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
+        spare_dynamo_import()
+    return learner_module(cfg.agent.algo).build(q_network(cfg, spec), cfg, device)
+
+
+def prepare_learner(
+    cfg: Config,
+    spec: EnvSpec,
+    learner: Learner,
+    memory: Memory,
+    remaining_updates: int,
+    decisions: Decisions | None = None,
+) -> None:
+    """Make the learner fast before training where its module knows how (DQN: a CUDA graph that
+    samples ``perf.updates_per_launch`` batches per launch, or torch.compile, whose
+    measurements ``decisions`` remembers); a learner without ``prepare`` stays as built."""
+    prepare = getattr(learner_module(learner.kind), "prepare", None)
+    if prepare is not None:
+        prepare(learner, cfg, spec, memory, remaining_updates, decisions)
+
+
+def build_memory(
+    cfg: Config, spec: EnvSpec, device: torch.device, available: int | None = None
+) -> Memory:
+    """What the learner learns from: DQN's replay (on its device, feeding the learner on
+    ``device``) or PQN's rollout."""
+    if not uses_replay(cfg):
+        return RolloutBuffer(spec, cfg.env.num_envs, cfg.pqn.rollout_steps, device)
+    return ReplayBuffer(
+        spec,
+        cfg.replay.capacity,
+        cfg.env.num_envs,
+        replay_device(cfg, device),
+        cfg.env.seed + 1,
+        available,
+        out_device=device,
+        n_step=cfg.agent.n_step,
+        gamma=cfg.agent.gamma,
+    )

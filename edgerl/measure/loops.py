@@ -1,0 +1,498 @@
+"""The measurements of ``edgerl bench``: each stage alone, the learner alone, the actor alone and
+the whole loop, each a function returning plain figures (:mod:`edgerl.measure.bench` runs and
+reports
+them).
+
+Host time is what scales from a desktop to a Jetson's slower cores, so the actor and learner
+figures come with the CPU time of the thread doing the work: the actor loop's thread per env step
+(emulation runs in ALE's own threads and is not in it), the learner's thread per update (on a GPU
+that is launching work, on a CPU the update itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+
+from edgerl.config import Config, EnvConfig
+from edgerl.envs import EnvSpec, Step, VecEnv, make_env
+from edgerl.learners.dqn import DQN
+from edgerl.learners.factory import build_learner, build_memory, prepare_learner, uses_replay
+from edgerl.learners.nets import NatureCNN
+from edgerl.memories import Memory
+from edgerl.memories.replay.sample import example_batch
+from edgerl.run.hooks import Hook, Run
+
+MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
+START_TIMEOUT_S = 600.0  # a loop that never reaches its window is reported, not waited for
+ACTOR_WINDOWS = 3  # the actor and the raw env take turns, this many windows each
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """CPU seconds (user + system) of this process's thread ``native_id`` so far."""
+    for t in psutil.Process().threads():
+        if t.id == native_id:
+            return t.user_time + t.system_time
+    return float("nan")
+
+
+class RawEnvWindows:
+    """The raw vector env, random actions, stepped for a window at a time (its own speed)."""
+
+    def __init__(self, env_cfg: EnvConfig) -> None:
+        self.env = make_env(env_cfg)
+        self.num_envs = env_cfg.num_envs
+        self.env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        self.actions = rng.integers(self.env.spec.num_actions, size=(64, self.num_envs))
+        self.i = 0
+        self.window(0.0)  # a few steps of warm-up
+
+    def window(self, seconds: float) -> tuple[int, float]:
+        """Step for ``seconds`` (at least 3 vector steps); returns (env steps, seconds)."""
+        n, started = 0, time.perf_counter()
+        while n < 3 or time.perf_counter() - started < seconds:
+            self.env.step(self.actions[self.i % 64])
+            self.i, n = self.i + 1, n + 1
+        return n * self.num_envs, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def env_steps_per_s(env_cfg: EnvConfig, seconds: float) -> float:
+    """Env steps/s of the vector env alone, random actions (the emulator's own speed)."""
+    raw = RawEnvWindows(env_cfg)
+    try:
+        steps, elapsed = raw.window(seconds)
+        return steps / elapsed
+    finally:
+        raw.close()
+
+
+def forwards_per_s(
+    net: torch.nn.Module,
+    obs_shape: tuple[int, ...],
+    obs_dtype: str,
+    batch: int,
+    device: torch.device,
+    seconds: float,
+) -> float:
+    dtype = getattr(torch, obs_dtype)
+    x = torch.zeros((batch, *obs_shape), dtype=dtype, device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            net(x).argmax(dim=1).cpu()
+        n, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            net(x).argmax(dim=1).cpu()  # the host copy is part of picking actions
+            n += 1
+    return n / (time.perf_counter() - started)
+
+
+def update_variants(
+    device: torch.device, compile_variant: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The update configurations worth comparing on this device."""
+    variants: dict[str, dict[str, Any]] = {
+        "eager": {"amp": "off", "cuda_graphs": "off", "channels_last": False},
+        "channels_last": {"amp": "off", "cuda_graphs": "off", "channels_last": True},
+    }
+    if device.type == "cpu" and compile_variant:
+        variants["compiled"] = {
+            "amp": "off",
+            "cuda_graphs": "off",
+            "channels_last": True,
+            "compile": True,
+        }
+    if device.type == "cuda":
+        variants["amp"] = {"amp": "auto", "cuda_graphs": "off", "channels_last": True}
+        variants["cuda_graph"] = {"amp": "off", "cuda_graphs": "on", "channels_last": True}
+        variants["amp+cuda_graph"] = {"amp": "auto", "cuda_graphs": "auto", "channels_last": True}
+    return variants
+
+
+def make_learner(cfg: Config, spec: EnvSpec, device: torch.device, variant: dict[str, Any]) -> DQN:
+    """A DQN learner with the update variant's precision, graph and layout settings (the
+    stage table compares DQN's update, whichever learner is configured)."""
+    perf = dataclasses.replace(
+        cfg.perf, amp=variant["amp"], cuda_graphs=variant["cuda_graphs"], compile="off"
+    )
+    dqn_cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, algo="dqn"), perf=perf)
+    learner = build_learner(dqn_cfg, spec, device)
+    assert isinstance(learner, DQN)
+    if isinstance(learner.q, NatureCNN) and not variant["channels_last"]:
+        learner.q.use_channels_last(False)
+        learner.target.use_channels_last(False)
+    if variant.get("compile"):
+        learner.fast.compile_setting = "on"
+        learner.fast.maybe_compile(0, example_batch(spec, cfg.agent.batch_size, device, True))
+    return learner
+
+
+def measure_update_variant(
+    cfg: Config, spec: EnvSpec, device: torch.device, variant: dict[str, Any], seconds: float
+) -> float:
+    """Updates/s of one variant on a fixed random batch (the update alone, no sampling)."""
+    from edgerl.run.autotune import measure_updates
+
+    learner = make_learner(cfg, spec, device, variant)
+    return measure_updates(learner, spec, cfg.agent.batch_size, seconds)
+
+
+class RandomSteps:
+    """Writes steps of random observations into a learner's memory by its real write path (the
+    learner's speed depends on the sampling and updates, not on the pixels)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, memory: Memory) -> None:
+        self.rng = np.random.default_rng(0)
+        self.spec, self.num_envs, self.memory = spec, num_envs, memory
+        high = 256 if spec.has_frames else 1
+        size = (64, num_envs, *spec.obs_shape)
+        self.obs = self.rng.integers(0, high, size=size).astype(spec.obs_dtype)
+        self.i = 0
+        memory.add_first(self.obs[0])
+
+    def write(self, steps: int) -> None:
+        none = np.zeros(self.num_envs, dtype=bool)
+        for _ in range(steps):
+            self.i += 1
+            ended = self.rng.random(self.num_envs) < 0.002
+            actions = self.rng.integers(self.spec.num_actions, size=self.num_envs)
+            rewards = self.rng.normal(size=self.num_envs).astype(np.float32)
+            final = self.obs[(self.i + 7) % 64] if ended.any() else None
+            self.memory.add(actions, rewards, ended, none, self.obs[self.i % 64], final)
+
+
+def learner_limit(
+    cfg: Config, spec: EnvSpec, device: torch.device, seconds: float
+) -> dict[str, Any]:
+    """The learner alone as the loops run it, from a memory written by the real write path:
+    DQN samples a filled replay on its device and updates (``perf.*`` as configured, updates
+    per launch included), PQN learns from full rollouts (their writing is not timed). Returns
+    updates/s, the env steps/s that much learning stands for (the learner-bound limit) and the
+    host CPU time per update."""
+    learner = build_learner(cfg, spec, device)
+    memory = build_memory(cfg, spec, device)
+    writer = RandomSteps(spec, cfg.env.num_envs, memory)
+    replay = uses_replay(cfg)
+    if replay:  # a replay learner samples a filled replay; a unit is an update
+        writer.write(min(cfg.replay.capacity // cfg.env.num_envs, 2_000))
+        steps_per_unit = cfg.agent.train_freq
+    else:  # a rollout learner: one unit is a rollout
+        steps_per_unit = memory.capacity
+    prepare_learner(cfg, spec, learner, memory, 10**6)
+    k = learner.per_launch
+    cuda = device.type == "cuda"
+
+    def timed(units: int) -> tuple[float, float, int]:
+        """(seconds, host CPU seconds, updates) of ``units`` units of learning."""
+        seconds = host = 0.0
+        before = learner.updates
+        for _ in range(0, units, k):
+            if not replay:
+                writer.write(memory.steps)  # a full rollout, not timed
+            if cuda:
+                torch.cuda.synchronize()
+            started, cpu = time.perf_counter(), time.thread_time()
+            learner.learn(memory, 0, k)
+            host += time.thread_time() - cpu
+            if cuda and not replay:
+                torch.cuda.synchronize()
+            seconds += time.perf_counter() - started
+        if cuda:  # DQN's launches queue up as in training; the last one is waited for
+            started = time.perf_counter()
+            torch.cuda.synchronize()
+            seconds += time.perf_counter() - started
+        return seconds, host, learner.updates - before
+
+    timed(2 * k)  # warm-up: allocations, autotuning
+    launch_s = timed(k)[0]  # how long one launch (k units) takes, to size the measurement
+    units = k * max(3, math.ceil(seconds / max(launch_s, 1e-6)))
+    elapsed, host_s, updates = timed(units)
+    return {
+        "updates_per_s": updates / elapsed,
+        "steps_per_s": units * steps_per_unit / elapsed,
+        "updates_per_launch": learner.per_launch,
+        "host_us_per_update": 1e6 * host_s / max(1, updates),
+        "describe": learner.describe(),
+    }
+
+
+def _trainer_window(
+    cfg: Config, seconds: float, ready: Callable[[Any], bool], min_updates: int
+) -> dict[str, Any]:
+    """Run the real trainer and measure a window of ``seconds`` once ``ready(trainer)``; returns
+    the window's steps/s and the loop thread's CPU time per env step, plus the learner's busy
+    time and updates (``timed_out`` when the window never opened)."""
+    from edgerl.run.train import Trainer
+
+    workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
+    cfg.train.run_dir = str(workdir / "run")
+    loop_thread = threading.get_native_id()
+    window: dict[str, float] = {}
+    try:
+        with Trainer(cfg, quiet=True) as trainer:
+
+            def mark(key: str) -> None:
+                window[f"step{key}"] = trainer.step
+                window[f"t{key}"] = time.perf_counter()
+                window[f"cpu{key}"] = thread_cpu_s(loop_thread)
+                learning = trainer.learning
+                window[f"busy{key}"] = learning.busy_s if learning else 0.0
+                window[f"host{key}"] = learning.host_s if learning else 0.0
+                window[f"act{key}"] = learning.act_s if learning else 0.0
+                window[f"updates{key}"] = trainer.learner.updates
+
+            def stop_later() -> None:
+                deadline = time.monotonic() + START_TIMEOUT_S
+                while not ready(trainer) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if not ready(trainer):
+                    window["timed_out"] = 1.0
+                    trainer.request_stop("bench")
+                    return
+                mark("0")
+                time.sleep(seconds)
+                # On a loaded machine a short window can hold no update at all: a figure from
+                # it would say nothing, so the window lasts until it holds a few.
+                while trainer.learner.updates - window["updates0"] < min_updates:
+                    time.sleep(0.05)
+                mark("1")
+                trainer.request_stop("bench")
+
+            timer = threading.Thread(target=stop_later, daemon=True)
+            timer.start()
+            trainer.run()
+            timer.join()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if "timed_out" in window:
+        return {"timed_out": True}
+    elapsed = window["t1"] - window["t0"]
+    steps = window["step1"] - window["step0"]
+    updates = window["updates1"] - window["updates0"]
+    return {
+        "steps_per_s": steps / elapsed,
+        "host_us_per_env_step": 1e6 * (window["cpu1"] - window["cpu0"]) / max(1, steps),
+        "learner_busy": min(1.0, (window["busy1"] - window["busy0"]) / elapsed),
+        "learner_host_s": window["host1"] - window["host0"],
+        "busy_s": window["busy1"] - window["busy0"],
+        "act_s": window["act1"] - window["act0"],
+        "steps": int(steps),
+        "updates": int(updates),
+    }
+
+
+@contextlib.contextmanager
+def trainer_logs_quiet() -> Iterator[None]:
+    """Around a trainer that only stands in for a stage: its INFO lines (the display stream for
+    edgerl view, the learning pipeline, a new run) would read as if the bench were training.
+    Warnings still show, and --debug shows everything."""
+    logger = logging.getLogger("edgerl")
+    before = logger.level
+    if logger.getEffectiveLevel() > logging.DEBUG:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+class Alternating(Hook):
+    """In the training loop's thread, once ``warm`` env steps are taken: a window of the actor
+    (the loop running), then a window of the same length of the raw env (the loop waiting),
+    ``windows`` times each; then a stop. A change in the machine's load between windows weighs
+    on both figures alike, where one measured after the other could read 178%."""
+
+    def __init__(self, raw: RawEnvWindows, window_s: float, windows: int, warm: int) -> None:
+        self.raw, self.window_s, self.windows, self.warm = raw, window_s, windows, warm
+        self.actor_steps = self.raw_steps = self.done = 0
+        self.actor_s = self.raw_s = self.actor_cpu_s = 0.0
+        self.mark: tuple[float, int, float] | None = None  # the actor window's start
+        self.stop: Callable[[str], None] = lambda reason: None
+
+    def on_step(self, run: Run) -> None:
+        if self.done >= self.windows or run.step < self.warm:
+            return
+        now = time.perf_counter()
+        if self.mark is None:
+            self.mark = (now, run.step, time.thread_time())
+            return
+        t0, step0, cpu0 = self.mark
+        if now - t0 < self.window_s:
+            return
+        self.actor_cpu_s += time.thread_time() - cpu0
+        self.actor_steps += run.step - step0
+        self.actor_s += now - t0
+        steps, seconds = self.raw.window(self.window_s)
+        self.raw_steps += steps
+        self.raw_s += seconds
+        self.done += 1
+        if self.done >= self.windows:
+            self.stop("bench")
+        self.mark = (time.perf_counter(), run.step, time.thread_time())
+
+
+def actor_loop(
+    cfg: Config, num_envs: int, threads: int, seconds: float, windows: int = ACTOR_WINDOWS
+) -> dict[str, Any]:
+    """The actor alone: the real trainer before learning starts (epsilon 1: no forward pass),
+    with everything it does in the background (display stream, load monitor, status), against
+    the raw vector env with the same environments and threads, in alternating windows of
+    ``seconds / windows`` each (``seconds`` of each in all)."""
+    from edgerl.run.train import Trainer
+
+    env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs, threads=threads)
+    cfg = dataclasses.replace(
+        cfg,
+        env=env_cfg,
+        # The actor alone: a DQN that never starts learning (any learner acts the same way).
+        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12, eps_start=1.0),
+        train=dataclasses.replace(cfg.train, steps=10**12),
+        display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
+        hw=dataclasses.replace(cfg.hw, monitor=True),
+    )
+    out: dict[str, Any] = {"num_envs": num_envs, "threads": threads, "windows": windows}
+    workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
+    cfg.train.run_dir = str(workdir / "run")
+    raw = RawEnvWindows(env_cfg)
+    turns = Alternating(raw, seconds / windows, windows, warm=20 * num_envs)
+    try:
+        with trainer_logs_quiet(), Trainer(cfg, quiet=True, hooks=[turns]) as trainer:
+            turns.stop = trainer.request_stop
+            give_up = threading.Timer(START_TIMEOUT_S + 2 * seconds, trainer.request_stop, ["late"])
+            give_up.daemon = True
+            give_up.start()
+            try:
+                trainer.run()
+            finally:
+                give_up.cancel()
+        host_us = loop_host_work(cfg, num_envs)
+    finally:
+        raw.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if turns.done < windows:
+        return {**out, "timed_out": True}
+    actor, env_only = turns.actor_steps / turns.actor_s, turns.raw_steps / turns.raw_s
+    return {
+        **out,
+        "window_s": round(seconds / windows, 2),
+        "raw_steps_per_s": env_only,
+        "steps_per_s": actor,
+        "share_of_raw": actor / env_only if env_only > 0 else float("nan"),
+        "thread_us_per_env_step": 1e6 * turns.actor_cpu_s / max(1, turns.actor_steps),
+        "host_us_per_env_step": host_us,
+    }
+
+
+class RecordedEnv(VecEnv):
+    """A stand-in vector env replaying steps recorded from the real game, at once: timing the
+    training loop with it leaves the loop's own host work (for :func:`loop_host_work`)."""
+
+    def __init__(self, cfg: EnvConfig, spec: EnvSpec, check_stop: Any = None) -> None:
+        real = make_env(cfg, spec)
+        try:
+            self.spec, self.num_envs = real.spec, real.num_envs
+            self._first = real.reset(seed=0)
+            rng = np.random.default_rng(0)
+            self._steps = [
+                real.step(rng.integers(spec.num_actions, size=cfg.num_envs)) for _ in range(64)
+            ]
+        finally:
+            real.close()
+        self._i = 0
+
+    def reset(self, seed: int) -> np.ndarray:
+        return self._first
+
+    def send(self, actions: np.ndarray) -> None:
+        self._i += 1
+
+    def recv(self) -> Step:
+        return self._steps[self._i % len(self._steps)]
+
+    def close(self) -> None:
+        pass
+
+
+def loop_host_work(cfg: Config, num_envs: int, steps_per_env: int = 2_000) -> float:
+    """Host CPU microseconds per env step of the training loop itself, acting at epsilon 1 with
+    everything it does in the background (display stream, load monitor, status), on recorded
+    steps instead of the emulator (its CPU time is the thread's, emulation excluded)."""
+    from edgerl.run.train import Trainer
+
+    marks: dict[int, float] = {}
+    start, end = 100 * num_envs, (100 + steps_per_env) * num_envs
+
+    class Marks(Hook):
+        def on_step(self, run: Any) -> None:
+            for at in (start, end):
+                if run.step >= at and at not in marks:
+                    marks[at] = time.thread_time()
+
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=num_envs, batch_size=0),
+        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12),
+        train=dataclasses.replace(cfg.train, steps=end + num_envs),
+        display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
+        hw=dataclasses.replace(cfg.hw, monitor=True),
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
+    cfg.train.run_dir = str(workdir / "run")
+    try:
+        with (
+            trainer_logs_quiet(),
+            Trainer(cfg, quiet=True, hooks=[Marks()], make_envs=RecordedEnv) as trainer,
+        ):
+            trainer.run()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1e6 * (marks[end] - marks[start]) / (end - start)
+
+
+def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[str, Any]:
+    """The real trainer for ``seconds`` once learning has started; steady-state figures."""
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=num_envs),
+        perf=dataclasses.replace(cfg.perf, pipeline=mode),
+        train=dataclasses.replace(cfg.train, steps=10**12),
+    )
+    # The window opens once learning runs (a few updates made: the first ones pay for warm-up),
+    # and is read from the trainer's own counters.
+    out = _trainer_window(
+        cfg, seconds, lambda t: t.learner.updates >= MIN_WINDOW_UPDATES, MIN_WINDOW_UPDATES
+    )
+    if out.get("timed_out"):
+        return {"mode": mode, "num_envs": num_envs, "timed_out": True}
+    updates = out["updates"]
+    return {
+        "mode": mode,
+        "num_envs": num_envs,
+        "steps_per_s_raw": out["steps_per_s"],
+        "steps_per_s": round(out["steps_per_s"], 1),
+        "learner_busy": round(out["learner_busy"], 3),
+        "updates": updates,
+        "ms_per_update_in_loop": round(1000 * out["busy_s"] / updates, 2) if updates else None,
+        "host_us_per_env_step": round(out["host_us_per_env_step"], 1),
+        # Where a step's wall time went: acting, learning (on the loop's thread in sync mode,
+        # beside it in async), and the rest (waiting for the emulator, the loop's own work).
+        "us_per_env_step": round(1e6 / out["steps_per_s"], 1) if out["steps_per_s"] else None,
+        "act_us_per_env_step": round(1e6 * out["act_s"] / max(1, out["steps"]), 1),
+        "learn_us_per_env_step": round(1e6 * out["busy_s"] / max(1, out["steps"]), 1),
+    }

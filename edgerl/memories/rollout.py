@@ -1,0 +1,164 @@
+"""PQN's memory: the last ``pqn.rollout_steps`` vector steps of every environment, nothing older.
+
+It takes the same writes as the replay (:meth:`add_first` after a reset, :meth:`add` after each
+vector step), so the training loop does not know which learner it feeds. Observations are kept
+whole (frame stacks), on the learner's device: a rollout of Pong at 128 environments and 32 steps
+is 116 MB, against 7 GB for a DQN replay of a million transitions.
+
+Once full, the learner computes Q(lambda) returns from it (:func:`lambda_returns`) and learns;
+:meth:`clear` then starts the next rollout from the newest observations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from edgerl.envs import EnvSpec
+from edgerl.memories.budget import fmt_bytes
+
+
+def rollout_bytes(spec: EnvSpec, num_envs: int, steps: int) -> int:
+    """Bytes a rollout of ``steps`` vector steps of ``num_envs`` environments holds."""
+    obs = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
+    return num_envs * (steps + 1) * (obs + 8 + 4 + 4 + 2)  # obs, action, reward, value, flags
+
+
+def lambda_returns(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    next_values: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Q(lambda) returns of a rollout, (T, N) each: transition t's reward plus the discounted
+    mix of the next step's return (weight ``lam``) and the greedy value of its next observation
+    (``next_values[t]``, max_a Q). A termination stops both; a truncation (or the rollout's
+    end) bootstraps from the next observation's value alone."""
+    steps = rewards.shape[0]
+    returns = torch.empty_like(rewards)
+    alive = 1.0 - terminated.float()
+    cut = truncated.float()
+    following = next_values[-1]
+    for t in range(steps - 1, -1, -1):
+        if t == steps - 1:
+            blend = next_values[t]
+        else:
+            blend = lam * following + (1.0 - lam) * next_values[t]
+            blend = cut[t] * next_values[t] + (1.0 - cut[t]) * blend
+        following = rewards[t] + gamma * alive[t] * blend
+        returns[t] = following
+    return returns
+
+
+class RolloutBuffer:
+    """The last ``steps`` vector steps of ``num_envs`` environments, on ``device``."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, steps: int, device: torch.device) -> None:
+        self.spec = spec
+        self.num_envs = num_envs
+        self.steps = steps
+        self.device = device
+        dtype = getattr(torch, spec.obs_dtype)
+        # obs[t] is the observation transition t starts from; obs[steps] the newest one.
+        self.obs = torch.zeros((steps + 1, num_envs, *spec.obs_shape), dtype=dtype, device=device)
+        self.actions = torch.zeros((steps, num_envs), dtype=torch.long, device=device)
+        self.rewards = torch.zeros((steps, num_envs), device=device)
+        self.terminated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
+        self.truncated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
+        # The final observations of truncated episodes: (t, env rows, observations).
+        self.finals: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        # max_a Q(obs[t]) as the actor computed it, and the learner's update count it was computed
+        # at (-1: not known): the learner reuses them where its weights are still the same.
+        self.values = torch.zeros((steps + 1, num_envs), device=device)
+        self.values_version = np.full(steps + 1, -1, dtype=np.int64)
+        self.t = 0  # transitions stored in this rollout
+        self.valid = 0  # transitions stored (the trainer's progress line reads it)
+
+    @property
+    def nbytes(self) -> int:
+        return rollout_bytes(self.spec, self.num_envs, self.steps)
+
+    def describe(self) -> str:
+        size = fmt_bytes(self.nbytes)
+        return f"a rollout of {self.steps} steps x {self.num_envs} environments ({size})"
+
+    @property
+    def capacity(self) -> int:
+        """Transitions a rollout holds."""
+        return self.steps * self.num_envs
+
+    def rng_state(self) -> None:
+        """A rollout draws nothing (the learner's minibatch order is in its own state)."""
+        return None
+
+    def set_rng_state(self, state: object) -> None:
+        """Nothing to restore (see :meth:`rng_state`)."""
+
+    def set_guard(self, on: bool) -> None:
+        """Nothing to guard: a rollout is learned from between its writes, never during them."""
+
+    @property
+    def full(self) -> bool:
+        return self.t == self.steps
+
+    def __len__(self) -> int:
+        return self.valid
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, device=self.device)
+
+    def add_first(self, obs: np.ndarray, envs: np.ndarray | None = None) -> None:
+        """Start from the observations after a reset (every environment: PQN steps them all)."""
+        if envs is not None and len(envs) != self.num_envs:
+            raise ValueError("a rollout is written for every environment at once")
+        self.t = 0
+        self.finals.clear()
+        self.values_version[:] = -1
+        self.obs[0].copy_(self._tensor(obs))
+
+    def add(
+        self,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        next_obs: np.ndarray,
+        final_obs: np.ndarray | None,
+        envs: np.ndarray | None = None,
+    ) -> None:
+        """Record one vector step of every environment; raises ValueError when full."""
+        if self.full:
+            raise ValueError("the rollout is full: learn from it and clear it first")
+        if envs is not None and len(envs) != self.num_envs:
+            raise ValueError("a rollout is written for every environment at once")
+        t = self.t
+        self.actions[t].copy_(self._tensor(np.asarray(actions, dtype=np.int64)))
+        self.rewards[t].copy_(self._tensor(np.asarray(rewards, dtype=np.float32)))
+        self.terminated[t].copy_(self._tensor(np.asarray(terminated, dtype=bool)))
+        trunc = np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)
+        self.truncated[t].copy_(self._tensor(trunc))
+        if trunc.any():
+            if final_obs is None:
+                raise ValueError("final_obs is required when an episode ends")
+            rows = np.flatnonzero(trunc)
+            self.finals.append((t, self._tensor(rows), self._tensor(final_obs[rows])))
+        self.obs[t + 1].copy_(self._tensor(next_obs))
+        self.values_version[t + 1] = -1
+        self.t = t + 1
+        self.valid = min(self.valid + self.num_envs, self.steps * self.num_envs)
+
+    def note_values(self, values: np.ndarray, version: int) -> None:
+        """Keep the greedy values max_a Q of the newest observations (one per environment),
+        computed with the weights of the learner's update ``version``: the actor's forward pass
+        already made them, and the learner need not compute them again."""
+        self.values[self.t].copy_(self._tensor(np.asarray(values, dtype=np.float32)))
+        self.values_version[self.t] = version
+
+    def clear(self) -> None:
+        """Start the next rollout from the newest observations."""
+        self.obs[0].copy_(self.obs[self.t])
+        self.values_version[:] = -1  # the next rollout's values come from its own steps
+        self.t = 0
+        self.finals.clear()

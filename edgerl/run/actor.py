@@ -1,0 +1,237 @@
+"""The actor's side of acting: one batched forward pass, epsilon-greedy, for all environments.
+
+:class:`Actor` turns a batch of observations into actions (and the Q-values of the environment the
+viewer shows). At epsilon 1 (the replay still filling) no forward pass runs at all.
+
+* On the CPU: an eager forward on the observations as they are (no copy), the greedy actions read
+  from it and mixed with random ones drawn from the actor's numpy generator, so a run with a
+  fixed seed repeats exactly.
+* On CUDA: the observations, and where each environment explores (drawn on the host from the
+  same numpy generator, see :func:`exploration`), go through pinned buffers to static device
+  tensors, and the forward pass, the argmax and the choice between greedy and random run as one
+  captured CUDA graph on the actor's own stream (at high priority, so it never queues behind the
+  learner's updates); the actions and the shown Q-values come back in one small copy. The actor
+  waits only for that copy of its own work.
+
+  The graph draws no random numbers on the GPU: the learner's graph, replayed on another
+  thread, draws its samples from the default CUDA generator, and graphs that share a generator
+  (torch 2.4-2.12) refill one seed/offset pair on each replaying thread's stream without a lock,
+  so the two threads' draws could repeat or correlate. On the host they cost the same few
+  microseconds as on the CPU, and a seeded run explores as it does on the CPU.
+
+The actor acts with :class:`ActorWeights`: the learner's own network (the sync pipeline), or two
+copies of it that the learner refreshes in turn (the async pipeline): the learner writes the copy
+the actor is not using, after the actor's last forward pass on it (a wait on the GPU, not on the
+host), and the actor switches to it once the copy is done, which it checks with an event query.
+Neither side ever blocks the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgerl.hw.device import CUDA_GRAPH_WARMUP
+from edgerl.policies.explore import epsilon_greedy, exploration
+
+
+def _copy_weights(dst: nn.Module, src: nn.Module) -> None:
+    with torch.no_grad():
+        for d, s in zip(dst.parameters(), src.parameters(), strict=True):
+            d.copy_(s)
+
+
+class ActorWeights:
+    """The network(s) the actor acts with; see the module docstring.
+
+    ``double`` makes two copies of ``net`` that :meth:`publish` refreshes in turn; otherwise the
+    actor uses ``net`` itself.
+    """
+
+    def __init__(self, net: nn.Module, double: bool) -> None:
+        self.source = net
+        self.double = double
+        if double:
+            self.nets = [copy.deepcopy(net).eval().requires_grad_(False) for _ in range(2)]
+        else:
+            self.nets = [net]
+        self.active = 0
+        self.version = 0  # the learner's update count the active weights come from
+        self._pending: int | None = None  # a copy written, not yet switched to
+        self._pending_version = 0
+        self._lock = threading.Lock()  # guards the three fields above, never held across a wait
+        self.cuda = next(net.parameters()).device.type == "cuda"
+        if self.cuda:
+            self.published = [torch.cuda.Event() for _ in self.nets]
+            self.read = [torch.cuda.Event() for _ in self.nets]  # the actor's last forward on it
+            self._read_recorded = [False] * len(self.nets)
+
+    def publish(self, updates: int) -> bool:
+        """Copy the learner's weights into the copy the actor is not using (the learner's
+        thread and stream); returns False when the previous copy has not been switched to yet
+        (the next call tries again)."""
+        if not self.double:
+            return True
+        with self._lock:
+            if self._pending is not None:
+                return False
+            target = 1 - self.active
+        if self.cuda:
+            stream = torch.cuda.current_stream()
+            if self._read_recorded[target]:
+                stream.wait_event(self.read[target])  # a GPU-side wait: the host goes on
+        _copy_weights(self.nets[target], self.source)
+        if self.cuda:
+            self.published[target].record()
+        with self._lock:
+            self._pending, self._pending_version = target, updates
+        return True
+
+    def current(self) -> tuple[int, nn.Module]:
+        """The copy to act with now (the actor's thread): the newest one whose copy is done."""
+        with self._lock:
+            pending = self._pending
+            if pending is not None and (not self.cuda or self.published[pending].query()):
+                self.active, self.version = pending, self._pending_version
+                self._pending = None
+            return self.active, self.nets[self.active]
+
+    def used(self, index: int) -> None:
+        """The actor has queued a forward pass on copy ``index`` (on its current stream)."""
+        if self.cuda and self.double:
+            self.read[index].record()
+            self._read_recorded[index] = True
+
+    def sync(self, updates: int) -> None:
+        """Make every copy the learner's weights now (the learner is stopped)."""
+        if self.double:
+            for net in self.nets:
+                _copy_weights(net, self.source)
+        with self._lock:
+            self._pending, self.version = None, updates
+
+
+class Actor:
+    """Epsilon-greedy actions for ``num_envs`` observations with one forward pass."""
+
+    def __init__(
+        self,
+        weights: ActorWeights,
+        num_actions: int,
+        num_envs: int,
+        rng: np.random.Generator,
+        obs_shape: tuple[int, ...],
+        obs_dtype: str,
+        use_graph: bool,
+    ) -> None:
+        self.weights = weights
+        self.num_actions = num_actions
+        self.num_envs = num_envs
+        self.rng = rng
+        self.device = next(weights.source.parameters()).device
+        self.cuda = self.device.type == "cuda"
+        self.waits = 0  # host waits for its own forward passes (CUDA): one per forward
+        # max_a Q of each row of the last CPU forward pass (None: none ran, or on CUDA, where
+        # only the actions come back): a rollout learner reuses them instead of computing again.
+        self.greedy_values: np.ndarray | None = None
+        self._graphs: list[Any] = []
+        if self.cuda:
+            self._open_device(obs_shape, obs_dtype, use_graph)
+
+    def _open_device(self, obs_shape: tuple[int, ...], obs_dtype: str, use_graph: bool) -> None:
+        """The actor's stream, its static buffers and (``use_graph``) one graph per weights
+        copy."""
+        self.stream = torch.cuda.Stream(priority=-1)  # higher than the learner's
+        self._make_buffers(obs_shape, obs_dtype, pin=self.cuda)
+        self._done = torch.cuda.Event()
+        # The buffers and the weights' copies were written on the default stream, which the
+        # actor's stream does not follow by itself: the graphs' warm-up, or an actor that acts
+        # without graphs at once (a resume past the random phase), would read them unwritten.
+        self.stream.wait_stream(torch.cuda.current_stream())
+        if use_graph:
+            self._graphs = [self._capture(net) for net in self.weights.nets]
+
+    def _make_buffers(self, obs_shape: tuple[int, ...], obs_dtype: str, pin: bool) -> None:
+        """The static tensors the graph reads and writes, and their host sides (pinned: the
+        copies are asynchronous)."""
+        dtype, n, device = getattr(torch, obs_dtype), self.num_envs, self.device
+        self._obs_host = torch.empty((n, *obs_shape), dtype=dtype, pin_memory=pin)
+        self._obs = torch.zeros((n, *obs_shape), dtype=dtype, device=device)
+        self._explore_host = torch.full((n,), -1, dtype=torch.int64, pin_memory=pin)
+        self._explore = torch.full((n,), -1, dtype=torch.int64, device=device)
+        self._shown = torch.zeros((), dtype=torch.long, device=device)
+        # actions (as float32, exact for any action id) then the shown environment's Q-values
+        self._out = torch.zeros(n + self.num_actions, device=device)
+        self._out_host = torch.zeros(n + self.num_actions, pin_memory=pin)
+
+    def _stage(self, obs: np.ndarray, epsilon: float, shown: int | None) -> None:
+        """Put one step's input on the device: the observations, where each environment
+        explores (drawn here, from the actor's generator) and the environment shown."""
+        self._obs_host.numpy()[...] = obs
+        self._obs.copy_(self._obs_host, non_blocking=True)
+        self._explore_host.numpy()[...] = exploration(
+            epsilon, self.num_actions, self.num_envs, self.rng
+        )
+        self._explore.copy_(self._explore_host, non_blocking=True)
+        self._shown.fill_(0 if shown is None else shown)
+
+    def _body(self, net: nn.Module) -> None:
+        """Forward, argmax and the staged exploration on the static tensors (what a graph
+        captures; it draws no random numbers)."""
+        with torch.no_grad():
+            q = net(self._obs).float()
+            n = self.num_envs
+            actions = torch.where(self._explore >= 0, self._explore, q.argmax(dim=1))
+            self._out[:n].copy_(actions)
+            self._out[n:].copy_(q.index_select(0, self._shown.view(1)).view(-1))
+
+    def _capture(self, net: nn.Module) -> Any:
+        with torch.cuda.stream(self.stream):
+            for _ in range(CUDA_GRAPH_WARMUP):
+                self._body(net)
+        self.stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            self._body(net)
+        return graph
+
+    def context(self) -> Any:
+        """The CUDA stream the actor's work (and the replay writes of its thread) runs on."""
+        return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
+    def act(
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Actions for ``obs`` and the Q-values of environment ``shown`` (None when not asked
+        for, or at epsilon 1, where no forward pass runs)."""
+        n = len(obs)
+        self.greedy_values = None
+        if epsilon >= 1.0:
+            return epsilon_greedy(None, epsilon, self.num_actions, n, self.rng), None
+        index, net = self.weights.current()
+        if not self.cuda:
+            with torch.no_grad():
+                q = net(torch.from_numpy(obs)).float().numpy()
+            self.greedy_values = q.max(axis=1)
+            actions = epsilon_greedy(q, epsilon, self.num_actions, n, self.rng)
+            return actions, (None if shown is None else q[shown])
+        with torch.cuda.stream(self.stream):
+            self._stage(obs, epsilon, shown)
+            if self._graphs:
+                self._graphs[index].replay()
+            else:
+                self._body(net)
+            self.weights.used(index)
+            self._out_host.copy_(self._out, non_blocking=True)
+            self._done.record()
+        self._done.synchronize()  # our own forward pass: the actions are needed now
+        self.waits += 1
+        out = self._out_host.numpy()
+        actions = out[:n].astype(np.int64)
+        return actions, (None if shown is None else out[n:].copy())

@@ -1,0 +1,54 @@
+"""The config a run trains with: every value that can change it set first, then checked once.
+
+The order: the presets of the game and the learner, the device and PyTorch's threads, autotune's
+``env.num_envs`` and ``env.threads`` (``perf.autotune``), ``env.batch_size``'s auto, the run
+directory; then the checks (the keys against each other, against the learner, against the
+machine's memory), before anything is written. The trainer calls it first thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from edgerl.config import Config, with_values
+from edgerl.config.presets import apply_presets, check_consistency
+from edgerl.envs import EnvSpec, probe
+from edgerl.hw.device import configure_backends, resolve_device
+from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
+from edgerl.run.autotune import Choice, autotune_config
+from edgerl.run.rundir import default_run_dir
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A run's config with every value set, and what deciding it found out."""
+
+    cfg: Config
+    spec: EnvSpec  # the game
+    device: torch.device  # where learning runs
+    autotune: Choice | None  # what perf.autotune chose, when it ran
+    available: int  # bytes of memory the run may use (the replay is planned against it)
+
+
+def settle_config(requested: Config) -> Settled:
+    """``requested`` (the config files and the command line) made final and checked.
+
+    Raises ConfigError, EnvError or ReplayMemoryError with one sentence that names the keys to
+    change, DeviceError when the device asked for is not usable.
+    """
+    spec = probe(requested.env.id)
+    cfg = apply_presets(requested, spec.kind)
+    device = resolve_device(cfg.perf.device)
+    configure_backends(device, cfg.perf.threads)
+    choice = None
+    if cfg.perf.autotune:
+        check_setup(cfg, spec)  # autotune measures this learner: refuse what it cannot learn
+        cfg, choice = autotune_config(cfg, spec, device)
+    run_dir = cfg.train.run_dir or str(default_run_dir(spec.short_name))
+    batch = resolve_env_batch(cfg, spec, device)
+    cfg = with_values(cfg, {"train.run_dir": run_dir, "env.batch_size": batch})
+    check_consistency(cfg)
+    check_setup(cfg, spec)
+    return Settled(cfg, spec, device, choice, check_memory(cfg, spec, device))

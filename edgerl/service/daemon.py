@@ -1,0 +1,201 @@
+"""The service: the Trainer plus systemd's protocol (``edgerl daemon``, run by edgerl.service).
+
+Start-up: read ``/etc/edgerl/edgerl.toml`` (or ``--config``), resume the run directory (default
+``$STATE_DIRECTORY/runs/<env>``, i.e. ``/var/lib/edgerl/runs/Pong-v5``), max the clocks
+(``hw.max_clocks`` defaults to true here), start the load monitor, take the first environment step,
+and only then send ``READY=1``. While training, from the training loop itself: ``STATUS=`` every few
+seconds and ``WATCHDOG=1`` at half of ``$WATCHDOG_USEC``, so systemd restarts a hung loop.
+
+SIGTERM/SIGINT: ``STOPPING=1``, finish the step, write a checkpoint, restore clocks, stop the
+monitor, exit 0. SIGHUP: re-read the config and apply what can change live (display, log level,
+monitor interval, metrics interval), saying which changed. A user error exits 2 and a crash exits 1
+(after a checkpoint if possible, with clocks restored), so ``Restart=on-failure`` applies.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+from edgerl.config import Config, build_layers, field_info, keys, resolve, with_values
+from edgerl.errors import EdgerlError
+from edgerl.run.hooks import Hook, Run
+from edgerl.run.metrics import TrainStats, progress_fields
+from edgerl.run.rundir import service_run_dir
+from edgerl.run.train import Trainer
+from edgerl.service.logs import set_level, setup_service_logging
+from edgerl.service.notify import Notifier, watchdog_interval_s
+
+log = logging.getLogger(__name__)
+
+STATUS_EVERY_S = 5.0
+LIVE_KEYS = [k for k in keys() if field_info(k)[0].metadata.get("live")]
+
+
+def daemon_config(config_file: Path | None) -> Config:
+    """The service's config: the usual layers, with service defaults for keys nobody set."""
+    cfg = resolve(build_layers(config_file))
+    service_defaults = {
+        "hw.max_clocks": True,
+        "train.run_dir": str(service_run_dir(cfg.env.id)),
+    }
+    return with_values(cfg, {k: v for k, v in service_defaults.items() if k not in cfg.explicit})
+
+
+def live_changes(
+    requested: Config, reread: Config, running: Config
+) -> tuple[Config, list[str], list[str]]:
+    """What a reload can do: (``running`` with the live keys of ``reread``, those changes as
+    "key old -> new", the other keys that changed, which apply only after a restart).
+
+    A live key changes when the re-read file says other than what runs. Any other key is named
+    only if the file changed it since start: ``requested`` and ``reread`` are both taken before
+    presets and autotune, which change what runs but are no edit of the user's.
+    """
+    live = [k for k in LIVE_KEYS if running.get(k) != reread.get(k)]
+    applied = with_values(running, {k: reread.get(k) for k in live})
+    described = [f"{k} {running.get(k)} -> {reread.get(k)}" for k in live]
+    restart = [k for k in keys() if k not in LIVE_KEYS and requested.get(k) != reread.get(k)]
+    return applied, described, restart
+
+
+class ServiceHook(Hook):
+    """READY, STATUS, WATCHDOG and STOPPING from the training loop; SIGHUP reloads there too."""
+
+    def __init__(self, notifier: Notifier, config_file: Path | None, debug: bool = False) -> None:
+        self.notifier = notifier
+        self.config_file = config_file
+        self.debug = debug
+        self.watchdog_s = watchdog_interval_s()
+        self._last_watchdog = 0.0
+        self._last_status = 0.0
+        self.reload_requested = False
+        self.checkpoint_problem: str | None = None
+        self._trainer: Trainer | None = None
+
+    def serve(self, trainer: Trainer) -> None:
+        """The trainer this hook may reconfigure when a reload is requested."""
+        self._trainer = trainer
+
+    def status_line(self, run: Run, stats: TrainStats) -> str:
+        text = f"step {run.step:,}/{run.cfg.train.steps:,} | {progress_fields(stats)}"
+        if self.checkpoint_problem:
+            text += f" | {self.checkpoint_problem}"
+        for problem in run.write_problems():
+            text += f" | {problem}"
+        return text
+
+    def on_start(self, run: Run) -> None:
+        self.notifier.ready(f"training {run.cfg.env.id} from step {run.step:,}")
+        log.info("ready: training %s, run directory %s", run.cfg.env.id, run.run_dir)
+
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
+        now = time.monotonic()
+        if self.watchdog_s is not None and now - self._last_watchdog >= self.watchdog_s:
+            self.notifier.watchdog()
+            self._last_watchdog = now
+        if now - self._last_status >= STATUS_EVERY_S:
+            self.notifier.status(self.status_line(run, stats))
+            self._last_status = now
+        if self.reload_requested and self._trainer is not None:
+            self.reload_requested = False
+            self.reload(self._trainer)
+
+    def on_checkpoint(self, run: Run, path: Path | None, error: str | None) -> None:
+        if error is None:
+            if self.checkpoint_problem:
+                log.info("checkpoint written again: %s", path)
+            self.checkpoint_problem = None
+            return
+        self.checkpoint_problem = f"checkpoint failed, retrying: {error}"
+        self.notifier.status(self.checkpoint_problem)
+
+    def on_end(self, run: Run) -> None:
+        self.notifier.stopping(f"stopping at step {run.step:,}: writing a checkpoint")
+
+    def reload(self, trainer: Trainer) -> list[str]:
+        """Re-read the config and hand the trainer its live keys; returns the changes
+        ("key old -> new"). Called from the training loop."""
+        self.notifier.reloading()
+        try:
+            new = daemon_config(self.config_file)
+        except EdgerlError as e:
+            log.error("reload failed, keeping the running config: %s", e)
+            self.notifier.ready(f"reload failed: {e}")
+            return []
+        applied, changes, restart = live_changes(trainer.requested_cfg, new, trainer.cfg)
+        if changes:
+            trainer.reconfigure(applied)
+            set_level(self.debug, applied.log.level)
+        log.info(
+            "reloaded %s: %s",
+            self.config_file or "the config",
+            "; ".join(changes) if changes else "nothing that can change live changed",
+        )
+        if restart:
+            log.warning("changed but only applied after a restart: %s", ", ".join(restart))
+        self.notifier.ready(f"reloaded: {'; '.join(changes) or 'no live change'}")
+        return changes
+
+
+def run(config_file: Path | None, debug: bool = False) -> int:
+    """The service's main: returns the exit code (0 stopped, 2 user error, 1 crash)."""
+    from edgerl.run.signals import StoppedDuringSetup, StopRequest, stop_on_signals
+    from edgerl.service.session import training_session
+
+    notifier = Notifier()
+    setup_service_logging(debug, "info")
+    try:
+        cfg = daemon_config(config_file)
+    except EdgerlError as e:
+        log.error("%s", e)
+        notifier.status(f"failed: {e}")
+        return e.exit_code
+    setup_service_logging(debug, cfg.log.level)
+    hook = ServiceHook(notifier, config_file, debug)
+    stop = StopRequest()
+
+    def hangup() -> None:
+        hook.reload_requested = True
+
+    def request_stop(reason: str) -> None:
+        notifier.stopping(f"{reason}: finishing the step, then a checkpoint")
+        stop.set(reason)
+
+    try:
+        with (
+            stop_on_signals(request_stop, hangup),
+            training_session(cfg, hooks=[hook], stop=stop) as session,
+        ):
+            stop.target = session.trainer.request_stop
+            hook.serve(session.trainer)
+            notifier.status(f"set up; taking the first step of {cfg.env.id}")
+            result = session.trainer.run()
+    except StoppedDuringSetup as e:
+        log.info("%s: no step was taken, nothing was lost", e)
+        return 0
+    except EdgerlError as e:
+        log.error("%s", e)
+        notifier.status(f"failed: {e}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        log.exception("the training loop crashed")
+        notifier.status(f"crashed: {type(e).__name__}: {e}")
+        return 1
+    finally:
+        notifier.close()
+    log.info(
+        "stopped at step %s of %s; checkpoint %s",
+        f"{result.step:,}",
+        f"{result.total_steps:,}",
+        result.checkpoint,
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run(None))

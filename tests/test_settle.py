@@ -1,0 +1,38 @@
+"""settle.py: a run's config is made final before it is checked, so a value autotune or an
+auto setting changes is checked as it will train."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgerl.config import build_layers, resolve, with_values
+from edgerl.errors import ConfigError
+from edgerl.run import settle
+
+
+def requested(tmp_path, *sets: str):
+    overrides = ("env.id=CartPole-v1", f"train.run_dir={tmp_path / 'run'}", *sets)
+    return resolve(build_layers(None, overrides, {}, use_system=False))
+
+
+def test_what_autotune_chooses_is_checked_as_it_will_train(tmp_path, monkeypatch):
+    """The replay holds 16 steps per environment at the 1 environment asked for, not at the 64
+    that the stand-in measurement chooses: refused after autotune, with the keys to change."""
+
+    def chooses_64(cfg, spec, device):
+        return with_values(cfg, {"env.num_envs": 64}), None
+
+    monkeypatch.setattr(settle, "autotune_config", chooses_64)
+    cfg = requested(tmp_path, "perf.autotune=true", "replay.capacity=200")
+    with pytest.raises(ConfigError, match=r"env\.num_envs=64"):
+        settle.settle_config(cfg)
+
+
+def test_the_settled_config_has_every_auto_value_set(tmp_path):
+    found = settle.settle_config(requested(tmp_path))
+    assert found.cfg.train.run_dir == str(tmp_path / "run")
+    assert found.cfg.env.batch_size == 0  # auto: lockstep for a vector game on a CPU
+    assert found.cfg.agent.lr == 2.3e-3  # CartPole's preset
+    assert found.spec.id == "CartPole-v1" and found.autotune is None
+    assert found.available > 0
+    assert not (tmp_path / "run").exists()  # nothing written while deciding
