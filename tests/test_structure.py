@@ -221,3 +221,21 @@ def test_play_and_export_share_the_policies_and_import_nothing_of_each_other():
     assert not any(crossing.values()), {k: v for k, v in crossing.items() if v}
     assert "edgerl.policies.torch" in graph["edgerl.export.run"]
     assert "edgerl.policies" in graph["edgerl.play"]
+
+
+def test_watching_a_run_does_not_load_pytorch():
+    """`edgerl view` and `edgerl status` start in a fraction of a second on a board: the viewer,
+    the console renderer and the status reader import nothing that loads torch (1.2 s more here,
+    several seconds on a Jetson)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import edgerl.display.viewer, edgerl.display.render, edgerl.run.status\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:3])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert r.stdout.strip() == "[]", f"torch loaded by the watching modules: {r.stdout}"

@@ -16,7 +16,6 @@ import numpy as np
 
 from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
-from edgerl.files.checkpoint import CheckpointStore
 
 
 class Policy(Protocol):
@@ -37,6 +36,8 @@ def newest_checkpoint(run_dir: Path) -> Path:
     """The newest valid checkpoint of a run; raises CheckpointError if there is none."""
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} does not exist")
+    from edgerl.files.checkpoint import CheckpointStore  # torch: not for those who only watch
+
     found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
     if found is None:
         raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
