@@ -24,8 +24,21 @@ def test_what_autotune_chooses_is_checked_as_it_will_train(tmp_path, monkeypatch
 
     monkeypatch.setattr(settle, "autotune_config", chooses_64)
     cfg = requested(tmp_path, "perf.autotune=true", "replay.capacity=200")
+    assert settle.settle_config(cfg).cfg.env.num_envs == 1  # before the measurement: as asked
     with pytest.raises(ConfigError, match=r"env\.num_envs=64"):
-        settle.settle_config(cfg)
+        settle.settle_config(cfg, autotune=True)
+
+
+def test_a_precision_the_device_cannot_do_is_refused_before_anything_is_written(tmp_path, cli):
+    """--fresh moves an old run aside only once the config is known to train here."""
+    run = tmp_path / "run"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run)
+    assert r.code == 0, r.err
+    before = sorted(p.name for p in run.iterdir())
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--fresh", "--set", "perf.amp=bf16")
+    assert r.code == 2 and "perf.amp=bf16 needs a CUDA GPU" in r.err
+    assert sorted(p.name for p in run.iterdir()) == before  # not moved aside
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
 def test_the_settled_config_has_every_auto_value_set(tmp_path):

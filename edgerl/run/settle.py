@@ -2,8 +2,11 @@
 
 The order: the presets of the game and the learner, the device and PyTorch's threads, autotune's
 ``env.num_envs`` and ``env.threads`` (``perf.autotune``), ``env.batch_size``'s auto, the run
-directory; then the checks (the keys against each other, against the learner, against the
-machine's memory), before anything is written. The trainer calls it first thing.
+directory; then the checks (the keys against each other, against the learner, the precision
+against the device, the memory against the machine's). The trainer settles the config before it
+writes anything, and once more with autotune's measurement when ``perf.autotune`` is on, after it
+holds the run directory (a second trainer, or another game's run there, is refused before the
+measurement starts).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 from edgerl.config import Config, with_values
 from edgerl.config.presets import apply_presets, check_consistency
 from edgerl.envs import EnvSpec, probe
-from edgerl.hw.device import configure_backends, resolve_device
+from edgerl.hw.device import configure_backends, resolve_amp, resolve_cuda_graphs, resolve_device
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
 from edgerl.run.autotune import Choice, autotune_config
 from edgerl.run.rundir import default_run_dir
@@ -32,8 +35,9 @@ class Settled:
     available: int  # bytes of memory the run may use (the replay is planned against it)
 
 
-def settle_config(requested: Config) -> Settled:
-    """``requested`` (the config files and the command line) made final and checked.
+def settle_config(requested: Config, autotune: bool = False) -> Settled:
+    """``requested`` (the config files and the command line) made final and checked; with
+    ``autotune`` (and ``perf.autotune`` on), env.num_envs and env.threads measured first.
 
     Raises ConfigError, EnvError or ReplayMemoryError with one sentence that names the keys to
     change, DeviceError when the device asked for is not usable.
@@ -43,12 +47,16 @@ def settle_config(requested: Config) -> Settled:
     device = resolve_device(cfg.perf.device)
     configure_backends(device, cfg.perf.threads)
     choice = None
-    if cfg.perf.autotune:
+    if autotune and cfg.perf.autotune:
         check_setup(cfg, spec)  # autotune measures this learner: refuse what it cannot learn
         cfg, choice = autotune_config(cfg, spec, device)
+        if device.type == "cuda":  # what the measurement cached is the run's memory to plan
+            torch.cuda.empty_cache()
     run_dir = cfg.train.run_dir or str(default_run_dir(spec.short_name))
     batch = resolve_env_batch(cfg, spec, device)
     cfg = with_values(cfg, {"train.run_dir": run_dir, "env.batch_size": batch})
     check_consistency(cfg)
     check_setup(cfg, spec)
+    amp = resolve_amp(cfg.perf.amp, device, frames=spec.has_frames)
+    resolve_cuda_graphs(cfg.perf.cuda_graphs, device, amp)
     return Settled(cfg, spec, device, choice, check_memory(cfg, spec, device))

@@ -135,10 +135,10 @@ class Trainer:
             self._close_resources()
 
     def _open(self) -> None:
-        settled = settle_config(self.requested_cfg)  # every value set, then checked once
+        settled = settle_config(self.requested_cfg)  # every value set, then checked
         self.cfg = cfg = settled.cfg
         self.spec = spec = settled.spec
-        self.device, self.autotune = settled.device, settled.autotune
+        self.device = settled.device
         run_path = Path(cfg.train.run_dir)
         self._rundir = RunDir(run_path)
         if self.fresh:
@@ -152,6 +152,11 @@ class Trainer:
         self.saver = Checkpointer(self, checkpoints, replay_store=None)
         if found is not None:
             self.saver.check_compatible(found[1], found[0].path)
+        if cfg.perf.autotune:  # measured now that the run directory is this trainer's
+            self._check_stop()
+            settled = settle_config(self.requested_cfg, autotune=True)
+            self.cfg = cfg = settled.cfg
+            self.autotune = settled.autotune
 
         self._check_stop()
         seed = cfg.env.seed
