@@ -38,7 +38,8 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # Seconds each step may take in all, set-up included. Measured on an H200 with 16 cores
 # (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
 # preset ends itself at 2,000,000 steps), export and play 16.
-declare -A LIMIT=([install]=120 [machine]=60 [tests]=240 [doctor]=120 [bench]=240 [pong]=470
+# A group's limits add up to less than the 10 minutes one command may run.
+declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [pong]=470
     [resume]=330)
 PONG_SECONDS=${PONG_SECONDS:-330}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -105,23 +106,23 @@ step_tests() {
     local modules
     modules=$(grep -l 'pytest.mark.gpu' "$ROOT"/tests/test_*.py)
     # SIGINT first: pytest then prints what it has; the failure log has each traceback already.
-    (cd "$ROOT" && EDGERL_FAILURE_LOG="$OUT/gpu_failures.log" timeout -k 20 -s INT 210 \
+    (cd "$ROOT" && EDGERL_FAILURE_LOG="$OUT/gpu_failures.log" timeout -k 10 -s INT 180 \
         "$PY" -m pytest -m gpu -v --tb=short -rfEs -p no:cacheprovider -o faulthandler_timeout=120 \
         --junitxml="$OUT/gpu_tests.xml" $modules) >"$OUT/gpu_tests.log" 2>&1
 }
 
 step_doctor() {
     # stderr apart: logs and library warnings must not break the JSON document.
-    timeout -k 10 100 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>"$OUT/doctor.err"
+    timeout -k 5 80 "$PY" -m edgerl.cli doctor --deep --json >"$OUT/doctor.json" 2>"$OUT/doctor.err"
 }
 
 step_bench() {
-    timeout -k 10 -s INT 220 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-5}" \
+    timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-5}" \
         --envs 8,16,32,64 --actor-envs 32 >"$OUT/bench.json" 2>"$OUT/bench.err"
 }
 
 step_pong() {
-    local run="$OUT/run" status
+    local run="$OUT/run" status failed=0
     {
         echo "=== edgerl train --preset pong-gpu, stopped by SIGTERM after $PONG_SECONDS s at most"
         timeout -k 30 -s TERM "$PONG_SECONDS" "$PY" -m edgerl.cli train --preset pong-gpu \
@@ -130,15 +131,16 @@ step_pong() {
         echo "exit $status (124: stopped by the time limit)"
         cat "$run/eval.csv"
     } >"$OUT/pong.log" 2>&1
+    [ "$status" = 0 ] || [ "$status" = 124 ] || failed=1
     # The learned policy: ONNX against PyTorch, then play's latency with each backend.
     timeout -k 5 30 "$PY" -m edgerl.cli export --onnx --json --run-dir "$run" \
-        -o "$OUT/policy.onnx" >"$OUT/export.json" 2>>"$OUT/pong.log"
+        -o "$OUT/policy.onnx" >"$OUT/export.json" 2>>"$OUT/pong.log" || failed=1
     timeout -k 5 30 "$PY" -m edgerl.cli play --run-dir "$run" --device cuda --json \
-        >"$OUT/play-torch.json" 2>>"$OUT/pong.log"
+        >"$OUT/play-torch.json" 2>>"$OUT/pong.log" || failed=1
     timeout -k 5 30 "$PY" -m edgerl.cli play --model "$OUT/policy.onnx" --json \
-        >"$OUT/play-onnx.json" 2>>"$OUT/pong.log"
+        >"$OUT/play-onnx.json" 2>>"$OUT/pong.log" || failed=1
     rm -f "$OUT/policy.onnx"
-    [ "$status" = 0 ] || [ "$status" = 124 ]
+    return $failed
 }
 
 step_resume() {
@@ -151,15 +153,22 @@ step_resume() {
             local sets=(--set "perf.amp=$amp" --set "perf.pipeline=$pipeline"
                 --set agent.learning_starts=2000 --set replay.capacity=50000
                 --set display.enabled=false --run-dir "$dir" --quiet)
+            # Stopped by SIGTERM (124) is how each run is meant to end; anything else failed.
+            local first resumed
             {
                 echo "=== amp=$amp pipeline=$pipeline: first run"
                 timeout -k 10 -s TERM 35 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
-                echo "exit $?"
+                first=$?
+                echo "exit $first"
                 echo "=== amp=$amp pipeline=$pipeline: resumed"
                 timeout -k 10 -s TERM 25 "$PY" -m edgerl.cli train --steps 10000000 "${sets[@]}"
-                echo "exit $?"
+                resumed=$?
+                echo "exit $resumed"
                 ls "$dir" && tail -n 3 "$dir/metrics.csv"
-            } >>"$OUT/resume.log" 2>&1 || status=1
+            } >>"$OUT/resume.log" 2>&1
+            for code in "$first" "$resumed"; do
+                [ "$code" = 0 ] || [ "$code" = 124 ] || status=1
+            done
         done
     done
     return $status

@@ -35,6 +35,8 @@ for glibc in 5 12 17 24 25 26 27 28; do
 done
 
 mkdir -p "$DEST"
+# The machine installs every wheel in the folder: one left from an older list would travel too.
+rm -f "$DEST"/*.whl
 "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 "${PLATFORMS[@]}" --dest "$DEST" "${WHEELS[@]}"
 echo "$(find "$DEST" -name '*.whl' | wc -l) wheels in $DEST ($(du -sh "$DEST" | cut -f1))"

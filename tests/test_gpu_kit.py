@@ -156,6 +156,12 @@ def test_the_wheels_are_downloaded_for_cp312_x86_64_without_resolving_into_an_ig
         f"{n}=={v}" for n, v in zip(*_names_and_versions(), strict=True)
     )
     assert (tmp_path / ".gpu-wheels").is_dir()
+    # A wheel left from an older list would travel and be installed too: it is removed.
+    stale = tmp_path / ".gpu-wheels" / "onnx-1.17.0-cp312-cp312-manylinux2014_x86_64.whl"
+    stale.write_text("")
+    r = run_script(WHEELS_SCRIPT, env={"PYTHON": str(python), "CWD": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists()
     ignored = (REPO / ".gitignore").read_text().splitlines()
     assert "/.gpu-wheels/" in ignored and "/.gpu-site/" in ignored
 
@@ -177,6 +183,11 @@ def test_each_gpu_check_step_has_a_limit_under_eight_minutes_and_no_test_plugin_
     steps = bash_array(CHECK_SCRIPT, "STEPS")
     assert set(steps) == set(limits) >= {"install", "doctor", "tests", "bench", "pong", "resume"}
     assert all(0 < limits[s] < MAX_STEP_S for s in steps), limits
+    groups = re.search(r"declare -A STEP_GROUPS=\((.*?)\)$", CHECK_SCRIPT.read_text(), re.M)
+    assert groups
+    for group, members in re.findall(r'\[(\w+)\]="([^"]*)"', groups.group(1)):
+        total = sum(limits[m] for m in members.split())
+        assert total < 600, f"group {group}: {total} s, more than one 10-minute command"
     text = CHECK_SCRIPT.read_text()
     assert all(f"step_{s}()" in text for s in steps)
     assert not re.search(r"pytest[^\n]* -n ", text)  # pytest-xdist is in no wheel list or extra
@@ -285,3 +296,21 @@ def test_missing_modules_are_named_before_the_step_starts(tmp_path):
     files = packed(tmp_path / "results", "tests")
     assert "cannot import hypothesis" in files["imports.err"]
     assert "gpu_tests.log" not in files
+
+
+def test_the_pong_step_fails_when_its_export_or_play_fails(tmp_path):
+    """Training that ends as meant is not the whole step: a failed export or play fails it."""
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        '[ "$1" = - ] && cat >/dev/null\n'
+        'case "$*" in *" export "*) exit 1;; esac\n'
+        "exit 0\n"
+    )
+    python.chmod(0o755)
+    env = {"PYTHON": str(python), "GPU_SITE": str(tmp_path / "site"), "GPU_WHEELS": str(tmp_path)}
+    results = tmp_path / "results"
+    r = run_script(CHECK_SCRIPT, "pong", str(results), env=env)
+    assert r.returncode == 1, r.stderr
+    (line,) = (results / "steps.txt").read_text().splitlines()
+    assert line.split()[:2] == ["pong", "1"]
