@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from edgerl.config import build_layers, resolve
-from edgerl.memories.replay.sample import Batch
+from edgerl.memories.replay.sampling import Batch
 from edgerl.stream import FrameMeta
 
 CUDA = torch.cuda.is_available()

@@ -13,7 +13,7 @@ from edgerl.envs import EnvSpec
 from edgerl.export.common import collect_observations
 from edgerl.learners.dqn import DQN
 from edgerl.learners.nets import MLP, NatureCNN
-from edgerl.memories.replay.sample import example_batch
+from edgerl.memories.replay.sampling import example_batch
 
 from .helpers import random_batch
 

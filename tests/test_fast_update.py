@@ -12,7 +12,7 @@ import torch
 from edgerl.config import AgentConfig, PerfConfig
 from edgerl.learners.dqn import DQN
 from edgerl.learners.nets import MLP, NatureCNN
-from edgerl.memories.replay.sample import Batch
+from edgerl.memories.replay.sampling import Batch
 
 from .helpers import CPU, CUDA, GPU, random_batch
 
@@ -139,7 +139,7 @@ def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministi
 
     from edgerl.envs import EnvSpec
     from edgerl.memories.replay import ReplayBuffer
-    from edgerl.memories.replay.sample import example_batch
+    from edgerl.memories.replay.sampling import example_batch
 
     spec = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, ("NOOP",) * 6)
     replay = ReplayBuffer(spec, 4 * 512, 4, GPU, seed=0, n_step=3)

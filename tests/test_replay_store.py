@@ -27,7 +27,7 @@ from edgerl.config import build_layers, resolve
 from edgerl.files.checkpoint import list_checkpoints, load
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.restore import TRAILER
-from edgerl.memories.replay.sample import VALID
+from edgerl.memories.replay.sampling import VALID
 from edgerl.memories.replay.store import ReplayFileError, ReplayStore
 from edgerl.run.train import Trainer
 

@@ -5,7 +5,7 @@ The learner owns its schedules (as Stable-Baselines3's ``DQN.train`` does): how 
 replay ratio asks for at a step (one per ``agent.train_freq`` env steps, counted over all
 environments), the exploration epsilon, the learning rate and the target-network syncs. One call
 of :meth:`DQN.learn` makes the updates it is asked for: each samples a batch (n-step returns,
-:mod:`edgerl.memories.replay.sample`) and makes one gradient step; the learning rate follows its
+:mod:`edgerl.memories.replay.sampling`) and makes one gradient step; the learning rate follows its
 schedule
 and the target network is synced when due. How the steps are made fast (a CUDA graph that samples
 and updates ``perf.updates_per_launch`` times per launch, ``torch.compile``) is
@@ -34,7 +34,7 @@ from edgerl.hw.device import (
 from edgerl.learners.fast_update import Decisions, FastUpdate
 from edgerl.learners.nets import NatureCNN
 from edgerl.learners.shared import LossMeter, anneal_lr, autocast, linear_schedule
-from edgerl.memories.replay.sample import Batch, example_batch
+from edgerl.memories.replay.sampling import Batch, example_batch
 
 
 class Sampler(Protocol):

@@ -4,10 +4,9 @@ The update is one fixed-shape function over a batch of static shape (``DQN.updat
 
 * on CUDA it is captured once as a CUDA graph and replayed: a small network's update is bound by
   kernel launches, more so on a Jetson's ARM cores. When the replay lives on the GPU, the graph
-  samples too (:mod:`edgerl.memories.replay.sample` is fixed-shape and never reads back to the host)
-  and
-  holds ``perf.updates_per_launch`` sample-and-update steps, so one launch from the host makes
-  several updates and nothing in between waits for the GPU. Capture happens before training
+  samples too (:mod:`edgerl.memories.replay.sampling` is fixed-shape and never reads back to the
+  host) and holds ``perf.updates_per_launch`` sample-and-update steps, so one launch from the host
+  makes several updates and nothing in between waits for the GPU. Capture happens before training
   (capturing later, on the learner thread, would collide with the actor thread's CUDA calls), on
   a side stream after a few warm-up steps, and the weights and optimizer state are put back
   afterwards;
@@ -36,7 +35,7 @@ import torch
 from torch import nn
 
 from edgerl.hw.device import CUDA_GRAPH_WARMUP
-from edgerl.memories.replay.sample import Batch
+from edgerl.memories.replay.sampling import Batch
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from edgerl.learners.dqn import DQN
 from edgerl.learners.factory import build_learner, build_memory, prepare_learner, uses_replay
 from edgerl.learners.nets import NatureCNN
 from edgerl.memories import Memory
-from edgerl.memories.replay.sample import example_batch
+from edgerl.memories.replay.sampling import example_batch
 from edgerl.run.hooks import Hook, Run
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates

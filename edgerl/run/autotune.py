@@ -26,7 +26,7 @@ import torch
 
 from edgerl.config import Config, EnvConfig, with_values
 from edgerl.envs import EnvSpec, make_env
-from edgerl.memories.replay.sample import example_batch
+from edgerl.memories.replay.sampling import example_batch
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ A transition costs one 84x84 frame plus 6 bytes: about 7 KB.
 Stacks never reach across an episode start: frames older than an episode's first observation are
 zeros, exactly as the environment shows them to the actor. An episode's last observation (the one
 its final step led to) gets a slot of its own that starts no transition. Slot flags (FIRST, VALID,
-TERMINAL) and the sampler, with its n-step returns, are in :mod:`edgerl.memories.replay.sample`.
+TERMINAL) and the sampler, with its n-step returns, are in :mod:`edgerl.memories.replay.sampling`.
 
 Where things live: everything the sampler reads (frames, actions, rewards, flags and the write
 positions) is on the replay's device, by default the learner's (on a Jetson memory is shared; on a
@@ -36,7 +36,15 @@ import torch
 from edgerl.envs import EnvSpec
 from edgerl.hw.device import indexed
 from edgerl.memories.budget import action_dtype, available_memory, plan_memory
-from edgerl.memories.replay.sample import FIRST, TERMINAL, VALID, Batch, SampleSpec, Storage, sample
+from edgerl.memories.replay.sampling import (
+    FIRST,
+    TERMINAL,
+    VALID,
+    Batch,
+    SampleSpec,
+    Storage,
+    sample,
+)
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +396,7 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int) -> Batch:
         """A uniform minibatch of valid transitions with their n-step returns (see
-        :mod:`edgerl.memories.replay.sample`), on the learner's device; raises ValueError if no
+        :mod:`edgerl.memories.replay.sampling`), on the learner's device; raises ValueError if no
         complete
         transition is stored yet."""
         if self.valid == 0:

@@ -68,7 +68,7 @@ from edgerl.memories.replay.restore import (
     ReplayFileError,
     restore,
 )
-from edgerl.memories.replay.sample import VALID
+from edgerl.memories.replay.sampling import VALID
 from edgerl.memories.replay.saving import Part, SaveAbandoned, SaveJob, SaveResult
 
 log = logging.getLogger(__name__)
