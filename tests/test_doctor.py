@@ -398,3 +398,26 @@ def test_missing_optional_packages_are_lines_with_the_install_command(cli, monke
     assert checks["display"]["status"] == "warn"
     assert checks["display"]["fix"] == "pip install 'edgerl[viewer]'"
     assert checks["tensorrt"]["status"] in ("skip", "warn")
+
+
+@pytest.mark.parametrize(
+    ("capability", "said", "not_said"),
+    [
+        ((9, 0), "fp32 with TF32 convolutions (compute 9.0", "fp16"),
+        ((7, 5), "fp32 (compute 7.5; on a discrete GPU auto keeps fp32", "TF32"),
+    ],
+)
+def test_the_precision_line_on_a_discrete_gpu_says_what_auto_runs(
+    monkeypatch, capability, said, not_said
+):
+    """What perf.amp=auto runs on a desktop GPU, and what to set for mixed precision there (a
+    GPU before Ampere has no TF32 and no bf16). Drawn here without a GPU: the capability is
+    the stand-in."""
+    from edgerl.config import Config
+    from edgerl.doctor.core import Context
+    from edgerl.doctor.software import check_precision
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    check = check_precision(Context(Config(), device=torch.device("cuda", 0), torch_ok=True))
+    assert check.status == "pass" and said in check.found and not_said not in check.found
+    assert check.data["amp"] is None and check.data["cuda_graphs"] is True

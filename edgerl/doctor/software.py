@@ -175,10 +175,16 @@ def check_precision(ctx: Context) -> Check:
         return Check("precision", "pass", found, data=data)
     cap = torch.cuda.get_device_capability(device)
     if amp is None and not integrated_gpu(device):
-        precision = (
-            f"fp32 with TF32 convolutions (compute {cap[0]}.{cap[1]}; on a discrete GPU bf16 "
-            "does not pay at these sizes, perf.amp=bf16 asks for it)"
-        )
+        if cap >= (8, 0):
+            precision = (
+                f"fp32 with TF32 convolutions (compute {cap[0]}.{cap[1]}; on a discrete GPU bf16 "
+                "did not pay at these sizes on an H100 and an H200; perf.amp=bf16 asks for it)"
+            )
+        else:
+            precision = (
+                f"fp32 (compute {cap[0]}.{cap[1]}; on a discrete GPU auto keeps fp32, not "
+                "measured before Ampere; perf.amp=fp16 asks for fp16 with a grad scaler)"
+            )
     elif amp is None:
         precision = f"fp32 (compute {cap[0]}.{cap[1]} has no fast FP16)"
     else:

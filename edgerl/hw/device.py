@@ -1,9 +1,10 @@
 """Which device trains and how: CUDA or the CPU, mixed precision, CUDA graphs, backend settings.
 
 * CUDA: cuDNN autotuning (the TX1 experiment behind this project went from 46 s to 37 s per 1000
-  steps with it), TF32, mixed precision (``perf.amp``: bf16 on Ampere and newer, fp16 with a grad
-  scaler on older fast-FP16 GPUs such as Xavier and Nano) and CUDA graphs (``perf.cuda_graphs``;
-  not with the fp16 grad scaler, which syncs with the CPU every step).
+  steps with it), TF32, mixed precision (``perf.amp``: under auto, on a Jetson bf16 from Orin on
+  and fp16 with a grad scaler on Xavier and Nano; fp32 on discrete GPUs, see
+  :func:`resolve_amp`) and CUDA graphs (``perf.cuda_graphs``; not with the fp16 grad scaler, which
+  syncs with the CPU every step).
 * CPU: full precision; PyTorch's thread count (``perf.threads``; 0 picks it from the CPUs the
   machine's load leaves free, see :func:`resolve_threads`).
 """
