@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from edgerl.config import Config, with_values
-from edgerl.config.presets import apply_presets, check_consistency
+from edgerl.config.presets import apply_presets, check_consistency, check_fleet
 from edgerl.envs import EnvSpec, probe
 from edgerl.hw.device import configure_backends, resolve_device
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
@@ -43,11 +43,12 @@ def settle_config(requested: Config) -> Settled:
     device = resolve_device(cfg.perf.device)
     configure_backends(device, cfg.perf.threads)
     choice = None
+    check_fleet(cfg)  # before autotune, which measures actors here
     if cfg.perf.autotune:
         check_setup(cfg, spec)  # autotune measures this learner: refuse what it cannot learn
         cfg, choice = autotune_config(cfg, spec, device)
     run_dir = cfg.train.run_dir or str(default_run_dir(spec.short_name))
-    batch = resolve_env_batch(cfg, spec, device)
+    batch = 0 if cfg.fleet.actors else resolve_env_batch(cfg, spec, device)
     cfg = with_values(cfg, {"train.run_dir": run_dir, "env.batch_size": batch})
     check_consistency(cfg)
     check_setup(cfg, spec)
