@@ -7,8 +7,9 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
 newest evaluation, see :mod:`edgerl.run.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
-:mod:`edgerl.files.sidefiles`). A reader checks every field's type and range (:func:`check_status`):
-the file may be damaged.
+:mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
+and transitions, see :mod:`edgerl.fleet.transport`). A reader checks every field's type and
+range (:func:`check_status`): the file may be damaged.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class StatusWriter(Hook):
             "load_line": stats.load.get("load_line"),
             "clocks": self.clocks(),
             "write_problems": self.side.problems(),
+            "fleet": stats.fleet,
         }
         data = json.dumps(doc, indent=1).encode()
         # A status file that cannot be written must not stop training (a full disk): said once.
@@ -187,6 +189,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     "updated_unix": ((int, float), (0, 1e11)),
     "load": ((dict,), None),
     "write_problems": ((list,), None),
+    "fleet": ((dict,), None),
 }  # fmt: skip
 REQUIRED = ("state", "pid", "updated_unix")  # every trainer writes them
 
@@ -325,11 +328,39 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):
         lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
+    lines += fleet_lines(doc.get("fleet"))
     for problem in doc.get("write_problems") or ():
         lines.append(f"{problem}: training goes on, the file catches up when it can be written")
     if doc.get("message"):
         lines.append(doc["message"])
     return "\n".join(lines)
+
+
+def fleet_lines(fleet: dict[str, Any] | None) -> list[str]:
+    """The remote actors of a status document, a line for the fleet and one per actor not
+    running; what is damaged in it is left out (the document's own fields are checked)."""
+    if not fleet:
+        return []
+    actors = [a for a in fleet.get("actors") or () if isinstance(a, dict)]
+    total, running = fleet.get("transitions"), fleet.get("running")
+    running_text = running if isinstance(running, int) else "?"
+    head = f"fleet ({_printable(str(fleet.get('address')))}): {running_text} of "
+    head += f"{plural(len(actors), 'actor')} running"
+    if isinstance(total, int):
+        head += f", {total:,} transitions received"
+    lag = fleet.get("weights_lag_max")
+    if isinstance(lag, int):
+        head += f", weights at most {plural(lag, 'update')} behind the newest sent"
+    lines = [head]
+    for actor in actors:
+        state = actor.get("state")
+        if state == "running":
+            continue
+        node = actor.get("node") or "an unknown node"
+        host = f" ({actor['host']})" if isinstance(actor.get("host"), str) else ""
+        why = f": {actor['lost']}" if isinstance(actor.get("lost"), str) else ""
+        lines.append(_printable(f"actor {actor.get('id')} on {node}{host}: {state}{why}"))
+    return lines
 
 
 def disk_full(run_dir: Path) -> bool:
