@@ -16,6 +16,8 @@ What Ray 2.x does by itself that a fleet must not rely on, and what is done inst
 
 Joining an address that does not answer would make ``ray.init`` retry for a minute: the
 address is tried with a plain TCP connection first, so a wrong one is one sentence at once.
+``ray.init`` also takes SIGTERM for itself (it exits at once); the handler the run had (a stop
+request: the step in flight finishes and a checkpoint is written) is put back.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -121,6 +125,7 @@ class Cluster:
         self.ray = ray
         if ray.is_initialized():  # a test or a caller that joined already: not ours to reuse
             raise FleetError("Ray is already connected in this process; edgerl joins by itself")
+        sigterm = signal.getsignal(signal.SIGTERM)
         try:
             if fleet.address:
                 ray.init(
@@ -134,6 +139,9 @@ class Cluster:
             self.close()
             where = f"join the Ray cluster at {fleet.address}" if fleet.address else "start Ray"
             raise FleetError(f"cannot {where}: {first_line(e)}") from None
+        finally:
+            if sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
         return ray
 
     def _start_local(self, ray: Any, resources: dict[str, float]) -> None:

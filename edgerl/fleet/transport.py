@@ -57,7 +57,7 @@ class Slot:
     where: dict[str, Any] = field(default_factory=dict)  # where it ran last (where())
     where_ref: Any = None  # the ObjectRef of the running instance's where() call
     inflight: deque[Any] = field(default_factory=deque)  # ObjectRefs, oldest first
-    state: str = "starting"  # starting, running, lost
+    state: str = "starting"  # starting, running, lost, restarting (after a loss)
     attempts: int = 0  # starts so far
     failed_starts: int = 0  # starts in a row that never delivered
     delivered: bool = False  # this instance delivered a batch
@@ -158,6 +158,7 @@ class RayFleet:
                     "id": slot.index,
                     "state": slot.state,
                     "node": where.get("ip"),
+                    "node_id": where.get("node"),
                     "host": where.get("host"),
                     "pid": where.get("pid"),
                     "transitions": slot.transitions,
@@ -198,7 +199,8 @@ class RayFleet:
         slot.attempts += 1
         slot.handle = self._actor_class.remote(self._config, self._spec, seed)
         slot.where_ref = slot.handle.where.remote()
-        slot.state, slot.delivered, slot.version = "starting", False, -1
+        slot.state = "restarting" if slot.lost else "starting"
+        slot.delivered, slot.version = False, -1
         slot.launched_at, slot.noted_waiting = time.monotonic(), False
         for _ in range(fleet.max_inflight):
             self._ask(slot)
@@ -281,7 +283,7 @@ class RayFleet:
         now = time.monotonic()
         for slot in self.slots:
             late = now - slot.launched_at >= WAITING_NOTE_S
-            if slot.state == "starting" and late and not slot.noted_waiting:
+            if slot.state in ("starting", "restarting") and late and not slot.noted_waiting:
                 slot.noted_waiting = True
                 fleet = self.cfg.fleet
                 needs = {"CPU": fleet.cpus_per_actor, **parse_resource(fleet.resource)}
