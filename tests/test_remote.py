@@ -162,3 +162,30 @@ def test_apex_rates_run_from_the_base_down():
     assert rates[0] == pytest.approx(0.4) and rates[-1] == pytest.approx(0.4**8)
     assert np.all(np.diff(rates) < 0)
     assert apex_epsilons(1, 0.4, 7.0).tolist() == [0.4]
+
+
+def test_a_pong_fleet_learns_and_shows_its_first_environment(tmp_path):
+    """Frames from remote actors: the replay's stacks feed the CNN's updates, and the first
+    actor's first environment is published for `edgerl view`."""
+    from edgerl.stream.reader import FrameReader
+
+    sets = [
+        "fleet.actors=2",
+        "env.num_envs=2",
+        "fleet.batch_steps=8",
+        "agent.learning_starts=200",
+        "agent.train_freq=16",
+        "agent.batch_size=8",
+        "replay.capacity=2000",
+        "display.enabled=true",
+        "display.every=1",
+        "perf.compile=off",
+    ]
+    cfg = config(tmp_path, "ALE/Pong-v5", *sets, steps=600)
+    with Trainer(cfg, fleet=InProcessFleet, quiet=True) as trainer:
+        trainer.run()
+        assert trainer.step == 600 and trainer.learner.updates == (600 - 200) // 16
+        reader = FrameReader(trainer.run_dir)
+        frame = reader.latest()
+        assert reader.writes > 50 and frame is not None and frame.pixels.shape == (84, 84)
+        reader.close()

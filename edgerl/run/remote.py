@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from edgerl.memories import Memory
     from edgerl.run.episodes import Episodes
     from edgerl.run.pipeline import Learning
+    from edgerl.stream import DisplayPublisher
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class RemoteRun(Protocol):
     memory: Memory
     learning: Learning | None
     book: Episodes
+    display: DisplayPublisher | None
 
     @property
     def stop_requested(self) -> bool: ...
@@ -59,6 +61,10 @@ class RemoteRun(Protocol):
     def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
 
     def _tick(self) -> None: ...
+
+    def _show(
+        self, frames: np.ndarray, action: int, q: np.ndarray | None, step: int, epsilon: float
+    ) -> None: ...
 
 
 def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
@@ -72,6 +78,7 @@ def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
         transport.set_exploration(exploration(run, apex))
         for chunk in transport.receive(TICK_EVERY_S):
             write_chunk(run, chunk, total)
+            show(run, chunk)
             learning.after_step(run.step)
             if run.step >= total or run.stop_requested:
                 break
@@ -128,6 +135,17 @@ def write_chunk(run: RemoteRun, chunk: Chunk, total: int) -> None:
             envs,
         )
         run._record(chunk.actions[t], step, envs)
+
+
+def show(run: RemoteRun, chunk: Chunk) -> None:
+    """Publish the shown environment's frames for `edgerl view` (the first environment of the
+    first actor, each step when due, with its episode's return as of the batch's end)."""
+    if chunk.actor != 0 or run.display is None or not run.spec.has_frames:
+        return
+    epsilon = run.learner.epsilon(run.step)
+    for t in range(len(chunk.actions)):
+        if run.display.due():
+            run._show(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
 
 
 def as_obs(run: RemoteRun, items: np.ndarray) -> np.ndarray:

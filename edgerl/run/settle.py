@@ -8,6 +8,8 @@ machine's memory), before anything is written. The trainer calls it first thing.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +43,7 @@ def settle_config(requested: Config) -> Settled:
     spec = probe(requested.env.id)
     cfg = apply_presets(requested, spec.kind)
     device = resolve_device(cfg.perf.device)
-    configure_backends(device, cfg.perf.threads)
+    configure_backends(device, learner_threads(cfg))
     choice = None
     check_fleet(cfg)  # before autotune, which measures actors here
     if cfg.perf.autotune:
@@ -53,3 +55,15 @@ def settle_config(requested: Config) -> Settled:
     check_consistency(cfg)
     check_setup(cfg, spec)
     return Settled(cfg, spec, device, choice, check_memory(cfg, spec, device))
+
+
+def learner_threads(cfg: Config) -> int:
+    """``perf.threads``, except that a fleet's actors on a Ray instance started here take their
+    CPUs from this machine first: the learner gets the rest (at least one). A preempted thread
+    stalls every parallel region of the update, so the learner must not count on cores the
+    actors use."""
+    fleet = cfg.fleet
+    if cfg.perf.threads or not fleet.actors or fleet.address:
+        return cfg.perf.threads
+    taken = math.ceil(fleet.actors * fleet.cpus_per_actor)
+    return max(1, (os.cpu_count() or 1) - taken)
