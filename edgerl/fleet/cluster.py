@@ -28,6 +28,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -107,6 +108,8 @@ class Cluster:
         # Read by Ray in this process and every process it starts: before ray is imported.
         os.environ["RAY_AUTH_MODE"] = fleet.auth
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        if not sys.stderr.isatty():  # the actors' lines in a log file or the journal: no colours
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")
         if fleet.address:
             host, port = split_address(fleet.address)
             if fleet.auth == "token" and not has_token():
