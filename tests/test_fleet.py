@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -278,3 +279,37 @@ class socket_nobody_listens_on:
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze is not installed (Debian: apt-get install systemd; .ci/run does)",
+)
+def test_the_fleet_units_pass_systemd_analyze(tmp_path):
+    """edgerl-ray.service (a board's Ray node) verifies; the learner's drop-in gives
+    edgerl.service the network and nothing more (its exposure stays within the unit's bound)."""
+    units = tmp_path / "etc/systemd/system"
+    (units / "edgerl.service.d").mkdir(parents=True)
+    venv = tmp_path / "opt/edgerl/venv/bin"
+    venv.mkdir(parents=True)
+    for tool in ("edgerl", "ray"):
+        (venv / tool).symlink_to(Path(edgerl_cmd()[0]).with_name(tool))
+    for name in ("edgerl.service", "edgerl-ray.service", "edgerl.service.d/fleet.conf"):
+        text = (REPO / "systemd" / name).read_text()
+        (units / name).write_text(text.replace("/opt/edgerl", str(tmp_path / "opt/edgerl")))
+    env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"}  # drop-ins are read from here
+
+    def analyze(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["systemd-analyze", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+
+    r = analyze("verify", str(units / "edgerl-ray.service"))
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    r = analyze("security", "--offline=yes", "edgerl.service")
+    assert "ignoring" not in r.stderr and "Unknown" not in r.stderr, r.stderr
+    assert "Service has access to the host's network" in r.stdout  # the drop-in was read
+    exposure = re.search(r"Overall exposure level for edgerl.service: (\d+\.\d+)", r.stdout)
+    assert exposure and float(exposure[1]) <= 4.0, r.stdout
