@@ -61,3 +61,8 @@ class MissingDependencyError(EdgerlError):
 
 class OutputError(EdgerlError):
     """A file a command was asked to write (a plot, a recording) cannot be written."""
+
+
+class FleetError(EdgerlError):
+    """Remote actors cannot run: the Ray cluster cannot be reached or joined, or no actor can
+    start on it."""

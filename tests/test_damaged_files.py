@@ -121,6 +121,19 @@ GOOD_STATUS = {
     "load_line": None,
     "clocks": "unchanged",
     "write_problems": [],
+    "fleet": None,
+}
+ACTOR = {
+    "id": 1,
+    "state": "restarting",
+    "node": "10.0.0.3",
+    "node_id": "d752dc48",
+    "host": "board3",
+    "pid": 4242,
+    "transitions": 120_000,
+    "sps": 850.0,
+    "restarts": 1,
+    "lost": "its node died",
 }
 
 
@@ -155,6 +168,24 @@ def test_status_of_any_status_json_never_fails_inside(tmp_path_factory, data):
             one_sentence(code, err)
         else:  # a document that is still a good one: the usual answer
             assert code in (0, 3) and out and not err, err
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(actor=damaged_json(ACTOR), fleet_key=st.sampled_from(["address", "running", "actors"]))
+def test_status_of_any_fleet_in_status_json_never_fails_inside(tmp_path_factory, actor, fleet_key):
+    """The remote actors' part: an actor entry or a fleet field damaged, the rest shown."""
+    run = tmp_path_factory.mktemp("run")
+    try:
+        entry = json.loads(actor)
+    except ValueError:
+        entry = actor.decode("latin-1")
+    fleet = {"address": "10.0.0.1:6379", "running": 1, "transitions": 9, "weights_lag_max": 50}
+    fleet["actors"] = [{**ACTOR, "id": 0, "state": "running"}, entry]
+    fleet[fleet_key] = entry if fleet_key != "actors" else fleet["actors"]
+    (run / "status.json").write_text(json.dumps({**GOOD_STATUS, "fleet": fleet}))
+    code, out, err = run_cli("status", "--run-dir", run)
+    assert code in (0, 3) and not err, err
+    assert "fleet (" in out and "actor 0 on 10.0.0.3 (board3), pid 4242: running" in out
 
 
 def test_a_finished_run_says_so_and_is_no_error(cli, tmp_path):

@@ -49,3 +49,32 @@ def test_the_settled_config_has_every_auto_value_set(tmp_path):
     assert found.spec.id == "CartPole-v1" and found.autotune is None
     assert found.available > 0
     assert not (tmp_path / "run").exists()  # nothing written while deciding
+
+
+def test_a_fleet_is_checked_and_its_local_actors_leave_the_learner_the_other_cpus(
+    tmp_path, monkeypatch
+):
+    fleet = ("fleet.actors=2", "env.num_envs=4")
+    found = settle.settle_config(requested(tmp_path, *fleet, "replay.capacity=128"))
+    assert found.cfg.env.batch_size == 0  # remote actors step their environments together
+    monkeypatch.setattr(settle.os, "cpu_count", lambda: 6)
+    assert settle.learner_threads(found.cfg) == 4  # a Ray instance here: 2 actors, 1 CPU each
+    assert settle.learner_threads(requested(tmp_path, *fleet, "fleet.cpus_per_actor=4")) == 1
+    elsewhere = requested(tmp_path, *fleet, "fleet.address=10.0.0.1:6379")
+    assert settle.learner_threads(elsewhere) == 0  # auto: the actors are on other machines
+    assert settle.learner_threads(requested(tmp_path, *fleet, "perf.threads=3")) == 3
+
+    for sets, says in [
+        (("replay.capacity=100",), r"at least 16 steps per environment of the fleet .* 128"),
+        (("agent.algo=pqn",), "fleet.actors needs a replay learner"),
+        (("env.batch_size=2",), "remote actors step their environments together"),
+        (("perf.autotune=true",), "perf.autotune measures actors beside the learner"),
+        (("fleet.resource=CPU=2",), "fleet.resource must be NAME or NAME=AMOUNT"),
+        (("fleet.resource=a b",), "fleet.resource must be NAME or NAME=AMOUNT"),
+    ]:
+        with pytest.raises(ConfigError, match=says):
+            settle.settle_config(requested(tmp_path, *fleet, *sets))
+    from edgerl.config.fleet import parse_resource
+
+    assert parse_resource("board") == {"board": 1.0}
+    assert parse_resource("board=2.5") == {"board": 2.5} and parse_resource("") == {}

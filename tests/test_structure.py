@@ -147,6 +147,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("policies",),  # a learned policy from any file, behind one interface
     ("play", "export"),  # playing a policy; writing and checking policy files
     ("run",),  # the training loop: actor, pipeline, trainer, hooks, evaluations
+    ("fleet",),  # actors on other machines through Ray (the optional edgerl[fleet] extra)
     ("service",),  # the session around a run, the daemon, logging
     ("display",),  # the viewer, the console renderer, the curves
     ("measure", "doctor"),  # edgerl bench; edgerl doctor

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from edgerl.config.fields import setting
+from edgerl.config.fleet import FleetConfig
 from edgerl.config.learners import LEARNERS
 from edgerl.config.parse import (
     check_range,
@@ -45,23 +47,6 @@ MAX_ENVS = 1_000_000  # far beyond memory: the memory checks say what fits
 MAX_THREADS = 1024
 MAX_SECONDS = 10**7  # about 115 days
 MAX_HIDDEN = 65_536  # widest hidden layer
-
-
-def setting(
-    default: Any,
-    doc: str,
-    *,
-    choices: Collection[Any] | None = None,
-    min: float | None = None,
-    max: float | None = None,
-    live: bool = False,
-) -> Any:
-    """A config field with its one-line doc and the values it accepts.
-
-    ``live`` marks a key the service can change without restarting (SIGHUP).
-    """
-    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "live": live}
-    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -326,6 +311,7 @@ class Config:
     perf: PerfConfig = field(default_factory=PerfConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     # Keys set by a layer above the built-in defaults; presets never touch these.
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgerl.config import MAX_HIDDEN, Config, Layer, with_values
+from edgerl.config.fleet import fleet_envs, parse_resource
 from edgerl.config.learners import learner_info
 from edgerl.errors import ConfigError
 
@@ -122,6 +123,7 @@ def check_consistency(cfg: Config) -> None:
         raise ConfigError(
             f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
         )
+    check_fleet(cfg)
     if r.capacity < cfg.env.num_envs * 16:
         # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
         raise ConfigError(
@@ -146,4 +148,35 @@ def check_consistency(cfg: Config) -> None:
         shown = list(a.hidden) if len(a.hidden) <= 16 else f"{len(a.hidden)} layers"
         raise ConfigError(
             f"agent.hidden must list 1 to 16 layer widths between 1 and {MAX_HIDDEN:,}, got {shown}"
+        )
+
+
+def check_fleet(cfg: Config) -> None:
+    """The ``[fleet]`` keys against the others (remote actors feed a replay learner, each
+    stepping its environments together); raises ConfigError."""
+    fleet = cfg.fleet
+    if not fleet.actors:
+        return
+    parse_resource(fleet.resource)
+    if cfg.perf.autotune:
+        raise ConfigError(
+            "perf.autotune measures actors beside the learner; with fleet.actors set "
+            "env.num_envs (each remote actor's environments) yourself"
+        )
+    if learner_info(cfg.agent.algo).memory != "replay":
+        raise ConfigError(
+            f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors feeding "
+            f"agent.algo={cfg.agent.algo}'s rollouts are not built yet"
+        )
+    if cfg.env.batch_size > 0:
+        raise ConfigError(
+            "env.batch_size (ALE's async mode) is for actors beside the learner; remote "
+            "actors step their environments together: set env.batch_size to 0 or -1"
+        )
+    total = fleet_envs(cfg)
+    if cfg.replay.capacity < total * 16:
+        raise ConfigError(
+            f"replay.capacity ({cfg.replay.capacity:,}) must hold at least 16 steps per "
+            f"environment of the fleet ({fleet.actors} actors x env.num_envs="
+            f"{cfg.env.num_envs} = {total:,}): raise it to {total * 16:,} or more"
         )

@@ -185,16 +185,21 @@ def prepare_learner(
 
 
 def build_memory(
-    cfg: Config, spec: EnvSpec, device: torch.device, available: int | None = None
+    cfg: Config,
+    spec: EnvSpec,
+    device: torch.device,
+    available: int | None = None,
+    num_envs: int | None = None,
 ) -> Memory:
     """What the learner learns from: DQN's replay (on its device, feeding the learner on
-    ``device``) or PQN's rollout."""
+    ``device``) or PQN's rollout, for ``num_envs`` environments (default ``env.num_envs``)."""
+    num_envs = num_envs or cfg.env.num_envs
     if not uses_replay(cfg):
-        return RolloutBuffer(spec, cfg.env.num_envs, cfg.pqn.rollout_steps, device)
+        return RolloutBuffer(spec, num_envs, cfg.pqn.rollout_steps, device)
     return ReplayBuffer(
         spec,
         cfg.replay.capacity,
-        cfg.env.num_envs,
+        num_envs,
         replay_device(cfg, device),
         cfg.env.seed + 1,
         available,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def exploration(epsilon: float, num_actions: int, n: int, rng: np.random.Generator) -> np.ndarray:
+def exploration(
+    epsilon: float | np.ndarray, num_actions: int, n: int, rng: np.random.Generator
+) -> np.ndarray:
     """Where each of ``n`` environments explores: returns a uniformly random action (int64)
-    with probability ``epsilon``, else -1 (act greedily).
+    with probability ``epsilon`` (one rate, or one per environment), else -1 (act greedily).
 
     One draw of uniform floats gives both the random actions and the coin flips (numpy's
     ``integers`` costs three times as much per call, for a handful of numbers)."""
@@ -20,12 +22,13 @@ def exploration(epsilon: float, num_actions: int, n: int, rng: np.random.Generat
 
 def epsilon_greedy(
     q_values: np.ndarray | None,
-    epsilon: float,
+    epsilon: float | np.ndarray,
     num_actions: int,
     n: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Greedy actions from ``q_values`` (None: all random), each random with probability eps."""
+    """Greedy actions from ``q_values`` (None: all random), each random with probability
+    ``epsilon`` (one rate, or one per environment)."""
     explore = exploration(1.0 if q_values is None else epsilon, num_actions, n, rng)
     if q_values is None:
         return explore

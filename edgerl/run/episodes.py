@@ -66,3 +66,9 @@ class Episodes:
         self.lengths[ended] = 0
         if self.shown in ended:
             self.shown_episode = self.count + 1
+
+    def restart(self, envs: np.ndarray) -> None:
+        """Environments ``envs`` start over without their episodes ending (a remote actor lost
+        and started again): what those episodes had gathered is dropped, never counted."""
+        self.returns[envs] = 0.0
+        self.lengths[envs] = 0

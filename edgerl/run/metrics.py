@@ -35,6 +35,7 @@ class TrainStats:
     fill_from: int = 0  # the step the replay began filling at in this session
     eval_return: float = math.nan  # mean return of the newest evaluation (eval.csv)
     eval_step: int = -1  # the step of the weights it evaluated
+    fleet: dict[str, Any] | None = None  # the remote actors' state (fleet.actors), for status
 
     @property
     def filling(self) -> bool:
@@ -51,7 +52,8 @@ class TrainStats:
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step"):
+        for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step",
+                    "fleet"):  # fmt: skip
             d.pop(key)
         load = d.pop("load")
         d.update(load)

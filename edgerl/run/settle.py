@@ -11,12 +11,14 @@ measurement starts).
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 
 import torch
 
 from edgerl.config import Config, with_values
-from edgerl.config.presets import apply_presets, check_consistency
+from edgerl.config.presets import apply_presets, check_consistency, check_fleet
 from edgerl.envs import EnvSpec, probe
 from edgerl.hw.device import configure_backends, resolve_amp, resolve_cuda_graphs, resolve_device
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
@@ -45,18 +47,31 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     spec = probe(requested.env.id)
     cfg = apply_presets(requested, spec.kind)
     device = resolve_device(cfg.perf.device)
-    configure_backends(device, cfg.perf.threads)
+    configure_backends(device, learner_threads(cfg))
     choice = None
+    check_fleet(cfg)  # before autotune, which measures actors here
     if autotune and cfg.perf.autotune:
         check_setup(cfg, spec)  # autotune measures this learner: refuse what it cannot learn
         cfg, choice = autotune_config(cfg, spec, device)
         if device.type == "cuda":  # what the measurement cached is the run's memory to plan
             torch.cuda.empty_cache()
     run_dir = cfg.train.run_dir or str(default_run_dir(spec.short_name))
-    batch = resolve_env_batch(cfg, spec, device)
+    batch = 0 if cfg.fleet.actors else resolve_env_batch(cfg, spec, device)
     cfg = with_values(cfg, {"train.run_dir": run_dir, "env.batch_size": batch})
     check_consistency(cfg)
     check_setup(cfg, spec)
     amp = resolve_amp(cfg.perf.amp, device, frames=spec.has_frames)
     resolve_cuda_graphs(cfg.perf.cuda_graphs, device, amp)
     return Settled(cfg, spec, device, choice, check_memory(cfg, spec, device))
+
+
+def learner_threads(cfg: Config) -> int:
+    """``perf.threads``, except that a fleet's actors on a Ray instance started here take their
+    CPUs from this machine first: the learner gets the rest (at least one). A preempted thread
+    stalls every parallel region of the update, so the learner must not count on cores the
+    actors use."""
+    fleet = cfg.fleet
+    if cfg.perf.threads or not fleet.actors or fleet.address:
+        return cfg.perf.threads
+    taken = math.ceil(fleet.actors * fleet.cpus_per_actor)
+    return max(1, (os.cpu_count() or 1) - taken)

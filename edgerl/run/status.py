@@ -7,8 +7,9 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
 newest evaluation, see :mod:`edgerl.run.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
-:mod:`edgerl.files.sidefiles`). A reader checks every field's type and range (:func:`check_status`):
-the file may be damaged.
+:mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
+and transitions, see :mod:`edgerl.fleet.transport`). A reader checks every field's type and
+range (:func:`check_status`): the file may be damaged.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class StatusWriter(Hook):
             "load_line": stats.load.get("load_line"),
             "clocks": self.clocks(),
             "write_problems": self.side.problems(),
+            "fleet": stats.fleet,
         }
         data = json.dumps(doc, indent=1).encode()
         # A status file that cannot be written must not stop training (a full disk): said once.
@@ -187,6 +189,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     "updated_unix": ((int, float), (0, 1e11)),
     "load": ((dict,), None),
     "write_problems": ((list,), None),
+    "fleet": ((dict,), None),
 }  # fmt: skip
 REQUIRED = ("state", "pid", "updated_unix")  # every trainer writes them
 
@@ -325,11 +328,56 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):
         lines.append(f"checkpoint problem: {doc['checkpoint_error']}")
+    lines += fleet_lines(doc.get("fleet"))
     for problem in doc.get("write_problems") or ():
         lines.append(f"{problem}: training goes on, the file catches up when it can be written")
     if doc.get("message"):
         lines.append(doc["message"])
     return "\n".join(lines)
+
+
+def fleet_lines(fleet: dict[str, Any] | None) -> list[str]:
+    """The remote actors of a status document: a line for the fleet, one per actor; what is
+    damaged in it is left out (the document's own fields are checked)."""
+    if not fleet:
+        return []
+    actors = [a for a in fleet.get("actors") or () if isinstance(a, dict)]
+    total, running, lag = (
+        fleet.get("transitions"),
+        fleet.get("running"),
+        fleet.get("weights_lag_max"),
+    )
+    head = f"fleet ({fleet.get('address')}): {running if isinstance(running, int) else '?'} of "
+    head += f"{plural(len(actors), 'actor')} running"
+    if isinstance(total, int):
+        head += f", {total:,} transitions received"
+    if isinstance(lag, int):
+        head += f", weights at most {plural(lag, 'update')} behind the newest sent"
+    return [_printable(head)] + [_printable(_actor_line(a)) for a in actors]
+
+
+def _actor_line(actor: dict[str, Any]) -> str:
+    """``actor 1 on 10.0.0.2 (board2), pid 4242: running, 120,000 transitions, 850 steps/s``."""
+    state, lost, node = actor.get("state"), actor.get("lost"), actor.get("node")
+    where = f" on {node}" if isinstance(node, str) else ""
+    if isinstance(actor.get("host"), str):
+        where += f" ({actor['host']})"
+    if isinstance(actor.get("pid"), int) and state == "running":
+        where += f", pid {actor['pid']}"
+    text = f"actor {actor.get('id')}{where}: "
+    if state == "running":
+        text += "running"
+        if isinstance(actor.get("transitions"), int):
+            text += f", {actor['transitions']:,} transitions"
+        if isinstance(actor.get("sps"), (int, float)):
+            text += f", {actor['sps']:,.0f} steps/s"
+    elif state == "lost":
+        text += f"lost ({lost}), starting again shortly"
+    elif state == "restarting":
+        text += f"lost ({lost}), waiting for a node with room to start again"
+    else:
+        text += f"{state} (waiting for a node with room)"
+    return text
 
 
 def disk_full(run_dir: Path) -> bool:

@@ -26,17 +26,15 @@ import numpy as np
 import torch
 
 from edgerl.config import Config
-from edgerl.envs import Step, VecEnv, make_env
+from edgerl.config.fleet import fleet_envs
+from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.envs.batches import Batches, overlaps_emulation, row_of
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
 from edgerl.files.sidefiles import SideFiles
 from edgerl.learners.decisions import CompileDecisions
-from edgerl.learners.factory import (
-    build_learner,
-    build_memory,
-)
+from edgerl.learners.factory import build_learner, build_memory
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.store import ReplayStore
 from edgerl.run.autotune import Choice
@@ -57,6 +55,7 @@ from edgerl.run.pipeline import Learning, build_learning
 from edgerl.run.rundir import RunDir
 from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
+from edgerl.run.transport import Transport
 from edgerl.stream import DisplayPublisher, FrameMeta
 from edgerl.words import plural
 
@@ -82,10 +81,13 @@ class Trainer:
         quiet: bool = False,
         side: SideFiles | None = None,
         make_envs: Callable[..., VecEnv] = make_env,
+        fleet: Callable[[Config, EnvSpec], Transport] | None = None,
     ) -> None:
         self.requested_cfg = cfg
         self.side = side or SideFiles()
         self._make_envs = make_envs  # edgerl bench times the loop with a stand-in here
+        self._open_fleet = fleet  # what brings actors elsewhere (fleet.actors > 0)
+        self.remote: Transport | None = None  # those actors, once open
         self.fresh = fresh
         self.hooks = list(hooks or [])
         self.quiet = quiet
@@ -128,7 +130,7 @@ class Trainer:
             )
             if self.saver is not None:
                 self.saver.wait_pending()
-                if crashed and self._env is not None and self.saver.unsaved:
+                if crashed and self._acting and self.saver.unsaved:
                     log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
                     self.saver.save()
         finally:
@@ -157,13 +159,11 @@ class Trainer:
             settled = settle_config(self.requested_cfg, autotune=True)
             self.cfg = cfg = settled.cfg
             self.autotune = settled.autotune
-
         self._check_stop()
-        seed = cfg.env.seed
-        torch.manual_seed(seed)
-        self.actor_rng = np.random.default_rng(seed)
+        torch.manual_seed(cfg.env.seed)
+        self.actor_rng = np.random.default_rng(cfg.env.seed)
         # A replay fills its memory in the background from here.
-        self.memory = build_memory(cfg, spec, self.device, settled.available)
+        self.memory = build_memory(cfg, spec, self.device, settled.available, fleet_envs(cfg))
         self.learner = build_learner(cfg, spec, self.device)
         if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
             store = ReplayStore(self._rundir.path / "replay", self.memory)
@@ -175,8 +175,13 @@ class Trainer:
         else:
             log.info("new run in %s (no checkpoint there to resume)", run_path)
         self._check_stop()
-        log.info("building %s of %s", plural(cfg.env.num_envs, "environment"), cfg.env.id)
-        self._env = self._make_envs(cfg.env, spec, self._check_stop)
+        if cfg.fleet.actors:  # the environments are the remote actors'
+            if self._open_fleet is None:
+                raise RuntimeError("fleet.actors is set but the trainer was given no fleet")
+            self.remote = self._open_fleet(cfg, spec)
+        else:
+            log.info("building %s of %s", plural(cfg.env.num_envs, "environment"), cfg.env.id)
+            self._env = self._make_envs(cfg.env, spec, self._check_stop)
         self._check_stop()
         config_toml = cfg.to_toml().encode()
         self.side.attempt(
@@ -196,6 +201,7 @@ class Trainer:
             lambda: self._metrics and self._metrics.close(),
             lambda: self._episodes_csv and self._episodes_csv.close(),
             lambda: self._env and self._env.close(),
+            lambda: self.remote and self.remote.close(),
             lambda: self._rundir and self._rundir.close(),
         ):
             try:
@@ -204,6 +210,11 @@ class Trainer:
                 log.exception("error while closing the trainer")
 
     # ----------------------------------------------------------------------------- state
+
+    @property
+    def _acting(self) -> bool:
+        """Environments (here or remote) are open: the loop can run."""
+        return self._env is not None or self.remote is not None
 
     def wall_s(self) -> float:
         return self.wall_before + (time.monotonic() - self._session_start)
@@ -268,7 +279,7 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until ``train.steps`` or a stop request; returns a summary of the session."""
-        assert self._env is not None
+        assert self._acting
         cfg = self.cfg
         extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
         self._metrics = MetricsWriter(
@@ -298,9 +309,38 @@ class Trainer:
             self.learning.finish(drain=False)  # stops the learner thread on every exit path
 
     def _loop(self, total: int) -> TrainResult:
-        assert self._env is not None and self._progress is not None
-        assert self.learning is not None and self.display is not None
-        assert self._episodes_csv is not None and self.saver is not None
+        assert self._progress is not None and self.saver is not None
+        assert self.learning is not None
+        self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
+        self._clock = dict.fromkeys(("tick", "row"), time.monotonic())
+        self.saver.restart_clock()
+        self._row_step = self.step
+        self._started = False
+        if self.remote is not None:
+            from edgerl.run.remote import run_remote
+
+            self.book.start(self.remote.num_envs, 0, self._episodes_csv)
+            run_remote(self, self.remote, total)
+        else:
+            self._act(total)
+        self.learning.finish(drain=self.step >= total)  # the last updates due, then it stops
+        if not self._started:
+            for hook in self.hooks:
+                hook.on_start(self)
+        for hook in self.hooks:
+            hook.on_end(self)
+        self._refresh_stats(time.monotonic())
+        self._progress.update(self.stats)
+        if self.step != self._row_step:
+            self._write_row()
+        self.saver.finish()
+        self._progress.close()
+        return self._result(stopped=self.stop_requested and self.step < total)
+
+    def _act(self, total: int) -> None:
+        """Step the environments here until ``total`` steps or a stop request."""
+        assert self._env is not None and self.learning is not None
+        assert self._episodes_csv is not None
         cfg, env, learning = self.cfg, self._env, self.learning
         obs = env.reset(seed=cfg.env.seed + self.step)
         ids = env.reset_ids  # the environments of obs's rows; None: all, in order
@@ -310,11 +350,6 @@ class Trainer:
         self.book.start(num_envs, shown, self._episodes_csv)
         self._batches = Batches(num_envs, ids)  # ALE's async mode
         self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
-        self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
-        self._clock = dict.fromkeys(("tick", "row"), time.monotonic())
-        self.saver.restart_clock()
-        self._row_step = self.step
-        self._started = False
         overlap = overlaps_emulation(cfg.env, self.spec.has_frames, self.device)
 
         # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
@@ -345,20 +380,6 @@ class Trainer:
             self._tick()
             if go_on and not overlap and not self.stop_requested:
                 actions = self._start_step(result.obs, ids, self.step, shown, show_now=True)
-
-        learning.finish(drain=self.step >= total)  # the last updates due, then the learner stops
-        if not self._started:
-            for hook in self.hooks:
-                hook.on_start(self)
-        for hook in self.hooks:
-            hook.on_end(self)
-        self._refresh_stats(time.monotonic())
-        self._progress.update(self.stats)
-        if self.step != self._row_step:
-            self._write_row()
-        self.saver.finish()
-        self._progress.close()
-        return self._result(stopped=self.stop_requested and self.step < total)
 
     def _tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
@@ -438,20 +459,9 @@ class Trainer:
             self._record(stepped_actions, stepped, stepped.env_ids)
 
     def _result(self, stopped: bool) -> TrainResult:
-        fill_steps, fill_s, learn_steps, learn_s = self._pace.phases(self.step, time.monotonic())
-        return TrainResult(
-            step=self.step,
-            total_steps=self.cfg.train.steps,
-            episodes=self.episodes,
-            return_mean=self.return_mean(),
-            wall_s=self.wall_s(),
-            fill_steps=fill_steps,
-            fill_s=fill_s,
-            learn_steps=learn_steps,
-            learn_s=learn_s,
-            checkpoint=self.last_checkpoint,
-            stopped=stopped,
-        )
+        phases = self._pace.phases(self.step, time.monotonic())  # fill and learn: steps, seconds
+        counts = (self.step, self.cfg.train.steps, self.episodes, self.return_mean(), self.wall_s())
+        return TrainResult(*counts, *phases, checkpoint=self.last_checkpoint, stopped=stopped)
 
     def _show(
         self,
@@ -479,6 +489,8 @@ class Trainer:
         loss = self.learner.losses.peek()
         if not math.isnan(loss):  # no update since the last row: keep the last mean
             s.loss = loss
+        if self.remote is not None:
+            s.fleet = self.remote.status()
 
     def _write_row(self) -> None:
         assert self._metrics is not None and self._progress is not None

@@ -90,7 +90,12 @@ def training_session(
     status = StatusWriter(
         clocks=lambda: session.clocks_state() if session else "unchanged", side=side
     )
-    trainer = Trainer(cfg, fresh=fresh, quiet=quiet, hooks=[status, *hooks], side=side)
+    fleet = None
+    if cfg.fleet.actors:  # Ray is imported only for a run that asks for remote actors
+        from edgerl.fleet import open_fleet
+
+        fleet = open_fleet
+    trainer = Trainer(cfg, fresh=fresh, quiet=quiet, hooks=[status, *hooks], side=side, fleet=fleet)
     if stop is not None:
         stop.target = trainer.request_stop  # set-up (thousands of environments) stops early too
     with run_umask(), trainer, _final_status(trainer, status), contextlib.ExitStack() as stack:

@@ -102,6 +102,8 @@ def read_pointer(run_dir: Path) -> dict[str, Any]:
         value = pointer.get(key)
         if isinstance(value, bool) or not isinstance(value, kind):
             raise StreamError(f"{path} is damaged: {key} is {_shown(value)}")
+    if not pointer["path"]:  # Path("") is the current directory: named as the damage it is
+        raise StreamError(f"{path} is damaged: path is empty")
     return pointer
 
 

@@ -1,0 +1,154 @@
+"""The training loop when the actors are elsewhere (``fleet.actors``): their batches go into the
+learner's memory, the learning they owe is made, and weights and exploration rates go back.
+
+**The replay ratio stays exact.** The run's step counts the transitions received and written;
+after each batch the pipeline makes exactly the learning the learner owes at that step
+(:meth:`~edgerl.learners.Learner.owed`), whatever arrived when and from however many actors. An
+actor asks for nothing: the transport asks each one for a few batches at a time
+(``fleet.max_inflight``), so a learner that falls behind slows the actors instead of queueing
+their steps.
+
+**The replay is written as a local actor writes it.** A batch's first items (its actor started
+or started again) begin its environments' rings (``add_first``); each of its steps is one
+``add`` of the actor's rows with their environment ids, the newest frame of each observation
+given as a stack of one (the replay keeps only that frame and rebuilds stacks itself). A batch in
+flight when its actor was lost never arrives, so nothing half-written reaches the replay: the
+environment's newest slot is then an observation whose step never came, like an episode's final
+observation (no transition is drawn from it; an n-step window stops there, as at a truncation).
+
+**Weights** go out as numpy arrays every ``fleet.weights_every`` updates, taken between updates;
+a batch acted with weights at most that many updates old plus what was learned while it was in
+flight (the status shows the largest lag seen).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from edgerl.envs import EnvSpec, Step
+from edgerl.run.hooks import TICK_EVERY_S
+from edgerl.run.transport import Chunk, Transport, apex_epsilons
+
+if TYPE_CHECKING:
+    from edgerl.config import Config
+    from edgerl.learners import Learner
+    from edgerl.memories import Memory
+    from edgerl.run.episodes import Episodes
+    from edgerl.run.pipeline import Learning
+    from edgerl.stream import DisplayPublisher
+
+log = logging.getLogger(__name__)
+
+
+class RemoteRun(Protocol):
+    """The parts of the trainer this loop drives (its own loop records and ticks the same way)."""
+
+    cfg: Config
+    spec: EnvSpec
+    step: int
+    learner: Learner
+    memory: Memory
+    learning: Learning | None
+    book: Episodes
+    display: DisplayPublisher | None
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
+
+    def _tick(self) -> None: ...
+
+    def _show(
+        self, frames: np.ndarray, action: int, q: np.ndarray | None, step: int, epsilon: float
+    ) -> None: ...
+
+
+def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
+    """Learn from ``transport``'s actors until ``total`` steps or a stop request."""
+    learner, learning, fleet = run.learner, run.learning, run.cfg.fleet
+    assert learning is not None
+    transport.start(weights_of(run), learner.updates, seed=run.cfg.env.seed + run.step)
+    sent = learner.updates
+    apex = apex_epsilons(transport.num_envs, fleet.apex_epsilon, fleet.apex_alpha)
+    while run.step < total and not run.stop_requested:
+        transport.set_exploration(exploration(run, apex))
+        for chunk in transport.receive(TICK_EVERY_S):
+            write_chunk(run, chunk, total)
+            show(run, chunk)
+            learning.after_step(run.step)
+            if run.step >= total or run.stop_requested:
+                break
+        if learner.updates - sent >= fleet.weights_every:
+            transport.publish(weights_of(run), learner.updates)
+            sent = learner.updates
+        run._tick()
+
+
+def exploration(run: RemoteRun, apex: np.ndarray) -> np.ndarray:
+    """Each environment's exploration rate now: 1 while the replay fills, then Ape-X's fixed
+    rates (``fleet.exploration = "apex"``) or the learner's schedule for all."""
+    learner, step = run.learner, run.step
+    if step < learner.learn_from[0]:
+        return np.ones_like(apex)
+    if run.cfg.fleet.exploration == "apex":
+        return apex
+    return np.full_like(apex, learner.epsilon(step))
+
+
+def weights_of(run: RemoteRun) -> dict[str, np.ndarray]:
+    """The policy network's weights as numpy arrays (CPU copies), taken between updates."""
+    assert run.learning is not None
+    with run.learning.paused():
+        state = run.learner.q.state_dict()
+        return {k: v.detach().to("cpu").contiguous().numpy().copy() for k, v in state.items()}
+
+
+def write_chunk(run: RemoteRun, chunk: Chunk, total: int) -> None:
+    """Write ``chunk`` into the run's memory and episodes, step by step, stopping at ``total``
+    steps (the rest of the batch is dropped: the run ends there)."""
+    envs = chunk.envs
+    if chunk.first is not None:
+        run.memory.add_first(as_obs(run, chunk.first), envs=envs)
+        run.book.restart(envs)
+    at = 0  # the next of final_items
+    for t in range(len(chunk.actions)):
+        if run.step >= total:
+            break
+        done = chunk.terminated[t] | chunk.truncated[t]
+        final = None
+        ended = int(np.count_nonzero(done))
+        if ended:
+            final = np.zeros_like(chunk.items[t])
+            final[done] = chunk.final_items[at : at + ended]
+            at += ended
+            final = as_obs(run, final)
+        step = Step(
+            as_obs(run, chunk.items[t]),
+            chunk.rewards[t],
+            chunk.terminated[t],
+            chunk.truncated[t],
+            final,
+            envs,
+        )
+        run._record(chunk.actions[t], step, envs)
+
+
+def show(run: RemoteRun, chunk: Chunk) -> None:
+    """Publish the shown environment's frames for `edgerl view` (the first environment of the
+    first actor, each step when due, with its episode's return as of the batch's end)."""
+    if chunk.actor != 0 or run.display is None or not run.spec.has_frames:
+        return
+    epsilon = run.learner.epsilon(run.step)
+    for t in range(len(chunk.actions)):
+        if run.display.due():
+            run._show(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
+
+
+def as_obs(run: RemoteRun, items: np.ndarray) -> np.ndarray:
+    """Items as the observations the memory takes: a frame as a stack of one (the replay keeps
+    an observation's newest frame), a vector as it is."""
+    return items[:, None] if run.spec.has_frames else items

@@ -1,0 +1,315 @@
+"""Remote actors on a real Ray cluster (edgerl/fleet/): a head and two worker nodes started here
+with ``ray.cluster_utils.Cluster`` (one CPU each, a small object store, token auth and usage
+stats set explicitly, a private temporary directory), shared by this module's tests and every
+process of it stopped by its id at the end. ``edgerl train`` runs as a real process that joins
+it, as a learner joins a cluster of boards.
+
+The actors need the custom resource ``edgerl_test``, which only the worker nodes have: each
+holds one actor, so removing a worker loses exactly one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from .conftest import edgerl_cmd, run_edgerl
+
+NODE = {"num_cpus": 1, "object_store_memory": 80 << 20}
+WORKER = {**NODE, "resources": {"edgerl_test": 1}}
+FLEET = ["--set", "fleet.actors=2", "--set", "fleet.resource=edgerl_test"]
+CARTPOLE = ["--env", "CartPole-v1", "--set", "train.log_every_s=1", "--quiet"]
+
+
+@dataclass
+class RayCluster:
+    cluster: Any  # ray.cluster_utils.Cluster
+    env: dict[str, str]  # what a process joining it needs in its environment
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of every node, and their children (the actors' worker processes)."""
+        found = []
+        for node in self.cluster.list_all_nodes():
+            for infos in node.all_processes.values():
+                for info in infos:
+                    try:
+                        proc = psutil.Process(info.process.pid)
+                        found += [proc, *proc.children(recursive=True)]
+                    except psutil.NoSuchProcess:
+                        continue
+        return found
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayCluster]:
+    temp = tempfile.mkdtemp(prefix="edgerl-rt-", dir="/tmp")  # short: Ray's socket paths
+    env = {
+        "RAY_TMPDIR": temp,  # Ray's state here, not in a shared /tmp/ray
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)  # before Ray reads them: nodes and clients of this process
+        from ray.cluster_utils import Cluster
+
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={**NODE, "include_dashboard": False},
+            shutdown_at_exit=False,
+        )
+        started = RayCluster(cluster, env)
+        try:
+            for _ in range(2):
+                cluster.add_node(**WORKER)
+            yield started
+        finally:
+            procs = started.processes()
+            cluster.shutdown()
+            _, alive = psutil.wait_procs(procs, timeout=30)
+            for proc in alive:  # stopped by its id, whatever Ray left behind
+                proc.kill()
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def start_train(cluster: RayCluster, run: Path, *args: str) -> subprocess.Popen:
+    cmd = edgerl_cmd("train", *CARTPOLE, *FLEET, "--set", f"fleet.address={cluster.address}")
+    return subprocess.Popen(
+        [*cmd, "--run-dir", str(run), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **cluster.env},
+    )
+
+
+def wait_for(
+    proc: subprocess.Popen, what: str, check: Callable[[], bool], timeout: float = 300
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if proc.poll() is not None:
+            pytest.fail(f"the trainer ended before {what}: {proc.communicate()[1][-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {what} within {timeout:.0f} s: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.5)
+
+
+def status(run: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run / "status.json").read_text())
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return {}
+
+
+def actors(run: Path) -> list[dict[str, Any]]:
+    return (status(run).get("fleet") or {}).get("actors") or []
+
+
+def running(run: Path) -> int:
+    return sum(1 for a in actors(run) if a["state"] == "running")
+
+
+@pytest.mark.slow
+def test_cartpole_learns_with_two_remote_actors_and_goes_on_when_a_node_is_lost(
+    ray_cluster, tmp_path
+):
+    """The local run's bar (tests/test_learning.py: greedy 450+ after 60,000 steps) with two
+    actors on two other nodes, one of them removed mid-run and another node added later."""
+    run = tmp_path / "run"
+    proc = start_train(ray_cluster, run, "--steps", "60000")
+    try:
+        wait_for(proc, "two actors running", lambda: running(run) == 2)
+        wait_for(proc, "step 15,000", lambda: status(run).get("step", 0) >= 15_000)
+        lost = actors(run)[1]
+        (node,) = [n for n in ray_cluster.cluster.worker_nodes if n.node_id == lost["node_id"]]
+        ray_cluster.cluster.remove_node(node)
+        wait_for(proc, "the actor seen lost", lambda: actors(run)[1]["state"] != "running")
+        at_loss = status(run)["step"]
+        wait_for(proc, "steps after the loss", lambda: status(run)["step"] >= at_loss + 5_000)
+        assert running(run) == 1
+        described = run_edgerl("status", "--run-dir", str(run))
+        assert "fleet (" in described.stdout and "1 of 2 actors running" in described.stdout
+        assert "actor 1 on " in described.stdout and "its node died" in described.stdout
+        ray_cluster.cluster.add_node(**WORKER)  # a node comes back: the actor rejoins
+        wait_for(proc, "the actor back", lambda: running(run) == 2)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "fleet: actor 1 on node " in err and "was lost (its node died)" in err
+    assert "training goes on with 1 actor of 2" in err and "fleet: actor 1 rejoined on" in err
+    rows = (run / "metrics.csv").read_text().splitlines()
+    last = dict(zip(rows[0].split(","), rows[-1].split(","), strict=True))
+    # the replay ratio is exact: one update per 2 steps after learning_starts (CartPole's preset)
+    assert int(last["step"]) == 60_000 and int(last["updates"]) == (60_000 - 1_000) // 2
+    play = run_edgerl("play", "--run-dir", str(run), "--episodes", "10", "--json")
+    assert play.returncode == 0, play.stderr[-2000:]
+    assert json.loads(play.stdout)["return_mean"] >= 450
+
+
+def test_ctrl_c_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
+    run = tmp_path / "run"
+    proc = start_train(ray_cluster, run, "--steps", "1000000")
+    try:
+        wait_for(proc, "two actors running", lambda: running(run) == 2)
+        wait_for(proc, "step 2,000", lambda: status(run).get("step", 0) >= 2_000)
+        pids = [a["pid"] for a in actors(run)]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-3000:]
+    assert "stopped by SIGINT; run the same command to resume" in err
+    gone = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], 60)[1]
+    assert not gone, f"actors still running after the learner stopped: {gone}"
+    stopped_at = status(run)["step"]
+    assert status(run)["state"] == "stopped" and stopped_at >= 2_000
+
+    again = start_train(ray_cluster, run, "--steps", str(stopped_at + 1_000))
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert (
+        f"resuming from step {stopped_at:,}" in err and "with the replay of that checkpoint" in err
+    )
+    assert status(run)["step"] == stopped_at + 1_000 and status(run)["state"] == "finished"
+
+
+def test_a_cluster_that_does_not_answer_is_one_sentence(ray_cluster, tmp_path):
+    with socket_nobody_listens_on() as port:
+        r = run_edgerl(
+            "train", *CARTPOLE, *FLEET, "--set", f"fleet.address=127.0.0.1:{port}",
+            env=ray_cluster.env, cwd=tmp_path,
+        )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    (line,) = r.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"edgerl: error: cannot reach the Ray cluster at 127.0.0.1:{port} (")
+    assert "ray start --head" in line and "Traceback" not in r.stderr
+
+    r = run_edgerl("train", *CARTPOLE, *FLEET, "--set", "fleet.address=board2", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "fleet.address must be HOST:PORT of the Ray head" in r.stderr.strip().splitlines()[-1]
+
+    # token auth (the default) without the cluster's token here: said before joining
+    no_token = {**ray_cluster.env, "RAY_AUTH_TOKEN": "", "HOME": str(tmp_path)}
+    r = run_edgerl(
+        "train", *CARTPOLE, *FLEET, "--set", f"fleet.address={ray_cluster.address}",
+        env=no_token, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "fleet.auth=token needs the cluster's token" in r.stderr.strip().splitlines()[-1]
+
+
+def test_joining_keeps_the_runs_own_sigterm_handler(ray_cluster, tmp_path):
+    """ray.init takes SIGTERM for itself (it exits at once); a run's SIGTERM is a stop request
+    that finishes the step and writes a checkpoint (the service is stopped with it)."""
+    code = (
+        "import signal, sys\n"
+        "from edgerl.config.fleet import FleetConfig\n"
+        "from edgerl.fleet.cluster import Cluster\n"
+        "def mine(signum, frame): pass\n"
+        "signal.signal(signal.SIGTERM, mine)\n"
+        "cluster = Cluster(FleetConfig(actors=1, address=sys.argv[1]))\n"
+        "cluster.open()\n"
+        "kept = signal.getsignal(signal.SIGTERM) is mine\n"
+        "cluster.close()\n"
+        "print('kept' if kept else 'taken')\n"
+    )
+    r = subprocess.run(
+        [edgerl_cmd()[0], "-c", code, ray_cluster.address], capture_output=True, text=True,
+        env={**os.environ, **ray_cluster.env}, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert r.stdout.strip() == "kept", r.stderr[-2000:]
+
+
+def test_without_ray_remote_actors_are_one_sentence(tmp_path):
+    """The core never imports Ray: training runs without it, and fleet.actors names the extra."""
+    code = (
+        "import sys; sys.modules['ray'] = None; from edgerl.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    args = ["train", *CARTPOLE, "--set", "fleet.actors=2", "--steps", "100"]
+    r = subprocess.run(
+        [edgerl_cmd()[0], "-c", code, *args], capture_output=True, text=True, cwd=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert "needs the Python package 'ray'" in line and "pip install 'edgerl[fleet]'" in line
+    local = subprocess.run(
+        [edgerl_cmd()[0], "-c", code, *args[:-4], "--steps", "100"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert local.returncode == 0, local.stderr[-2000:]
+
+
+class socket_nobody_listens_on:
+    """A local port that refuses connections: bound, never listening."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze is not installed (Debian: apt-get install systemd; .ci/run does)",
+)
+def test_the_fleet_units_pass_systemd_analyze(tmp_path):
+    """edgerl-ray.service (a board's Ray node) verifies; the learner's drop-in gives
+    edgerl.service the network and nothing more (its exposure stays within the unit's bound)."""
+    units = tmp_path / "etc/systemd/system"
+    (units / "edgerl.service.d").mkdir(parents=True)
+    venv = tmp_path / "opt/edgerl/venv/bin"
+    venv.mkdir(parents=True)
+    for tool in ("edgerl", "ray"):
+        (venv / tool).symlink_to(Path(edgerl_cmd()[0]).with_name(tool))
+    for name in ("edgerl.service", "edgerl-ray.service", "edgerl.service.d/fleet.conf"):
+        text = (REPO / "systemd" / name).read_text()
+        (units / name).write_text(text.replace("/opt/edgerl", str(tmp_path / "opt/edgerl")))
+    env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"}  # drop-ins are read from here
+
+    def analyze(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["systemd-analyze", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+
+    r = analyze("verify", str(units / "edgerl-ray.service"))
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    r = analyze("security", "--offline=yes", "edgerl.service")
+    assert "ignoring" not in r.stderr and "Unknown" not in r.stderr, r.stderr
+    assert "Service has access to the host's network" in r.stdout  # the drop-in was read
+    exposure = re.search(r"Overall exposure level for edgerl.service: (\d+\.\d+)", r.stdout)
+    assert exposure and float(exposure[1]) <= 4.0, r.stdout

@@ -1,0 +1,191 @@
+"""The training loop with actors elsewhere (run/remote.py, fleet/actor.py) without Ray: a remote
+actor's batches of single frames write the replay a local actor writes, and a real Trainer fed
+irregular batches makes exactly the updates its replay ratio owes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.config import build_layers, resolve
+from edgerl.envs import make_env, probe
+from edgerl.files.checkpoint import list_checkpoints, load
+from edgerl.fleet.actor import RemoteActor
+from edgerl.memories.replay import ReplayBuffer
+from edgerl.run.episodes import Episodes
+from edgerl.run.remote import write_chunk
+from edgerl.run.train import Trainer
+from edgerl.run.transport import apex_epsilons
+
+from .inproc_fleet import InProcessFleet
+
+
+def config(tmp_path, env_id: str, *sets: str, steps: int = 3000):
+    return resolve(
+        build_layers(
+            None,
+            ["hw.monitor=false", "display.enabled=false", "eval.every_steps=0", *sets],
+            {"env.id": env_id, "train.steps": steps, "train.run_dir": str(tmp_path / "run")},
+            use_system=False,
+        )
+    )
+
+
+class Recorder:
+    """The parts of the trainer write_chunk drives, around a real replay (the trainer's own
+    _record clips Atari rewards too; here they are written as they come, on both sides)."""
+
+    def __init__(self, cfg, spec, memory, num_envs):
+        self.cfg, self.spec, self.memory = cfg, spec, memory
+        self.step = 0
+        self.book = Episodes()
+        self.book.start(num_envs, 0, None)
+
+    def _record(self, actions, result, envs):
+        self.memory.add(
+            actions,
+            result.rewards,
+            result.terminated,
+            result.truncated,
+            result.obs,
+            result.final_obs,
+            envs=envs,
+        )
+        self.step += len(actions)
+
+
+@pytest.mark.parametrize(
+    "env_id, sets",
+    [
+        # Truncated every 30 steps: episode ends, final frames and first ones inside a batch.
+        ("ALE/Pong-v5", ["env.max_episode_frames=120", "env.num_envs=3"]),
+        ("CartPole-v1", ["env.num_envs=3"]),  # terminations within 100 random steps
+    ],
+)
+def test_a_remote_actors_single_frames_write_the_replay_a_local_actor_writes(
+    tmp_path, env_id, sets
+):
+    cfg = config(tmp_path, env_id, *sets)
+    spec = probe(env_id)
+    n, seed, steps = cfg.env.num_envs, 7, 100
+    actor = RemoteActor(cfg.to_dict(), spec.to_dict(), seed)
+    chunk = actor.collect(steps, np.ones(n))  # random actions: no weights needed
+    assert chunk.first is not None and chunk.items.shape == (steps, n, *spec.item_shape)
+    assert (chunk.terminated | chunk.truncated).any(), "the test wants episode ends"
+    envs = np.arange(n, 2 * n)  # the fleet's second actor: the replay's rows n..2n-1
+    chunk = chunk._replace(actor=1, envs=envs)
+
+    def replay():
+        return ReplayBuffer(spec, 2 * n * 200, 2 * n, seed=3, n_step=3)
+
+    remote = replay()
+    write_chunk(Recorder(cfg, spec, remote, 2 * n), chunk, total=10**9)
+
+    local = replay()  # the same environments, stepped here with the same actions
+    env = make_env(dataclasses.replace(cfg.env, batch_size=0), spec)
+    local.add_first(env.reset(seed=seed), envs=envs)
+    for t in range(steps):
+        r = env.step(chunk.actions[t])
+        local.add(chunk.actions[t], r.rewards, r.terminated, r.truncated, r.obs, r.final_obs, envs)
+    env.close()
+
+    assert torch.equal(remote.items, local.items)
+    for name in ("actions", "rewards", "flags", "head", "count"):
+        assert np.array_equal(getattr(remote, name), getattr(local, name)), name
+    assert remote.valid == local.valid == steps * n
+    a, b = remote.sample(64), local.sample(64)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert a.obs.shape[1:] == spec.obs_shape  # stacks rebuilt from single frames
+
+    # The actor is lost and a new one takes its environments over: its first observations
+    # start new rings; the observation the lost one left behind starts no transition.
+    heads = remote.head[envs].copy()
+    again = RemoteActor(cfg.to_dict(), spec.to_dict(), seed + 100)
+    more = again.collect(5, np.ones(n))._replace(actor=1, envs=envs)
+    write_chunk(Recorder(cfg, spec, remote, 2 * n), more, total=10**9)
+    orphan = envs * remote.slots + heads - 1
+    flags = remote.flags.reshape(-1)
+    assert not (flags[orphan] & 2).any() and (flags[orphan + 1] & 1).all()  # not VALID; FIRST
+    assert remote.valid == (steps + 5) * n
+
+
+def test_a_trainer_fed_irregular_batches_makes_exactly_the_updates_they_owe(tmp_path):
+    sets = [
+        "fleet.actors=2",
+        "env.num_envs=2",
+        "fleet.batch_steps=16",
+        "fleet.weights_every=20",
+        "agent.learning_starts=500",
+        "agent.train_freq=2",
+        "agent.batch_size=16",
+        "train.checkpoint_every_s=3600",
+    ]
+    cfg = config(tmp_path, "CartPole-v1", *sets)
+    fleets: list[InProcessFleet] = []
+
+    def open_fleet(cfg, spec):
+        fleets.append(InProcessFleet(cfg, spec))
+        return fleets[-1]
+
+    with Trainer(cfg, fleet=open_fleet, quiet=True) as trainer:
+        assert trainer.memory.num_envs == 4  # two actors of two environments
+        result = trainer.run()
+        assert trainer.step == 3000  # the last batch is cut at train.steps
+        assert trainer.learner.updates == (3000 - 500) // 2
+    fleet = fleets[0]
+    assert fleet.closed and len(set(fleet.sizes)) > 5  # batches of many sizes arrived
+    assert result.step == 3000 and result.episodes > 0
+    # weights went out every 20 updates or so, newer each time
+    assert fleet.published[0] == 0 and fleet.published == sorted(set(fleet.published))
+    assert len(fleet.published) >= 1250 // 20 // 2
+    # learning started: Ape-X's rates, one per environment of the fleet
+    assert np.allclose(fleet.epsilons, apex_epsilons(4, 0.4, 7.0))
+
+    (ck,) = list_checkpoints(tmp_path / "run" / "checkpoints")
+    assert load(ck.path).step == 3000
+    resumed = config(tmp_path, "CartPole-v1", *sets, "fleet.exploration=schedule", steps=3400)
+    with Trainer(resumed, fleet=open_fleet, quiet=True) as trainer:
+        assert trainer.step == 3000
+        trainer.run()
+        assert trainer.step == 3400 and trainer.learner.updates == (3400 - 500) // 2
+        schedule = trainer.learner.epsilon(3400)
+    # the learner's schedule (CartPole's preset decays it over 8,000 steps) for every environment
+    rates = fleets[1].epsilons
+    assert len(set(rates.tolist())) == 1 and rates[0] == pytest.approx(schedule, abs=0.02)
+
+
+def test_apex_rates_run_from_the_base_down():
+    rates = apex_epsilons(5, 0.4, 7.0)
+    assert rates[0] == pytest.approx(0.4) and rates[-1] == pytest.approx(0.4**8)
+    assert np.all(np.diff(rates) < 0)
+    assert apex_epsilons(1, 0.4, 7.0).tolist() == [0.4]
+
+
+def test_a_pong_fleet_learns_and_shows_its_first_environment(tmp_path):
+    """Frames from remote actors: the replay's stacks feed the CNN's updates, and the first
+    actor's first environment is published for `edgerl view`."""
+    from edgerl.stream.reader import FrameReader
+
+    sets = [
+        "fleet.actors=2",
+        "env.num_envs=2",
+        "fleet.batch_steps=8",
+        "agent.learning_starts=200",
+        "agent.train_freq=16",
+        "agent.batch_size=8",
+        "replay.capacity=2000",
+        "display.enabled=true",
+        "display.every=1",
+        "perf.compile=off",
+    ]
+    cfg = config(tmp_path, "ALE/Pong-v5", *sets, steps=600)
+    with Trainer(cfg, fleet=InProcessFleet, quiet=True) as trainer:
+        trainer.run()
+        assert trainer.step == 600 and trainer.learner.updates == (600 - 200) // 16
+        reader = FrameReader(trainer.run_dir)
+        frame = reader.latest()
+        assert reader.writes > 50 and frame is not None and frame.pixels.shape == (84, 84)
+        reader.close()
