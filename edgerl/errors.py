@@ -61,3 +61,7 @@ class MissingDependencyError(EdgerlError):
 
 class OutputError(EdgerlError):
     """A file a command was asked to write (a plot, a recording) cannot be written."""
+
+
+class ServeError(EdgerlError):
+    """``edgerl serve`` cannot listen where it was asked to (port taken, no such address)."""
