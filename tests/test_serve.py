@@ -9,6 +9,7 @@ and starts that trainer)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -126,7 +127,7 @@ def damage(cartpole: Path, into: Path) -> None:
     shutil.copytree(cartpole, into, ignore=shutil.ignore_patterns("checkpoints", "replay"))
     lines = (into / "metrics.csv").read_bytes().splitlines(keepends=True)
     bad = [b"\xff\xfe\x00 not text\n", b"9" * (100 * 1024) + b"\n"]
-    (into / "metrics.csv").write_bytes(b"".join(lines[:3] + bad + lines[3:]))
+    (into / "metrics.csv").write_bytes(b"".join(lines[:1] + bad + lines[1:]))  # after the header
     (into / "status.json").write_bytes(b"[" * 100_000)
 
 
@@ -219,7 +220,6 @@ def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(serve
             wait_for(lambda: page.locator("#cores .core").count() >= 1, "the CPU cores")
             assert page.locator("#sps path.line").count() == 1  # steps/s from metrics.csv
             assert page.inner_text("#state") == "running"
-            page.screenshot(path=tmp_path / "serve.png", full_page=True)  # kept by the test run
 
             page.select_option("#run", "CartPole-v1")  # a finished run on vector observations
             wait_for(lambda: page.locator("#returns .evals circle").count() >= 2, "evaluations")
@@ -234,11 +234,19 @@ def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(serve
             assert "is damaged" in page.inner_text("#notes")
             assert page.locator("#returns path.line").count() >= 2  # drawn from what is left
 
+            page.select_option("#run", "Pong-v5")  # back: the game comes again
+            seen = frames()
+            wait_for(lambda: frames() >= seen + 3 and page.locator("#status dd").count(), "Pong")
+            with contextlib.suppress(AssertionError):  # a picture with Pong's first episodes
+                wait_for(lambda: page.locator("#returns path.line").count(), "returns", 20)
+            page.screenshot(path=tmp_path / "serve.png", full_page=True)  # kept by the test run
+
             phone = browser.new_page(viewport={"width": 390, "height": 844})
             phone.goto(served.url + "#run=Pong-v5")
             phone.wait_for_selector("#status dd", timeout=SLOW * 1000)
             width = phone.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, "the page is wider than a phone's screen"
+            phone.screenshot(path=tmp_path / "serve-phone.png", full_page=True)
             assert not errors, errors
         finally:
             browser.close()
@@ -302,6 +310,8 @@ def test_metrics_parse_and_equal_status_json(served):
     best = max(float(line.split(",")[3]) for line in evals)
     assert metrics[("edgerl_eval_return_best", done)] == best
     assert metrics[("edgerl_status_readable", (("run", "damaged"),))] == 0
+    # Every document has been read by now (the browser test's page): still no PyTorch in it.
+    assert "torch" not in Path(f"/proc/{served.proc.pid}/maps").read_text()
 
 
 # -- what may not happen --------------------------------------------------------------------------
@@ -312,7 +322,7 @@ def test_damaged_run_files_are_shown_as_damaged_never_a_500(served):
     assert summary["status"] is None and "status.json is damaged" in summary["problem"]
     curves = get_json(served, "/api/runs/damaged/curves")
     assert curves["damage"] == [
-        "metrics.csv has 2 damaged lines from line 4 on (not text, or over 64 KiB): skipped"
+        "metrics.csv has 2 damaged lines from line 2 on (not text, or over 64 KiB): skipped"
     ]
     assert len(curves["returns"]["y"]) > 10  # the rest is drawn
     assert served.get("/api/runs/no-such-run/summary")[0] == 404
@@ -476,3 +486,49 @@ def test_the_page_follows_a_trainer_restarted_under_it(served):
         "the restarted trainer's status",
     )
     assert summary["problem"] is None and summary["status"]["step"] >= after["step"] - 10_000
+
+
+# -- the board's metrics from a real Orin line, and a load record of a damaged file --------------
+
+
+def test_board_metrics_of_an_orin_are_its_tegrastats_figures_in_base_units():
+    from prometheus_client.core import Metric
+
+    from edgerl.hw.tegrastats import parse_line
+    from edgerl.serve.exporter import board_metrics
+    from edgerl.serve.runs import clean_load
+
+    line = (Path(__file__).parent / "fixtures/tegrastats/agx_orin_jp6.txt").read_text()
+    record = parse_line(line.splitlines()[0])
+    assert record is not None
+    families: list[Metric] = list(
+        board_metrics(clean_load(json.loads(json.dumps(record.to_dict()))))
+    )
+    got = {(s.name, tuple(s.labels.values())): s.value for f in families for s in f.samples}
+    assert got[("edgerl_cpu_busy_ratio", ("5",))] == 1.0
+    assert got[("edgerl_cpu_frequency_hertz", ("4",))] == 2201 * 10**6
+    assert got[("edgerl_emc_busy_ratio", ())] == 0.01
+    assert got[("edgerl_gpu_frequency_hertz", ())] == 305 * 10**6
+    assert got[("edgerl_temperature_celsius", ("tj",))] == 53.062
+    assert got[("edgerl_power_watts", ("VIN_SYS_5V0",))] == 4.767
+    assert got[("edgerl_memory_used_bytes", ())] == 29114 * 2**20
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        [], None, "text", {"cpu": "x", "temps": [1], "power_mw": {"VDD_IN": float("nan")}},
+        {"cpu": [1e999, None, "7", True], "gr3d": "31", "temps": {"tj\x1b[2J": 50.0, "cpu": 1e999}},
+    ],
+)  # fmt: skip
+def test_a_load_record_of_a_damaged_status_gives_only_finite_numbers(record):
+    from edgerl.serve.exporter import board_metrics
+    from edgerl.serve.runs import clean_load
+
+    load = clean_load(record)
+    if load is None:
+        assert not isinstance(record, dict)
+        return
+    assert load["cpu"] in ([], [None, None, None, None]) and load["gr3d"] is None
+    assert load["temps"] == {} and load["power_mw"] == {}
+    assert all(s.value == s.value for f in board_metrics(load) for s in f.samples)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import stat
 from pathlib import Path
@@ -11,6 +12,8 @@ import click
 
 from edgerl.cli.app import cli
 from edgerl.cli.options import default_status_dir
+
+log = logging.getLogger(__name__)
 
 
 def check_readable(run_dir: Path) -> None:
@@ -225,6 +228,11 @@ def serve(
     token = read_token(token_file)
     check_access(host, token, trusted_network)
     roots = list(run_dirs) or serve_roots()
+    if not any(root.is_dir() for root in roots):
+        log.warning(
+            "none of %s exists yet: the page lists runs as they appear",
+            ", ".join(str(r) for r in roots),
+        )
     opts = ServeOptions(
         roots=roots, host=host, port=port, token=token, trusted_network=trusted_network, fps=fps
     )

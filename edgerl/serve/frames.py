@@ -98,7 +98,6 @@ class FrameHub:
         self.viewers = 0
         self.version = 0
         self.message: bytes | str = note_message(f"waiting for the trainer of {run_dir.name}")
-        self.frames_read = 0
         self._news = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._attach: Attachment | None = None
@@ -162,7 +161,6 @@ class FrameHub:
             frame = attach.latest()
             reader = attach.reader
             if frame is not None and reader is not None:
-                self.frames_read += 1
                 return frame_message(frame, reader.action_meanings)
             if reader is not None or time.monotonic() - self._noted < NOTE_EVERY_S:
                 return None

@@ -144,6 +144,7 @@ function clearPanels() {
   text($("progress-text"), "");
   $("progress-bar").style.width = "0";
   delete document.body.dataset.gameNote;
+  document.body.dataset.frames = 0;
   setPill("loading");
 }
 

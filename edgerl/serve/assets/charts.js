@@ -11,17 +11,20 @@
     return el;
   }
 
-  // About `count` round values (1, 2 or 5 times a power of ten) from lo to hi.
+  // About `count` round values (1, 2 or 5 times a power of ten) from lo to hi, at least two.
   function ticks(lo, hi, count) {
     if (!(hi > lo)) return [lo];
-    const raw = (hi - lo) / count;
-    const power = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
-    const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
-      out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    const power = Math.pow(10, Math.floor(Math.log10((hi - lo) / count)));
+    const steps = [0.5, 1, 2, 5, 10].map((m) => m * power);
+    let i = steps.findIndex((s) => s >= (hi - lo) / count);
+    for (; i >= 0; i--) {
+      const out = [];
+      for (let v = Math.ceil(lo / steps[i]) * steps[i]; v <= hi + steps[i] * 1e-9; v += steps[i]) {
+        out.push(Math.abs(v) < steps[i] * 1e-9 ? 0 : +v.toPrecision(12));
+      }
+      if (out.length >= 2 || i === 0) return out;
     }
-    return out;
+    return [lo, hi];
   }
 
   function compact(v) {
@@ -77,6 +80,12 @@
     svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
     svg.replaceChildren();
     const series = opts.series.filter((s) => s.x.length);
+    if (!series.length) {
+      drawLegend(svg, []);
+      svgEl("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty" }, svg)
+        .textContent = opts.empty || "no data yet";
+      return;
+    }
     const pad = { left: 46, right: 10, top: 8, bottom: 22 };
     const xs = [].concat(...series.map((s) => s.x));
     const ys = [].concat(...series.map((s) => s.y));
@@ -100,12 +109,6 @@
     }
     for (const v of ticks(x0, x1, Math.max(2, Math.floor(width / 90)))) {
       svgEl("text", { x: sx(v), y: height - 6, "text-anchor": "middle" }, axis).textContent = xFormat(v);
-    }
-    if (!series.length) {
-      drawLegend(svg, []);
-      svgEl("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty" }, svg)
-        .textContent = opts.empty || "no data yet";
-      return;
     }
     for (const s of series) {
       const g = svgEl("g", { class: "series " + (s.cls || "") }, svg);
