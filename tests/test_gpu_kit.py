@@ -65,7 +65,7 @@ def needed_on_the_gpu_machine() -> list[Requirement]:
     extras = project["optional-dependencies"]
     test = [r for r in extras["test"] if canonicalize_name(Requirement(r).name) != "edgerl"]
     # lint, the MP4 test and the browser that tests edgerl serve: not part of the GPU checks
-    test_tools = {"ruff", "imageio-ffmpeg", "playwright"}
+    test_tools = {"ruff", "imageio-ffmpeg", "selenium"}
     wanted = [
         *project["dependencies"],
         *extras["export"],

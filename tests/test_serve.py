@@ -172,21 +172,51 @@ def get_json(served: Served, path: str) -> dict[str, Any]:
 # -- the page in a real browser -----------------------------------------------------------------
 
 BROWSER_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000",
 ]  # fmt: skip
 
 
-def chromium() -> str:
-    """The distribution's Chromium, or skip (Debian: apt-get install chromium; .ci/run does)."""
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if (path := shutil.which(name)) is not None:
-            return path
-    pytest.skip("no Chromium here (Debian: apt-get install chromium; .ci/run installs it)")
+@contextlib.contextmanager
+def chromium(profile: Path) -> Iterator[Any]:
+    """The distribution's headless Chromium with a fresh profile, driven through its own
+    chromedriver (Debian: apt-get install chromium chromium-driver; .ci/run does), or skip."""
+    pytest.importorskip("selenium", reason="selenium is not installed (the test extra has it)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        pytest.skip("no Chromium and chromedriver here (Debian: apt-get install chromium "
+                    "chromium-driver; .ci/run installs them)")  # fmt: skip
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in [*BROWSER_ARGS, f"--user-data-dir={profile}"]:
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
 
 
-CANVAS_PIXELS = """() => {
+def screenshot(chrome: Any, path: Path) -> None:
+    """The whole page, beyond the window, as a PNG."""
+    import base64
+
+    width, height = chrome.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    )
+    clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+    shot = chrome.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+CANVAS_PIXELS = """
   const c = document.getElementById("game");
   const data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
   let sum = 0, distinct = new Set();
@@ -195,61 +225,56 @@ CANVAS_PIXELS = """() => {
     distinct.add(data[i]);
   }
   return [sum, distinct.size];
-}"""
+"""
 
 
 def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(served, tmp_path):
-    from playwright.sync_api import sync_playwright
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
 
-    executable = chromium()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=BROWSER_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served.url + "#run=Pong-v5")
-            frames = lambda: int(page.evaluate("document.body.dataset.frames || 0"))  # noqa: E731
-            wait_for(lambda: frames() >= 2, "frames on the page")
-            first, distinct = page.evaluate(CANVAS_PIXELS)
-            assert distinct >= 3, "the game frame is blank"
-            seen = frames()
-            wait_for(lambda: frames() >= seen + 5, "more frames")
-            wait_for(lambda: page.evaluate(CANVAS_PIXELS)[0] != first, "a frame that changes")
-            page.wait_for_selector("#status dd", timeout=SLOW * 1000)
-            wait_for(lambda: page.locator("#cores .core").count() >= 1, "the CPU cores")
-            assert page.locator("#sps path.line").count() == 1  # steps/s from metrics.csv
-            assert page.inner_text("#state") == "running"
+    with chromium(tmp_path / "profile") as chrome:
+        js = chrome.execute_script
+        count = lambda css: len(chrome.find_elements(By.CSS_SELECTOR, css))  # noqa: E731
+        text = lambda css: chrome.find_element(By.CSS_SELECTOR, css).text  # noqa: E731
+        frames = lambda: int(js("return document.body.dataset.frames || 0"))  # noqa: E731
+        pick = lambda run: Select(chrome.find_element(By.ID, "run")).select_by_value(run)  # noqa: E731
+        chrome.get(served.url + "#run=Pong-v5")
+        wait_for(lambda: frames() >= 2, "frames on the page")
+        first, distinct = js(CANVAS_PIXELS)
+        assert distinct >= 3, "the game frame is blank"
+        seen = frames()
+        wait_for(lambda: frames() >= seen + 5, "more frames")
+        wait_for(lambda: js(CANVAS_PIXELS)[0] != first, "a frame that changes")
+        wait_for(lambda: count("#status dd") and count("#cores .core"), "the status and the cores")
+        assert count("#sps path.line") == 1  # steps/s from metrics.csv
+        assert text("#state") == "running"
 
-            page.select_option("#run", "CartPole-v1")  # a finished run on vector observations
-            wait_for(lambda: page.locator("#returns .evals circle").count() >= 2, "evaluations")
-            assert page.locator("#returns path.line").count() == 3  # returns, mean, evaluations
-            note = wait_for(lambda: page.evaluate("document.body.dataset.gameNote"), "a note")
-            assert "vector observations" in note and "no frames" in note
-            wait_for(lambda: page.inner_text("#state") == "finished", "the finished state")
+        pick("CartPole-v1")  # a finished run on vector observations
+        wait_for(lambda: count("#returns .evals circle") >= 2, "evaluations")
+        assert count("#returns path.line") == 3  # returns, their mean, evaluations
+        note = wait_for(lambda: js("return document.body.dataset.gameNote"), "a note")
+        assert "vector observations" in note and "no frames" in note
+        wait_for(lambda: text("#state") == "finished", "the finished state")
 
-            page.select_option("#run", "damaged")
-            wait_for(lambda: "metrics.csv has 2 damaged lines" in page.inner_text("#curves-notes"),
-                     "the damaged metrics.csv named")  # fmt: skip
-            assert "is damaged" in page.inner_text("#notes")
-            assert page.locator("#returns path.line").count() >= 2  # drawn from what is left
+        pick("damaged")
+        wait_for(lambda: "metrics.csv has 2 damaged lines" in text("#curves-notes"), "damage")
+        assert "is damaged" in text("#notes")
+        assert count("#returns path.line") >= 2  # drawn from what is left
 
-            page.select_option("#run", "Pong-v5")  # back: the game comes again
-            seen = frames()
-            wait_for(lambda: frames() >= seen + 3 and page.locator("#status dd").count(), "Pong")
-            with contextlib.suppress(AssertionError):  # a picture with Pong's first episodes
-                wait_for(lambda: page.locator("#returns path.line").count(), "returns", 20)
-            page.screenshot(path=tmp_path / "serve.png", full_page=True)  # kept by the test run
+        pick("Pong-v5")  # back: the game comes again
+        wait_for(lambda: frames() >= 3 and count("#status dd"), "Pong again")
+        with contextlib.suppress(AssertionError):  # a picture with Pong's first episodes
+            wait_for(lambda: count("#returns path.line"), "returns", 20)
+        screenshot(chrome, tmp_path / "serve.png")  # kept by the test run
 
-            phone = browser.new_page(viewport={"width": 390, "height": 844})
-            phone.goto(served.url + "#run=Pong-v5")
-            phone.wait_for_selector("#status dd", timeout=SLOW * 1000)
-            width = phone.evaluate("document.documentElement.scrollWidth")
-            assert width <= 390, "the page is wider than a phone's screen"
-            phone.screenshot(path=tmp_path / "serve-phone.png", full_page=True)
-            assert not errors, errors
-        finally:
-            browser.close()
+        metrics = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # a phone
+        chrome.refresh()
+        wait_for(lambda: count("#status dd"), "the page on a phone")
+        assert js("return document.documentElement.scrollWidth") <= 390, "wider than a phone"
+        screenshot(chrome, tmp_path / "serve-phone.png")
+        errors = [e["message"] for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
 
 
 # -- /metrics ------------------------------------------------------------------------------------
