@@ -3,7 +3,7 @@
 # (`edgerl train --quick`); `make run ARGS="--env ALE/Breakout-v5"` passes options on.
 # It installs what running needs (edgerl, PyTorch, the plot extra: with PyTorch's CPU build about
 # 250 MB to download, 1.1 GB in .venv); `make test` adds the test extras (ONNX Runtime, pygame,
-# ffmpeg for MP4s, Ray for the fleet's tests, pytest, ruff: about 0.61 GB more).
+# ffmpeg for MP4s, Ray for the fleet's tests, pytest, ruff, the web extra and Selenium: about 0.67 GB more).
 PYTHON ?= python3
 VENV ?= .venv
 # PyTorch, pinned. Where pip finds it decides which build comes, and how much:
@@ -40,7 +40,7 @@ $(RUN_STAMP): $(TORCH_STAMP) pyproject.toml
 	@echo "== edgerl is $(BIN)/edgerl; to type plain 'edgerl' as the docs do: . $(BIN)/activate"
 
 $(TEST_STAMP): $(TORCH_STAMP) pyproject.toml
-	@echo "== installing edgerl with the plot and test extras (about 0.8 GB in .venv)"
+	@echo "== installing edgerl with the plot and test extras (about 0.9 GB in .venv)"
 	$(BIN)/pip install -e ".[test,plot]"
 	touch $@
 

@@ -66,3 +66,7 @@ class OutputError(EdgerlError):
 class FleetError(EdgerlError):
     """Remote actors cannot run: the Ray cluster cannot be reached or joined, or no actor can
     start on it."""
+
+
+class ServeError(EdgerlError):
+    """``edgerl serve`` cannot listen where it was asked to (port taken, no such address)."""

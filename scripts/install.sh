@@ -3,8 +3,9 @@
 #
 # On a Jetson the virtual environment is created with --system-site-packages so that JetPack's
 # PyTorch and TensorRT are used, and pip is pinned to their versions so it never replaces them.
-# Idempotent: run it again to upgrade. --uninstall removes the unit and the venv, keeps config
-# (/etc/edgerl) and runs (/var/lib/edgerl).
+# Idempotent: run it again to upgrade. --uninstall removes the units and the venv, keeps config
+# (/etc/edgerl) and runs (/var/lib/edgerl). The unit of the web page (edgerl-serve.service) is
+# installed with its token, not enabled.
 set -euo pipefail
 
 usage() {
@@ -15,7 +16,7 @@ usage: scripts/install.sh [--prefix DIR] [--dry-run] [--no-venv] [--python PY] [
   --dry-run      print what would be done, change nothing
   --no-venv      install the unit, config and state directory only
   --python PY    the Python that creates the venv (default: python3)
-  --uninstall    remove the unit and the venv; keep /etc/edgerl and /var/lib/edgerl
+  --uninstall    remove the units and the venv; keep /etc/edgerl and /var/lib/edgerl
 USAGE
 }
 
@@ -42,6 +43,7 @@ ROOT=${PREFIX%/}
 OPT=$ROOT/opt/edgerl
 VENV=$OPT/venv
 UNIT=$ROOT/etc/systemd/system/edgerl.service
+SERVE_UNIT=$ROOT/etc/systemd/system/edgerl-serve.service
 CONF_DIR=$ROOT/etc/edgerl
 STATE_DIR=$ROOT/var/lib/edgerl
 LINK=$ROOT/usr/local/bin/edgerl  # so `edgerl status` works in any shell, not only in the venv
@@ -64,8 +66,9 @@ fi
 if [ "$UNINSTALL" = 1 ]; then
     if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
         run systemctl disable --now edgerl.service || true
+        run systemctl disable --now edgerl-serve.service || true
     fi
-    run rm -f "$UNIT"
+    run rm -f "$UNIT" "$SERVE_UNIT"
     if [ -L "$LINK" ] && [ "$(readlink "$LINK")" = "$VENV/bin/edgerl" ]; then
         run rm -f "$LINK"
     fi
@@ -73,7 +76,7 @@ if [ "$UNINSTALL" = 1 ]; then
     if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
         run systemctl daemon-reload
     fi
-    say "removed the unit and $VENV; kept $CONF_DIR (config) and $STATE_DIR (runs)"
+    say "removed the units and $VENV; kept $CONF_DIR (config) and $STATE_DIR (runs)"
     exit 0
 fi
 
@@ -91,11 +94,11 @@ install_venv() {
         fi
         # JetPack's torch, TensorRT and NumPy stay (the script says why this is no plain pip install)
         run "$VENV/bin/python" "$SRC/scripts/jetpack_pip.py" --quiet \
-            --constraints "$OPT/constraints.txt" "$SRC"
+            --constraints "$OPT/constraints.txt" --extras jetson,web "$SRC"
     else
         say "not a Jetson: a plain venv with torch from PyPI"
         run "$PYTHON" -m venv "$VENV"
-        run "$VENV/bin/pip" install --quiet "$SRC"
+        run "$VENV/bin/pip" install --quiet "${SRC}[web]"
     fi
 }
 
@@ -131,13 +134,16 @@ run install -m 0644 "$SRC/README.md" "$OPT/README.md"
 run install -d -m 0755 "$OPT/docs"
 run install -m 0644 "$SRC"/docs/*.md "$OPT/docs/"  # the README's links, next to it
 
-echo "+ write $UNIT (paths under $OPT)"
-if [ "$DRY_RUN" = 0 ]; then
-    mkdir -p "$(dirname "$UNIT")"
-    sed "s#/opt/edgerl#$OPT#g" "$SRC/systemd/edgerl.service" >"$UNIT.tmp"
-    chmod 0644 "$UNIT.tmp"
-    mv "$UNIT.tmp" "$UNIT"
-fi
+for name in edgerl edgerl-serve; do
+    target=$ROOT/etc/systemd/system/$name.service
+    echo "+ write $target (paths under $OPT)"
+    if [ "$DRY_RUN" = 0 ]; then
+        mkdir -p "$(dirname "$target")"
+        sed "s#/opt/edgerl#$OPT#g" "$SRC/systemd/$name.service" >"$target.tmp"
+        chmod 0644 "$target.tmp"
+        mv "$target.tmp" "$target"
+    fi
+done
 
 if [ -e "$CONF_DIR/edgerl.toml" ]; then
     say "keeping the existing $CONF_DIR/edgerl.toml"
@@ -145,6 +151,18 @@ else
     run install -D -m 0644 "$SRC/systemd/edgerl.toml.example" "$CONF_DIR/edgerl.toml"
 fi
 run install -d -m 0751 "$STATE_DIR"
+# The token the web page wants (edgerl-serve.service listens beyond the board): root's alone;
+# systemd hands it to the service. Kept when it is there.
+TOKEN=$CONF_DIR/serve-token
+if [ -e "$TOKEN" ]; then
+    say "keeping the existing $TOKEN"
+else
+    echo "+ write $TOKEN (a new random token, mode 0600)"
+    if [ "$DRY_RUN" = 0 ]; then
+        mkdir -p "$CONF_DIR"
+        (umask 077 && head -c 24 /dev/urandom | base64 | tr '+/' '-_' >"$TOKEN")
+    fi
+fi
 
 if [ "$SYSTEM" = 1 ]; then
     ensure_service_user
@@ -159,3 +177,4 @@ fi
 say "installed. First check this machine: edgerl doctor --deep (that is $LINK)"
 say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"
+say "or from a browser: sudo systemctl enable --now edgerl-serve (port 8765, the token in $TOKEN)"

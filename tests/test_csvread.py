@@ -40,6 +40,36 @@ def test_a_line_of_many_megabytes_is_read_past_not_held(tmp_path):
     assert reader.damage() == f"1 damaged line at line 5 (not text, or over {MAX_LINE // 1024} KiB)"
 
 
+def test_the_tail_of_a_file_is_its_last_whole_rows_under_its_header(tmp_path):
+    path = tmp_path / "load.csv"
+    body = b"".join(f"{i},{i}.0,{i % 7}\n".encode() for i in range(1, 5001))
+    path.write_bytes(GOOD.splitlines(keepends=True)[0] + body + b"\0\0\n" + b"5001,1.0,1\n")
+    reader = CsvReader(path)
+    rows = list(reader.tail(1000))
+    assert reader.header == ["step", "wall_s", "return_mean"]
+    assert rows[-1] == ["5001", "1.0", "1"] and rows[-2] == ["5000", "5000.0", "2"]
+    assert 50 < len(rows) < 100  # rows of about 14 bytes in 1000: the cut line left out
+    assert [int(r[0]) for r in rows] == list(range(int(rows[0][0]), 5002))
+    assert (
+        reader.damage() == f"1 damaged line near its end (not text, or over {MAX_LINE // 1024} KiB)"
+    )
+    assert [r[0] for r in CsvReader(path).tail(1 << 30)][:2] == ["1", "2"]  # all of it
+    path.write_bytes(b"\xff\xfe" + GOOD)  # a header that cannot be read: no rows at all
+    assert list(CsvReader(path).tail(1000)) == []
+
+
+def test_curves_name_each_damaged_file(tmp_path):
+    from edgerl.display.curves import load_run
+
+    (tmp_path / "metrics.csv").write_bytes(GOOD + b"\xff\x00garbage\n" + b"400,4.0,8\n")
+    curves = load_run(tmp_path)
+    assert curves.returns.count == 4
+    assert curves.damage == [
+        f"metrics.csv has 1 damaged line at line 5 (not text, or over {MAX_LINE // 1024} KiB): "
+        "skipped"
+    ]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=damaged_csv(GOOD))
 @example(data=b"step,\x01wall_s,return_mean\n100,1.0,5\n")  # a header without wall_s

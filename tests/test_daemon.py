@@ -536,6 +536,36 @@ def test_the_unit_runs_with_the_least_privilege_it_needs(tmp_path):
     assert re.search(r"^ExecStart=/\S+/edgerl daemon$", text, re.MULTILINE)
 
 
+MOST_EXPOSED_SERVE = 2.0  # 1.3 when written: it must listen, and read the edgerl group's runs
+
+
+@NO_SYSTEMD_ANALYZE
+def test_the_web_unit_reads_the_runs_and_nothing_more(tmp_path):
+    installed_unit(tmp_path)
+    unit = tmp_path / "etc/systemd/system/edgerl-serve.service"
+    r = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    r = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    exposure = re.search(r"Overall exposure level for edgerl-serve.service: (\d+\.\d+)", r.stdout)
+    assert exposure, r.stdout + r.stderr
+    assert float(exposure[1]) <= MOST_EXPOSED_SERVE, r.stdout
+    text = unit.read_text()
+    # A user of its own at each start, in the group that may read the runs; nothing as root.
+    assert "DynamicUser=yes" in text and "SupplementaryGroups=edgerl\n" in text
+    assert not [line for line in text.splitlines() if re.match(r"Exec\w+=[-@:]*\+", line)]
+    # It listens beyond the board, so with the token install.sh made; training stays offline.
+    assert re.search(r"^ExecStart=/\S+/edgerl serve --host 0.0.0.0 .*--token-file ", text, re.M)
+    assert (tmp_path / "etc/edgerl/serve-token").stat().st_mode & 0o777 == 0o600
+    assert "PrivateNetwork=yes" in (tmp_path / "etc/systemd/system/edgerl.service").read_text()
+
+
 def test_the_service_user_is_made_when_the_system_is_installed():
     if os.geteuid() != 0:
         pytest.skip("installing for the system (even as a dry run) needs root")

@@ -64,7 +64,8 @@ def needed_on_the_gpu_machine() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     test = [r for r in extras["test"] if canonicalize_name(Requirement(r).name) != "edgerl"]
-    test_tools = {"ruff", "imageio-ffmpeg"}  # lint and the MP4 test: not part of the GPU checks
+    # lint, the MP4 test and the browser that tests edgerl serve: not part of the GPU checks
+    test_tools = {"ruff", "imageio-ffmpeg", "selenium"}
     wanted = [
         *project["dependencies"],
         *extras["export"],

@@ -303,9 +303,10 @@ def test_dockerfile_and_install_script_install_the_same_way(tmp_path: Path):
     )
     assert r.returncode == 0, r.stderr
     venv = tmp_path / "opt" / "edgerl" / "venv"
+    # and the web extra, for the unit of edgerl serve the script installs beside the trainer's
     assert (
         f"+ {venv}/bin/python {SCRIPT} --quiet --constraints {tmp_path}/opt/edgerl/constraints.txt"
-        f" {REPO}" in r.stdout
+        f" --extras jetson,web {REPO}" in r.stdout
     )
     assert "pip install" not in r.stdout  # nothing else installs with pip on a Jetson
 

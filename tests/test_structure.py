@@ -150,7 +150,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fleet",),  # actors on other machines through Ray (the optional edgerl[fleet] extra)
     ("service",),  # the session around a run, the daemon, logging
     ("display",),  # the viewer, the console renderer, the curves
-    ("measure", "doctor"),  # edgerl bench; edgerl doctor
+    ("measure", "doctor", "serve"),  # edgerl bench; edgerl doctor; edgerl serve (the web page)
     ("cli",),  # the command line
 ]
 LAYER = {package: i for i, packages in enumerate(LAYERS) for package in packages}

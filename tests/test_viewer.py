@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgerl.display.attach import Attachment
 from edgerl.display.render import text_frame
-from edgerl.display.viewer import Attachment
 from edgerl.errors import EdgerlError
 from edgerl.stream import (
     HEADER,

@@ -1,5 +1,5 @@
-"""The command line: ``edgerl train | daemon | status | config | view | play | export | bench |
-hw``; see :mod:`edgerl.cli.app` for exit codes."""
+"""The command line: ``edgerl train | daemon | status | config | view | plot | serve | play |
+export | bench | doctor | hw``; see :mod:`edgerl.cli.app` for exit codes."""
 
 from edgerl.cli import machine, policies, training, watching
 from edgerl.cli.app import cli, main

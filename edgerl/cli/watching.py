@@ -1,8 +1,9 @@
-"""Commands that watch a run: ``view``, ``plot``."""
+"""Commands that watch a run: ``view``, ``plot``, ``serve``."""
 
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import stat
 from pathlib import Path
@@ -11,6 +12,8 @@ import click
 
 from edgerl.cli.app import cli
 from edgerl.cli.options import default_status_dir
+
+log = logging.getLogger(__name__)
 
 
 def check_readable(run_dir: Path) -> None:
@@ -169,3 +172,87 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
         click.echo(summary(run))
     if output is not None and not terminal:
         click.echo(f"wrote {output.resolve()}")
+
+
+@cli.command()
+@click.option(
+    "--run-dir",
+    "run_dirs",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="A run directory, or a directory of runs; repeat for more (default: the service's "
+    "runs and ./runs).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every network of this machine, which needs a token).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port to listen on (0: any free one).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    help="File whose first line is the token every client must send (else $EDGERL_SERVE_TOKEN).",
+)
+@click.option(
+    "--trusted-network",
+    is_flag=True,
+    help="Listen beyond this machine without a token: whoever reaches the port can watch.",
+)
+@click.option(
+    "--fps",
+    type=click.FloatRange(0.5, 60),
+    default=15.0,
+    show_default=True,
+    help="Most game frames sent per second to each viewer.",
+)
+def serve(
+    run_dirs: tuple[Path, ...],
+    host: str,
+    port: int,
+    token_file: Path | None,
+    trusted_network: bool,
+    fps: float,
+) -> None:
+    """A web page of the runs (the game, curves, load, status) and Prometheus /metrics."""
+    from edgerl.serve import ServeOptions, check_access, read_token, require_web
+
+    require_web()
+    token = read_token(token_file)
+    check_access(host, token, trusted_network)
+    roots = list(run_dirs) or serve_roots()
+    if not any(root.is_dir() for root in roots):
+        log.warning(
+            "none of %s exists yet: the page lists runs as they appear",
+            ", ".join(str(r) for r in roots),
+        )
+    opts = ServeOptions(
+        roots=roots, host=host, port=port, token=token, trusted_network=trusted_network, fps=fps
+    )
+    from edgerl.serve.server import serve as run_server
+
+    def ready(url: str) -> None:
+        where = ", ".join(str(r) for r in roots)
+        click.echo(f"edgerl serve: {url} (runs in {where}; Prometheus: {url}metrics)")
+        if token is not None:
+            click.echo("open the page once as that address with ?token=TOKEN after the /")
+
+    run_server(opts, ready)
+
+
+def serve_roots() -> list[Path]:
+    """Where ``edgerl serve`` looks for runs without --run-dir: ``train.run_dir`` if the config
+    sets it, the service's runs and ./runs."""
+    from edgerl.config import build_layers, resolve
+    from edgerl.run.rundir import service_state_dir
+
+    cfg = resolve(build_layers())
+    roots = [Path(cfg.train.run_dir)] if "train.run_dir" in cfg.explicit else []
+    return [*roots, service_state_dir() / "runs", Path("runs")]

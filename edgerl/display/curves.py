@@ -209,20 +209,22 @@ class RunCurves:
     cpu: Series  # mean over the cores, percent
     gpu: Series  # percent
     evals: Series = field(default_factory=Series)  # eval.csv's mean return per evaluation
+    damage: list[str] = field(default_factory=list)  # "metrics.csv has 2 damaged lines ..."
 
 
 def read_curves(
     path: Path,
     curves: dict[str, Sink],
     wall: Callable[[float], float] | None = None,
+    damage: list[str] | None = None,
 ) -> int:
     """Add the rows of the CSV file at ``path`` to ``curves`` (column name -> series); returns
     the rows read. A row's x is its ``step`` and its ``wall_s`` (or ``wall(step)`` for files
     without one, such as load.csv: a file with neither has no rows); cells that are empty or no
     finite number are left out.
 
-    A missing file has no rows; damage is skipped and logged once. Raises RunDirError when the
-    file cannot be read.
+    A missing file has no rows; damage is skipped and logged once (and named in ``damage``, as
+    ``"metrics.csv has ..."``, when given). Raises RunDirError when the file cannot be read.
     """
     reader = CsvReader(path)
     rows, last = 0, -math.inf
@@ -262,8 +264,10 @@ def read_curves(
         return 0
     except OSError as e:
         raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
-    if (damage := reader.damage()) is not None:
-        log.warning("%s has %s: skipped", path, damage)
+    if (found := reader.damage()) is not None:
+        log.warning("%s has %s: skipped", path, found)
+        if damage is not None:
+            damage.append(f"{path.name} has {found}: skipped")
     return rows
 
 
@@ -295,11 +299,14 @@ def load_run(run_dir: Path) -> RunCurves:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a run directory; give one with --run-dir")
     mean_returns, sps, clock = Series(), Series(), Series()
+    damage: list[str] = []
     metric_rows = read_curves(
-        run_dir / "metrics.csv", {"return_mean": mean_returns, "sps": sps, "wall_s": clock}
+        run_dir / "metrics.csv",
+        {"return_mean": mean_returns, "sps": sps, "wall_s": clock},
+        damage=damage,
     )
     returns = Series(smooth=True)
-    per_episode = read_curves(run_dir / "episodes.csv", {"return": returns}) > 0
+    per_episode = read_curves(run_dir / "episodes.csv", {"return": returns}, damage=damage) > 0
     if not per_episode:
         returns = mean_returns
     if not returns.count and not metric_rows:
@@ -308,8 +315,9 @@ def load_run(run_dir: Path) -> RunCurves:
             "trained a little"
         )
     cpu, gpu, evals = Series(), Series(), Series()
-    read_curves(run_dir / "load.csv", {"cpu_mean": cpu, "gr3d": gpu}, wall=wall_at(clock.finish()))
-    read_curves(run_dir / "eval.csv", {"return_mean": evals})
+    load = {"cpu_mean": cpu, "gr3d": gpu}
+    read_curves(run_dir / "load.csv", load, wall=wall_at(clock.finish()), damage=damage)
+    read_curves(run_dir / "eval.csv", {"return_mean": evals}, damage=damage)
     return RunCurves(
         name=run_dir.name,
         returns=returns.finish(),
@@ -318,4 +326,5 @@ def load_run(run_dir: Path) -> RunCurves:
         cpu=cpu.finish(),
         gpu=gpu.finish(),
         evals=evals.finish(),
+        damage=damage,
     )

@@ -36,7 +36,6 @@ import errno
 import hashlib
 import io
 import logging
-import re
 import struct
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
@@ -49,6 +48,7 @@ from edgerl import __version__
 from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint_migrate import PAYLOAD_VERSION, CheckpointTooNewError, migrate
+from edgerl.files.checkpoint_name import NAME
 from edgerl.files.regular import read_regular
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 MAGIC = b"EDGERLCK"
 CONTAINER_VERSION = 1  # the header's version: the file's layout, not the payload's
 HEADER = struct.Struct("<8sII Q 32s")
-NAME = re.compile(r"^ckpt-(?P<seq>\d{6,})-step(?P<step>\d+)\.ckpt$")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -38,29 +39,52 @@ class CsvReader:
         self.damaged = 0
         self.first_damaged: int | None = None
         self.incomplete = 0
+        self._lines_from_end = False  # read by tail(): line numbers are not the file's
 
     def rows(self) -> Iterator[list[str]]:
         """The cells of each data row, in file order. Raises OSError when the file cannot be
         opened or read (FileNotFoundError when it does not exist, NotRegularFileError for a
         FIFO or a device in its place)."""
-        number = 0
         with open_regular(self.path) as f:
-            for piece in _pieces(f):
-                for line in _decode(piece):
-                    number += 1
-                    if line == "":
-                        continue  # a blank line says nothing
-                    cells = _cells(line)
-                    if cells is None:
-                        self.damaged += 1
-                        if self.first_damaged is None:
-                            self.first_damaged = number
-                    elif self.header is None:
-                        self.header = cells
-                    elif len(cells) != len(self.header):
-                        self.incomplete += 1
-                    elif cells != self.header:
-                        yield cells
+            yield from self._parse(f, 0)
+
+    def tail(self, max_bytes: int) -> Iterator[list[str]]:
+        """The cells of the data rows in the last ``max_bytes`` of the file (a line cut by that
+        boundary left out), in file order, with the header read from the file's first line: what
+        a reader that follows a growing file needs, in time that does not grow with it. Raises
+        what :meth:`rows` raises."""
+        with open_regular(self.path) as f:
+            first = f.readline(MAX_LINE + 1)
+            cells = _cells(_line(first.rstrip(b"\n")))
+            if cells is None or not first.endswith(b"\n"):
+                return  # no header that can be read: no row can be told apart from damage
+            self.header = cells
+            start = max(len(first), os.fstat(f.fileno()).st_size - max_bytes)
+            if start > len(first):
+                f.seek(start - 1)
+                while (rest := f.readline(CHUNK)) and not rest.endswith(b"\n"):
+                    pass  # the line the boundary cut (its newline ends it)
+            self._lines_from_end = True
+            yield from self._parse(f, 0)
+
+    def _parse(self, f: BinaryIO, number: int) -> Iterator[list[str]]:
+        """The data rows from ``f``'s position on (line numbers counted from ``number``)."""
+        for piece in _pieces(f):
+            for line in _decode(piece):
+                number += 1
+                if line == "":
+                    continue  # a blank line says nothing
+                cells = _cells(line)
+                if cells is None:
+                    self.damaged += 1
+                    if self.first_damaged is None:
+                        self.first_damaged = number
+                elif self.header is None:
+                    self.header = cells
+                elif len(cells) != len(self.header):
+                    self.incomplete += 1
+                elif cells != self.header:
+                    yield cells
 
     def damage(self) -> str | None:
         """A phrase naming the damage found so far, e.g. "3 damaged lines from line 12 on (not
@@ -68,6 +92,8 @@ class CsvReader:
         if not self.damaged:
             return None
         lines = "1 damaged line" if self.damaged == 1 else f"{self.damaged:,} damaged lines"
+        if self._lines_from_end:
+            return f"{lines} near its end (not text, or over {MAX_LINE // 1024} KiB)"
         where = "at" if self.damaged == 1 else "from"
         return (
             f"{lines} {where} line {self.first_damaged:,}"

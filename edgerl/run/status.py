@@ -284,7 +284,7 @@ def find_status_dirs(roots: list[Path]) -> list[Path]:
 
 def newest_checkpoint_file(run_dir: Path) -> Path | None:
     """The run's newest checkpoint file by its sequence number (any session's), or None."""
-    from edgerl.files.checkpoint import NAME
+    from edgerl.files.checkpoint_name import NAME
 
     try:
         names = [p for p in (run_dir / "checkpoints").iterdir() if NAME.match(p.name)]

@@ -1,0 +1,263 @@
+"""The web server of ``edgerl serve`` (aiohttp): the page and its assets, a JSON document per
+panel, the frame stream as a WebSocket, and ``/metrics``.
+
+Routes (all GET)::
+
+    /                          the page (index.html)
+    /assets/<name>             its script, style sheet and icon, from a fixed table
+    /api/runs                  the runs: id, game, state, last update
+    /api/runs/<id>/summary     status, learner, time left, best evaluation, load now
+    /api/runs/<id>/curves      training return, evaluations, steps/s (env steps and time)
+    /api/runs/<id>/load        the last minutes of load.csv
+    /api/runs/<id>/frames      WebSocket: the game (see edgerl.serve.frames)
+    /metrics                   Prometheus
+
+Files are read in worker threads, never on the event loop, so a slow disk delays a document but
+no other client. With a token every request must carry it: ``Authorization: Bearer TOKEN``, the
+cookie the page gets when opened once as ``/?token=TOKEN``, or ``?token=`` itself. Without one,
+the server listens on this machine only and answers only to its local names, so that a web page
+elsewhere cannot reach it through a name of its own (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from edgerl.serve import ServeOptions, is_loopback
+from edgerl.serve.exporter import RunsCollector, metrics_text
+from edgerl.serve.frames import FrameHub, stream_to
+from edgerl.serve.runs import RunFiles
+
+log = logging.getLogger(__name__)
+
+COOKIE = "edgerl_token"
+ASSETS = {  # the only files the server sends: name -> content type
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+SECURITY_HEADERS = {
+    # Everything the page uses comes from here; nothing else may run or be framed.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # the first address may hold the token
+    "X-Frame-Options": "DENY",
+}
+SERVED: web.AppKey[Served] = web.AppKey("served")
+
+
+@dataclass
+class Served:
+    """What the handlers share: the options, the runs' files, a hub per watched run."""
+
+    opts: ServeOptions
+    files: RunFiles
+    assets: dict[str, bytes]
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="edgerl-serve-files")
+    )
+    frame_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="edgerl-serve-frames")
+    )
+    hubs: dict[Path, FrameHub] = field(default_factory=dict)
+    sockets: set[web.WebSocketResponse] = field(default_factory=set)
+
+    def viewers(self) -> int:
+        return sum(hub.viewers for hub in self.hubs.values())
+
+
+def load_assets() -> dict[str, bytes]:
+    """The page's files, read once from the package."""
+    folder = resources.files("edgerl.serve").joinpath("assets")
+    return {name: folder.joinpath(name).read_bytes() for name in ASSETS}
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every float that is not finite made None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _json_response(request: web.Request, doc: Any, status: int = 200) -> web.Response:
+    body = json.dumps(_json_safe(doc), separators=(",", ":"), allow_nan=False).encode()
+    etag = f'"{zlib.crc32(body):08x}-{len(body)}"'
+    headers = {"Cache-Control": "no-cache", "ETag": etag}
+    if status == 200 and request.headers.get("If-None-Match") == etag:
+        return web.Response(status=304, headers=headers)  # unchanged: a poll costs a header
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+
+
+def _token_given(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.query.get("token") or request.cookies.get(COOKIE)
+
+
+def _unauthorized() -> web.Response:
+    return web.Response(
+        status=401,
+        text=(
+            "edgerl serve wants a token: open the page once as /?token=TOKEN (TOKEN is in the "
+            "file given with --token-file), or send the header Authorization: Bearer TOKEN\n"
+        ),
+        headers={"WWW-Authenticate": 'Bearer realm="edgerl"'},
+    )
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The token (or, without one, a local Host), then the handler; an error in a handler is a
+    JSON sentence with status 500, never a traceback sent to the client."""
+    served = request.app[SERVED]
+    token = served.opts.token
+    if token is not None:
+        given = _token_given(request)
+        if given is None or not hmac.compare_digest(given.encode(), token.encode()):
+            return _unauthorized()
+        if request.path == "/" and "token" in request.query:  # keep it out of the address bar
+            response = web.Response(status=303, headers={"Location": "./"})
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", max_age=1 << 25)
+            return response
+    elif is_loopback(served.opts.host) and not is_loopback(request.url.host or ""):
+        return web.Response(
+            status=403,
+            text="edgerl serve answers to this machine's own names only (localhost, 127.0.0.1) "
+            "unless it has a token\n",
+        )
+    try:
+        return await handler(request)  # type: ignore[no-any-return]
+    except web.HTTPException:
+        raise
+    except Exception as e:
+        log.exception("internal error serving %s", request.path)
+        return web.json_response({"problem": f"internal error: {type(e).__name__}"}, status=500)
+
+
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+async def _in_pool(request: web.Request, fn: Any, *args: Any) -> Any:
+    served = request.app[SERVED]
+    return await asyncio.get_running_loop().run_in_executor(served.pool, fn, *args)
+
+
+async def page(request: web.Request) -> web.Response:
+    return _asset(request, "index.html")
+
+
+async def asset(request: web.Request) -> web.Response:
+    return _asset(request, request.match_info["name"])
+
+
+def _asset(request: web.Request, name: str) -> web.Response:
+    data = request.app[SERVED].assets.get(name)  # a name from the table or nothing
+    if data is None:
+        raise web.HTTPNotFound(text="no such file here\n")
+    return web.Response(
+        body=data, headers={"Content-Type": ASSETS[name], "Cache-Control": "no-cache"}
+    )
+
+
+async def runs(request: web.Request) -> web.Response:
+    files = request.app[SERVED].files
+    return _json_response(request, {"runs": await _in_pool(request, files.listing)})
+
+
+def _run_doc(files: RunFiles, run_id: str, what: str) -> dict[str, Any] | None:
+    run_dir = files.runs().get(run_id)
+    if run_dir is None:
+        return None
+    if what == "summary":
+        return files.summary(run_id, run_dir)
+    return files.curves(run_dir) if what == "curves" else files.load_history(run_dir)
+
+
+async def run_doc(request: web.Request) -> web.Response:
+    run_id, what = request.match_info["run"], request.match_info["what"]
+    doc = await _in_pool(request, _run_doc, request.app[SERVED].files, run_id, what)
+    if doc is None:
+        return _json_response(request, {"problem": f"no run {run_id!r} here"}, status=404)
+    return _json_response(request, doc)
+
+
+async def frames(request: web.Request) -> web.StreamResponse:
+    served = request.app[SERVED]
+    run_dir = (await _in_pool(request, served.files.runs)).get(request.match_info["run"])
+    if run_dir is None:
+        return _json_response(request, {"problem": "no such run here"}, status=404)
+    origin = request.headers.get("Origin")
+    if origin is not None and origin.split("://", 1)[-1] != request.host:
+        return web.Response(status=403, text="the game is streamed to this server's own page\n")
+    if served.viewers() >= served.opts.max_viewers:
+        text = f"{served.opts.max_viewers} viewers watch already: try again later"
+        return _json_response(request, {"problem": text}, status=503)
+    hub = served.hubs.get(run_dir)
+    if hub is None:
+        hub = served.hubs[run_dir] = FrameHub(run_dir, served.opts.fps, served.frame_pool)
+    ws = web.WebSocketResponse(heartbeat=20.0, compress=False, max_msg_size=1024)
+    await ws.prepare(request)
+    served.sockets.add(ws)
+    try:
+        await stream_to(ws, hub)
+    finally:
+        served.sockets.discard(ws)
+        await ws.close()
+    return ws
+
+
+async def metrics(request: web.Request) -> web.Response:
+    served = request.app[SERVED]
+    collector = RunsCollector(served.files, served.viewers)
+    body = await _in_pool(request, metrics_text, collector)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _close(app: web.Application) -> None:
+    served = app[SERVED]
+    for ws in list(served.sockets):
+        await ws.close(code=1001, message=b"edgerl serve is stopping")
+    for hub in served.hubs.values():
+        await hub.close()
+    served.pool.shutdown(wait=False, cancel_futures=True)
+    served.frame_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def make_app(opts: ServeOptions) -> web.Application:
+    """The application for ``opts`` (not listening yet)."""
+    app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
+    app[SERVED] = Served(opts, RunFiles(opts.roots), load_assets())
+    app.on_response_prepare.append(_add_headers)
+    app.on_shutdown.append(_close)
+    app.router.add_get("/", page)
+    app.router.add_get("/assets/{name}", asset)
+    app.router.add_get("/api/runs", runs)
+    app.router.add_get("/api/runs/{run}/frames", frames)
+    app.router.add_get("/api/runs/{run}/{what:summary|curves|load}", run_doc)
+    app.router.add_get("/metrics", metrics)
+    return app

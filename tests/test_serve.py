@@ -1,0 +1,559 @@
+"""``edgerl serve`` against real trainers (a live Pong run with its frame stream, a finished
+CartPole run, a copy of it with damaged files), a real server process and a real headless
+Chromium: the page, /metrics, the token, path traversal, slow viewers, a trainer restarted under
+the server.
+
+One Pong trainer and one server serve the whole module (the restart test comes last: it stops
+and starts that trainer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import PONG_FAST, edgerl_cmd
+
+aiohttp = pytest.importorskip("aiohttp", reason="the web extra is not installed")
+SLOW = 180.0  # generous: the CI machine has 2 busy cores
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = SLOW) -> Any:
+    """``check()``'s first true value, polled until ``timeout``; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.2)
+
+
+def child_env(root: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "EDGERL_SYSTEM_CONFIG": "",
+        "XDG_CACHE_HOME": str(root / "cache"),
+        "PYTHONFAULTHANDLER": "1",
+    }
+
+
+@dataclass
+class Trainer:
+    """The module's Pong trainer, which the last test stops and starts again."""
+
+    run: Path
+    root: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        args = [*PONG_FAST, "--steps", "10000000", "--run-dir", str(self.run), "--quiet"]
+        args += ["--set", "display.every=1", "--set", "eval.every_steps=0"]
+        with (self.root / "pong.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                edgerl_cmd("train", *args), stdout=log, stderr=log, env=child_env(self.root)
+            )
+        wait_for(lambda: (self.run / "display.json").exists() or self.proc.poll(), "Pong")
+        assert self.proc.poll() is None, (self.root / "pong.log").read_text()[-3000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=SLOW)
+
+
+@dataclass
+class Served:
+    root: Path  # the runs: Pong-v5 (live), CartPole-v1 (finished), damaged
+    url: str  # http://127.0.0.1:PORT/
+    trainer: Trainer
+    proc: subprocess.Popen
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        return request(self.url, path, headers)
+
+
+def request(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """A GET of ``path`` exactly as written (no normalising of ``..``): (status, body)."""
+    host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def start_server(root: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """``edgerl serve --run-dir ROOT --port 0 ARGS`` and the address it says it serves."""
+    log = (root / f"serve-{time.monotonic_ns()}.log").open("wb")
+    proc = subprocess.Popen(
+        edgerl_cmd("serve", "--run-dir", root, "--port", "0", *args),
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=child_env(root),
+    )
+    ready, _, _ = select.select([proc.stdout], [], [], SLOW)
+    line = proc.stdout.readline() if ready else ""
+    assert line.startswith("edgerl serve: http://"), (line, Path(log.name).read_text())
+    return proc, line.split()[2]
+
+
+def stop_server(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
+def damage(cartpole: Path, into: Path) -> None:
+    """A copy of a run whose metrics.csv has damaged lines and whose status.json is no JSON."""
+    shutil.copytree(cartpole, into, ignore=shutil.ignore_patterns("checkpoints", "replay"))
+    lines = (into / "metrics.csv").read_bytes().splitlines(keepends=True)
+    bad = [b"\xff\xfe\x00 not text\n", b"9" * (100 * 1024) + b"\n"]
+    (into / "metrics.csv").write_bytes(b"".join(lines[:1] + bad + lines[1:]))  # after the header
+    (into / "status.json").write_bytes(b"[" * 100_000)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("served")
+    cartpole = root / "CartPole-v1"  # trained beside Pong's start-up: both take seconds
+    args = ["--env", "CartPole-v1", "--steps", "1200", "--run-dir", cartpole, "--quiet"]
+    args += ["--set", "agent.learning_starts=200", "--set", "eval.every_steps=300"]
+    short = subprocess.Popen(
+        edgerl_cmd("train", *args, "--set", "eval.episodes=1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(root), cwd=root,
+    )  # fmt: skip
+    trainer = Trainer(root / "Pong-v5", root)
+    try:
+        trainer.start()
+        _, err = short.communicate(timeout=SLOW)
+        assert short.returncode == 0, err[-3000:]
+        damage(cartpole, root / "damaged")
+        proc, url = start_server(root)
+        try:
+            yield Served(root, url, trainer, proc)
+        finally:
+            assert stop_server(proc) == 0  # SIGTERM: a clean stop
+    finally:
+        trainer.stop()
+        if short.poll() is None:
+            short.kill()
+            short.wait()
+
+
+def status_json(run: Path) -> dict[str, Any]:
+    return json.loads((run / "status.json").read_text())
+
+
+def get_json(served: Served, path: str) -> dict[str, Any]:
+    status, body = served.get(path)
+    assert status == 200, body
+    return json.loads(body)
+
+
+# -- the page in a real browser -----------------------------------------------------------------
+
+BROWSER_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000",
+]  # fmt: skip
+
+
+@contextlib.contextmanager
+def chromium(profile: Path) -> Iterator[Any]:
+    """The distribution's headless Chromium with a fresh profile, driven through its own
+    chromedriver (Debian: apt-get install chromium chromium-driver; .ci/run does), or skip."""
+    pytest.importorskip("selenium", reason="selenium is not installed (the test extra has it)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        pytest.skip("no Chromium and chromedriver here (Debian: apt-get install chromium "
+                    "chromium-driver; .ci/run installs them)")  # fmt: skip
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in [*BROWSER_ARGS, f"--user-data-dir={profile}"]:
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def screenshot(chrome: Any, path: Path) -> None:
+    """The whole page, beyond the window, as a PNG."""
+    import base64
+
+    width, height = chrome.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    )
+    clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+    shot = chrome.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+CANVAS_PIXELS = """
+  const c = document.getElementById("game");
+  const data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let sum = 0, distinct = new Set();
+  for (let i = 0; i < data.length; i += 4) {
+    sum = (sum * 31 + data[i]) % 1000000007;
+    distinct.add(data[i]);
+  }
+  return [sum, distinct.size];
+"""
+
+
+def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(served, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    with chromium(tmp_path / "profile") as chrome:
+        js = chrome.execute_script
+        count = lambda css: len(chrome.find_elements(By.CSS_SELECTOR, css))  # noqa: E731
+        text = lambda css: chrome.find_element(By.CSS_SELECTOR, css).text  # noqa: E731
+        frames = lambda: int(js("return document.body.dataset.frames || 0"))  # noqa: E731
+        pick = lambda run: Select(chrome.find_element(By.ID, "run")).select_by_value(run)  # noqa: E731
+        chrome.get(served.url + "#run=Pong-v5")
+        wait_for(lambda: frames() >= 2, "frames on the page")
+        first, distinct = js(CANVAS_PIXELS)
+        assert distinct >= 3, "the game frame is blank"
+        seen = frames()
+        wait_for(lambda: frames() >= seen + 5, "more frames")
+        wait_for(lambda: js(CANVAS_PIXELS)[0] != first, "a frame that changes")
+        wait_for(lambda: count("#status dd") and count("#cores .core"), "the status and the cores")
+        assert count("#sps path.line") == 1  # steps/s from metrics.csv
+        assert text("#state") == "running"
+
+        pick("CartPole-v1")  # a finished run on vector observations
+        wait_for(lambda: count("#returns .evals circle") >= 2, "evaluations")
+        assert count("#returns path.line") == 3  # returns, their mean, evaluations
+        note = wait_for(lambda: js("return document.body.dataset.gameNote"), "a note")
+        assert "vector observations" in note and "no frames" in note
+        wait_for(lambda: text("#state") == "finished", "the finished state")
+
+        pick("damaged")
+        wait_for(lambda: "metrics.csv has 2 damaged lines" in text("#curves-notes"), "damage")
+        assert "is damaged" in text("#notes")
+        assert count("#returns path.line") >= 2  # drawn from what is left
+
+        pick("Pong-v5")  # back: the game comes again
+        wait_for(lambda: frames() >= 3 and count("#status dd"), "Pong again")
+        with contextlib.suppress(AssertionError):  # a picture with Pong's first episodes
+            wait_for(lambda: count("#returns path.line"), "returns", 20)
+        screenshot(chrome, tmp_path / "serve.png")  # kept by the test run
+
+        metrics = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+        chrome.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # a phone
+        chrome.refresh()
+        wait_for(lambda: count("#status dd"), "the page on a phone")
+        assert js("return document.documentElement.scrollWidth") <= 390, "wider than a phone"
+        screenshot(chrome, tmp_path / "serve-phone.png")
+        errors = [e["message"] for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+
+
+# -- /metrics ------------------------------------------------------------------------------------
+
+
+def scrape(served: Served) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = served.get("/metrics")
+    assert status == 200
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+
+
+def test_metrics_parse_and_equal_status_json(served):
+    pong = served.root / "Pong-v5"
+    wait_for(lambda: (status_json(pong).get("load") or {}).get("cpu"), "a load sample")
+
+    def consistent() -> tuple[dict[str, Any], dict] | None:
+        before = status_json(pong)
+        metrics = scrape(served)
+        return (before, metrics) if status_json(pong) == before else None
+
+    doc, metrics = wait_for(consistent, "a scrape between two writes of status.json")
+    run = (("run", "Pong-v5"),)
+    expected = {
+        "edgerl_env_steps_total": doc["step"],
+        "edgerl_env_steps_target": doc["total_steps"],
+        "edgerl_env_steps_per_second": doc["sps"],
+        "edgerl_episodes_total": doc["episodes"],
+        "edgerl_updates_total": doc["updates"],
+        "edgerl_epsilon": doc["epsilon"],
+        "edgerl_status_updated_timestamp_seconds": doc["updated_unix"],
+        "edgerl_trainer_running": 1,
+        "edgerl_status_readable": 1,
+    }
+    for name, value in expected.items():
+        assert metrics[(name, run)] == value, name
+    if doc["return_mean"] is not None:
+        assert metrics[("edgerl_training_return_mean", run)] == doc["return_mean"]
+    load = doc["load"]
+    for core, busy in enumerate(load["cpu"]):
+        if busy is not None:
+            assert metrics[("edgerl_cpu_busy_ratio", (("core", str(core)),))] == busy / 100
+    assert metrics[("edgerl_memory_used_bytes", ())] == load["ram_used_mb"] * 2**20
+    info = [k for k in metrics if k[0] == "edgerl_run_info" and ("run", "Pong-v5") in k[1]]
+    assert info and ("learner", "dqn") in info[0][1] and ("env", "ALE/Pong-v5") in info[0][1]
+
+    cartpole = status_json(served.root / "CartPole-v1")
+    done = (("run", "CartPole-v1"),)
+    assert metrics[("edgerl_env_steps_total", done)] == cartpole["step"] == 1200
+    assert metrics[("edgerl_eval_return_mean", done)] == cartpole["eval_return"]
+    assert metrics[("edgerl_trainer_running", done)] == 0
+    evals = (served.root / "CartPole-v1" / "eval.csv").read_text().splitlines()[1:]
+    best = max(float(line.split(",")[3]) for line in evals)
+    assert metrics[("edgerl_eval_return_best", done)] == best
+    assert metrics[("edgerl_status_readable", (("run", "damaged"),))] == 0
+    # Every document has been read by now (the browser test's page): still no PyTorch in it.
+    assert "torch" not in Path(f"/proc/{served.proc.pid}/maps").read_text()
+
+
+# -- what may not happen --------------------------------------------------------------------------
+
+
+def test_damaged_run_files_are_shown_as_damaged_never_a_500(served):
+    summary = get_json(served, "/api/runs/damaged/summary")
+    assert summary["status"] is None and "status.json is damaged" in summary["problem"]
+    curves = get_json(served, "/api/runs/damaged/curves")
+    assert curves["damage"] == [
+        "metrics.csv has 2 damaged lines from line 2 on (not text, or over 64 KiB): skipped"
+    ]
+    assert len(curves["returns"]["y"]) > 10  # the rest is drawn
+    assert served.get("/api/runs/no-such-run/summary")[0] == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/assets/../../../../etc/passwd",
+        "/assets/%2e%2e%2f%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/assets/..%2f__init__.py",
+        "/assets/%2fetc%2fpasswd",
+        "/api/runs/..%2f..%2f..%2fetc/summary",
+        "/api/runs/%2e%2e/curves",
+        "/../../etc/passwd",
+        "/assets/app.py",
+    ],
+)
+def test_no_request_path_reaches_the_file_system(served, path):
+    status, body = served.get(path)
+    assert status in (400, 404), (status, body[:200])
+    assert b"root:" not in body and b"import" not in body
+
+
+def test_slow_and_silent_viewers_never_stall_the_others(served):
+    host, port = served.url.split("//")[1].rstrip("/").rsplit(":", 1)
+
+    async def silent_viewer() -> asyncio.StreamWriter:
+        """Asks for the frames, then never reads a byte (a phone that went to sleep)."""
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"GET /api/runs/Pong-v5/frames HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        await writer.drain()
+        return writer
+
+    async def watch() -> int:
+        silent = [await silent_viewer() for _ in range(8)]
+        async with aiohttp.ClientSession() as session:
+            lagging = await session.ws_connect(served.url + "api/runs/Pong-v5/frames")
+            assert (await lagging.receive(timeout=SLOW)).type  # one frame, never answered
+            async with session.ws_connect(served.url + "api/runs/Pong-v5/frames") as ws:
+                got = 0
+                while got < 20:
+                    message = await ws.receive(timeout=SLOW)
+                    if message.type == aiohttp.WSMsgType.BINARY:
+                        (length,) = struct.unpack_from("<I", message.data)
+                        assert message.data[4 + length :].startswith(b"\x89PNG")
+                        got += 1
+                        await ws.send_str("next")
+            async with session.get(served.url + "api/runs") as response:
+                assert response.status == 200
+            await lagging.close()
+        for writer in silent:
+            writer.close()
+        return got
+
+    assert asyncio.run(watch()) == 20
+
+
+# -- who may connect ----------------------------------------------------------------------------
+
+
+def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
+    r = cli("serve", "--host", "0.0.0.0", "--run-dir", served.root)
+    assert r.code == 2 and "wants a token" in r.err and "--trusted-network" in r.err
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    r = cli("serve", "--host", "0.0.0.0", "--token-file", short)
+    assert r.code == 2 and "at least 16 characters" in r.err
+    token = "s3cret-token-for-the-test-0123456789"
+    (tmp_path / "token").write_text(token + "\n")
+    proc, url = start_server(served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token")
+    try:
+        local = url.replace("0.0.0.0", "127.0.0.1")
+        for path in ("/", "/api/runs", "/metrics", "/api/runs/Pong-v5/summary", "/assets/app.js"):
+            assert request(local, path)[0] == 401, path
+        assert (
+            request(local, "/metrics", {"Authorization": "Bearer wrong-token-0123456789"})[0] == 401
+        )
+        assert request(local, "/metrics", {"Authorization": f"Bearer {token}"})[0] == 200
+        conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/")))
+        conn.request("GET", f"/?token={token}")
+        response = conn.getresponse()
+        assert response.status == 303 and response.getheader("Location") == "./"
+        cookie = response.getheader("Set-Cookie").split(";")[0]
+        assert "HttpOnly" in response.getheader("Set-Cookie")
+        assert request(local, "/api/runs", {"Cookie": cookie})[0] == 200
+    finally:
+        assert stop_server(proc) == 0
+    # Without a token the server listens on this machine and answers to its own names only.
+    assert served.get("/", {"Host": "attacker.example"})[0] == 403
+    assert served.get("/", {"Host": "localhost:1234"})[0] == 200
+
+
+def test_a_port_in_use_is_one_sentence(cli, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = cli("serve", "--run-dir", tmp_path, "--port", taken.getsockname()[1])
+    assert r.code == 2 and "something else listens there already" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_without_the_web_extra_serve_says_how_to_install_it(cli, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    r = cli("serve", "--run-dir", tmp_path)
+    assert r.code == 2 and "pip install 'edgerl[web]'" in r.err
+
+
+def test_nothing_outside_serve_imports_the_web_extra():
+    code = (
+        "import sys, edgerl.cli; print(sorted({'aiohttp', 'prometheus_client'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
+    package = Path(__file__).resolve().parents[1] / "edgerl"
+    for path in package.rglob("*.py"):
+        if "serve" not in path.relative_to(package).parts:
+            text = path.read_text()
+            assert "aiohttp" not in text and "prometheus_client" not in text, path
+
+
+# -- last: the trainer restarted under the server ----------------------------------------------
+
+
+def test_the_page_follows_a_trainer_restarted_under_it(served):
+    async def watch() -> tuple[dict[str, Any], str, dict[str, Any]]:
+        url = served.url + "api/runs/Pong-v5/frames"
+        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+
+            async def next_message(want: aiohttp.WSMsgType) -> Any:
+                """The next message of kind ``want``; each frame on the way answered."""
+                while True:
+                    message = await ws.receive(timeout=SLOW)
+                    assert message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY)
+                    if message.type == aiohttp.WSMsgType.BINARY:
+                        await ws.send_str("next")
+                        if want == message.type:
+                            (length,) = struct.unpack_from("<I", message.data)
+                            return json.loads(message.data[4 : 4 + length])
+                    elif want == message.type:
+                        return json.loads(message.data)["note"]
+
+            before = await next_message(aiohttp.WSMsgType.BINARY)
+            await asyncio.to_thread(served.trainer.stop)
+            note = ""
+            while "no trainer is running" not in note:  # said on the same socket
+                note = await next_message(aiohttp.WSMsgType.TEXT)
+            await asyncio.to_thread(served.trainer.start)
+            after = await next_message(aiohttp.WSMsgType.BINARY)
+            return before, note, after
+
+    before, note, after = asyncio.run(watch())
+    assert "the run stopped at" in note, note
+    assert after["step"] > before["step"]  # the run resumed: its steps go on
+    summary = wait_for(
+        lambda: (s := get_json(served, "/api/runs/Pong-v5/summary"))["live"]["running"] and s,
+        "the restarted trainer's status",
+    )
+    assert summary["problem"] is None and summary["status"]["step"] >= after["step"] - 10_000
+
+
+# -- the board's metrics from a real Orin line, and a load record of a damaged file --------------
+
+
+def test_board_metrics_of_an_orin_are_its_tegrastats_figures_in_base_units():
+    from prometheus_client.core import Metric
+
+    from edgerl.hw.tegrastats import parse_line
+    from edgerl.serve.exporter import board_metrics
+    from edgerl.serve.runs import clean_load
+
+    line = (Path(__file__).parent / "fixtures/tegrastats/agx_orin_jp6.txt").read_text()
+    record = parse_line(line.splitlines()[0])
+    assert record is not None
+    families: list[Metric] = list(
+        board_metrics(clean_load(json.loads(json.dumps(record.to_dict()))))
+    )
+    got = {(s.name, tuple(s.labels.values())): s.value for f in families for s in f.samples}
+    assert got[("edgerl_cpu_busy_ratio", ("5",))] == 1.0
+    assert got[("edgerl_cpu_frequency_hertz", ("4",))] == 2201 * 10**6
+    assert got[("edgerl_emc_busy_ratio", ())] == 0.01
+    assert got[("edgerl_gpu_frequency_hertz", ())] == 305 * 10**6
+    assert got[("edgerl_temperature_celsius", ("tj",))] == 53.062
+    assert got[("edgerl_power_watts", ("VIN_SYS_5V0",))] == 4.767
+    assert got[("edgerl_memory_used_bytes", ())] == 29114 * 2**20
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        [], None, "text", {"cpu": "x", "temps": [1], "power_mw": {"VDD_IN": float("nan")}},
+        {"cpu": [1e999, None, "7", True], "gr3d": "31", "temps": {"tj\x1b[2J": 50.0, "cpu": 1e999}},
+    ],
+)  # fmt: skip
+def test_a_load_record_of_a_damaged_status_gives_only_finite_numbers(record):
+    from edgerl.serve.exporter import board_metrics
+    from edgerl.serve.runs import clean_load
+
+    load = clean_load(record)
+    if load is None:
+        assert not isinstance(record, dict)
+        return
+    assert load["cpu"] in ([], [None, None, None, None]) and load["gr3d"] is None
+    assert load["temps"] == {} and load["power_mw"] == {}
+    assert all(s.value == s.value for f in board_metrics(load) for s in f.samples)
