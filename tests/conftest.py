@@ -112,8 +112,10 @@ def start_trainer(run: Path, steps: int = 10_000_000, every: int = 1) -> subproc
 
 
 def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM, as systemd stops the service; its stderr once it has exited. A loaded machine
+    can take a minute or more to write the last checkpoint and tear down the threads."""
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=240)
     return err
 
 

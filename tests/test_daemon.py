@@ -204,7 +204,7 @@ def test_service_lifecycle(tmp_path, notify, fake_jetson, cli):
 
         proc.send_signal(signal.SIGTERM)
         notify.wait_for("STOPPING", "1", timeout=20)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -225,7 +225,7 @@ def test_service_lifecycle(tmp_path, notify, fake_jetson, cli):
         notify.wait_for("READY", "1")
         assert status_json(run)["step"] > ck.step
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -236,7 +236,7 @@ def test_invalid_config_exits_non_zero_with_the_sentence(tmp_path, notify):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[agent]\nlrr = 1\n")
     proc = start_daemon(cfg, notify)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=240)
     assert proc.returncode == 2
     assert "unknown config key 'agent.lrr' (did you mean 'agent.lr'?)" in err
     assert "Traceback" not in err
@@ -313,7 +313,7 @@ def test_disk_full_while_checkpointing_keeps_training_and_retries(tmp_path, noti
             assert time.monotonic() < deadline, "no checkpoint after the disk had room again"
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()

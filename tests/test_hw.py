@@ -499,7 +499,7 @@ def test_train_with_max_clocks_restores_them_after_ctrl_c(fake_jetson, tmp_path)
         time.sleep(0.2)
     assert (fake_jetson.state / "clocks.maxed").exists()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=240)
     assert proc.returncode == 130, err
     jc = [c[0] if c else "max" for c in fake_jetson.calls("jetson_clocks")]
     assert jc == ["--store", "max", "--restore"]

@@ -421,7 +421,7 @@ def test_a_replay_save_killed_half_way_leaves_the_previous_pair(tmp_path):
             wait_for(lambda: any(p.name.startswith(".") for p in (run / "replay").iterdir()))
         finally:
             proc.kill()
-            proc.communicate(timeout=60)
+            proc.communicate(timeout=240)
         tmp_files = [p for p in (run / "replay").iterdir() if ".tmp-" in p.name]
         if tmp_files:
             break

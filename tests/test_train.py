@@ -96,7 +96,7 @@ def test_ctrl_c_writes_a_checkpoint_and_the_next_run_resumes(tmp_path):
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=240)
     assert proc.returncode == 130, err
     assert "stopped by SIGINT; run the same command to resume" in err
     (ck,) = list_checkpoints(run / "checkpoints")
