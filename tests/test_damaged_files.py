@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edgerl.cli import main
@@ -235,6 +235,9 @@ GOOD_POINTER = {
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=damaged_json(GOOD_POINTER))
+# Found by a CI run: a NUL byte (or a newline) in the path must still give one sentence.
+@example(data=json.dumps({**GOOD_POINTER, "path": "\u0000"}).encode())
+@example(data=json.dumps({**GOOD_POINTER, "path": "/dev/shm/a\nb\u0000"}).encode())
 def test_any_display_json_is_read_or_named_as_damaged(tmp_path_factory, data):
     from edgerl.stream.reader import FrameReader, StreamError, read_pointer
 

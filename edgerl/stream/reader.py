@@ -146,7 +146,12 @@ class FrameReader:
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(errno.ENOENT, "no such file", str(self.path)) from None
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-            raise StreamError(f"{self.path} cannot be opened: {e}") from None
+            # repr: a damaged path may hold a NUL byte or a newline; the sentence names the
+            # pointer, which is the file to look at.
+            raise StreamError(
+                f"{run_dir / POINTER_FILE} names {str(self.path)!r}, which cannot be opened"
+                f" ({e}): {POINTER_FILE} is damaged"
+            ) from None
         try:
             if not stat.S_ISREG(os.fstat(self._fd).st_mode):
                 raise StreamError(f"{self.path} is not a file: {POINTER_FILE} is damaged")
