@@ -118,7 +118,7 @@ step_doctor() {
 
 step_bench() {
     timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-5}" \
-        --envs 8,16,32,64 --actor-envs 32 >"$OUT/bench.json" 2>"$OUT/bench.err"
+        --envs 8,16,32,64 --actor-envs 32 --loop-envs 4,32 >"$OUT/bench.json" 2>"$OUT/bench.err"
 }
 
 step_pong() {

@@ -142,6 +142,51 @@ def test_what_auto_picks_and_what_bench_measured_agree_or_the_report_says_why(sy
         assert "set perf.pipeline=async" in verdict and "often stalls them" in verdict
 
 
+def test_the_verdict_compares_the_pipelines_at_the_most_environments_both_ran():
+    import torch
+
+    from edgerl.measure.bench import pipeline_verdict
+
+    loops = [
+        *loops_at_4(100.0, 90.0),
+        {"mode": "sync", "num_envs": 32, "steps_per_s": 400.0},
+        {"mode": "async", "num_envs": 32, "steps_per_s": 900.0},
+        {"mode": "sync", "num_envs": 64, "steps_per_s": 500.0},  # no async beside it
+    ]
+    verdict = pipeline_verdict(loops, "async", torch.device("cuda"))
+    assert "and this run agrees (async 2.25x sync at 32 envs)" in verdict
+    only_sync = [lp for lp in loops if lp["mode"] == "sync"]
+    assert pipeline_verdict(only_sync, "sync", torch.device("cpu")) == (
+        "perf.pipeline=auto picks sync here"
+    )
+
+
+def test_the_whole_loop_runs_at_the_environments_asked_for(monkeypatch):
+    from edgerl.config import Config
+    from edgerl.measure import bench
+
+    ran = []
+
+    def whole_loop(cfg, mode, n, seconds):  # what the loop measures is tested above, for real
+        ran.append((mode, n))
+        return {"mode": mode, "num_envs": n, "steps_per_s": 10.0 * n, "steps_per_s_raw": 10.0 * n}
+
+    monkeypatch.setattr(bench, "whole_loop", whole_loop)
+    opts = bench.BenchOptions(loop_envs=(4, 32))
+    loops = bench._loops(Config(), opts, 1e6, [])
+    assert ran == [("sync", 4), ("async", 4), ("sync", 32), ("async", 32)]
+    assert all(lp["vs_sync_1_env"] is None for lp in loops)  # no 1-env loop to compare with
+    ran.clear()
+    bench._loops(Config(), bench.BenchOptions(), 1e6, [])
+    assert ran == [("sync", 1), ("sync", 4), ("async", 4)]  # the default
+
+
+@pytest.mark.parametrize(("given", "says"), [("", "at least one"), ("4,0", "1 or more")])
+def test_bench_refuses_loop_environments_it_cannot_run(cli, given, says):
+    r = cli("bench", "--loop-envs", given)
+    assert r.code == 2 and says in r.err and "--loop-envs" in r.err and "Traceback" not in r.err
+
+
 def test_a_busy_or_oversubscribed_machine_is_named_in_the_report():
     from edgerl.measure.bench import machine_warnings
 

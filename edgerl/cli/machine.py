@@ -69,6 +69,13 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
     help="Comma-separated env.num_envs values to measure the actor alone at, beside the raw "
     "vector env (Atari; empty to skip).",
 )
+@click.option(
+    "--loop-envs",
+    default="1,4",
+    show_default=True,
+    help="Comma-separated env.num_envs values to run the whole loop at: sync at each, async "
+    "beside it where there are several (a replay learner; PQN runs its own env.num_envs).",
+)
 @config_options()
 @click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
 @click.option(
@@ -83,6 +90,7 @@ def bench(
     seconds: float,
     envs: str,
     actor_envs: str,
+    loop_envs: str,
     config_file: Path | None,
     overrides: tuple[str, ...],
     autotune: bool,
@@ -95,6 +103,11 @@ def bench(
     env_sizes = _sizes(envs, "--envs")
     if not env_sizes:
         raise click.BadParameter("give at least one number of environments", param_hint="--envs")
+    loops = _sizes(loop_envs, "--loop-envs")
+    if not loops:
+        raise click.BadParameter(
+            "give at least one number of environments", param_hint="--loop-envs"
+        )
     result = run_bench(
         BenchOptions(
             env_id=env_id,
@@ -105,6 +118,7 @@ def bench(
             compile=compile_,
             env_sizes=env_sizes,
             actor_envs=_sizes(actor_envs, "--actor-envs"),
+            loop_envs=loops,
         )
     )
     click.echo(json.dumps(result, indent=1) if as_json else render(result))

@@ -113,6 +113,8 @@ class BenchOptions:
     env_sizes: tuple[int, ...] = (1, 4, 8, 16)
     act_batches: tuple[int, ...] = (1, 8, 32)
     actor_envs: tuple[int, ...] = (8, 32)  # the actor alone against the raw vector env
+    # The whole loop: sync at each, async beside it where there are several environments.
+    loop_envs: tuple[int, ...] = (1, 4)
 
 
 def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
@@ -256,7 +258,9 @@ def _loops(
 ) -> list[dict[str, Any]]:
     """The whole loop in each pipeline, with its share of the limit."""
     out = []
-    plan = [("sync", 1), ("sync", 4), ("async", 4)]
+    plan = [
+        (mode, n) for n in opts.loop_envs for mode in ("sync", "async") if mode == "sync" or n > 1
+    ]
     if not uses_replay(cfg):  # a rollout learner (PQN): sync only, with its many environments
         plan = [("sync", cfg.env.num_envs)]
     for mode, n in plan:
@@ -279,18 +283,27 @@ def _loops(
 
 
 def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.device) -> str:
-    """What ``perf.pipeline = "auto"`` picks here, and whether this run's loops agree."""
-    at4 = {lp["mode"]: lp["steps_per_s"] for lp in loops if lp["num_envs"] == 4}
+    """What ``perf.pipeline = "auto"`` picks here, and whether this run's loops agree (at the
+    most environments both pipelines ran with)."""
     said = f"perf.pipeline=auto picks {auto} here"
-    if "sync" not in at4 or "async" not in at4 or min(at4.values()) <= 0:
+    by_mode: dict[int, dict[str, float]] = {}
+    for lp in loops:
+        by_mode.setdefault(lp["num_envs"], {})[lp["mode"]] = lp["steps_per_s"]
+    both = [n for n, m in by_mode.items() if {"sync", "async"} <= set(m)]
+    if not both:
+        return said
+    n = max(both)
+    at = by_mode[n]
+    if min(at.values()) <= 0:
         return said
     other = "async" if auto == "sync" else "sync"
-    ratio = at4[other] / at4[auto]
+    ratio = at[other] / at[auto]
+    envs = f"{n} envs"
     if ratio <= 1.0:
-        return f"{said}, and this run agrees ({auto} {1 / ratio:.2f}x {other} at 4 envs)"
+        return f"{said}, and this run agrees ({auto} {1 / ratio:.2f}x {other} at {envs})"
     if ratio <= 1.0 + VERDICT_NOISE:
         return (
-            f"{said}; this run measured {other} {ratio:.2f}x {auto} at 4 envs, within the "
+            f"{said}; this run measured {other} {ratio:.2f}x {auto} at {envs}, within the "
             f"{VERDICT_NOISE:.0%} run-to-run noise"
         )
     why = (
@@ -300,7 +313,7 @@ def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.devic
         else "auto runs the learner on its own thread beside a GPU learner"
     )
     return (
-        f"{said}, but this run measured {other} {ratio:.2f}x faster at 4 envs ({why}); "
+        f"{said}, but this run measured {other} {ratio:.2f}x faster at {envs} ({why}); "
         f"set perf.pipeline={other} to use it on this machine"
     )
 
