@@ -5,17 +5,22 @@
 # PyTorch and TensorRT are used, and pip is pinned to their versions so it never replaces them.
 # Idempotent: run it again to upgrade. --uninstall removes the units and the venv, keeps config
 # (/etc/edgerl) and runs (/var/lib/edgerl). The unit of the web page (edgerl-serve.service) is
-# installed with its token, not enabled.
+# installed with its token, not enabled. --fleet makes the board part of a fleet (docs/fleet.md):
+# Ray in the venv, the Ray node's unit (not enabled), its role file and a fleet token, and the
+# learner's drop-in.
 set -euo pipefail
 
 usage() {
     cat <<USAGE
-usage: scripts/install.sh [--prefix DIR] [--dry-run] [--no-venv] [--python PY] [--uninstall]
+usage: scripts/install.sh [--prefix DIR] [--dry-run] [--no-venv] [--python PY] [--fleet]
+                          [--uninstall]
 
   --prefix DIR   install below DIR instead of / (no systemctl, no group): for packaging and tests
   --dry-run      print what would be done, change nothing
   --no-venv      install the unit, config and state directory only
   --python PY    the Python that creates the venv (default: python3)
+  --fleet        also Ray, edgerl-ray.service, /etc/edgerl/ray.env, a fleet token and the
+                 learner's drop-in: this board joins a fleet (docs/fleet.md)
   --uninstall    remove the units and the venv; keep /etc/edgerl and /var/lib/edgerl
 USAGE
 }
@@ -24,6 +29,7 @@ PREFIX=/
 DRY_RUN=0
 NO_VENV=0
 UNINSTALL=0
+FLEET=0
 PYTHON=${PYTHON:-python3}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -34,6 +40,7 @@ while [ $# -gt 0 ]; do
         --no-venv) NO_VENV=1; shift ;;
         --python) PYTHON=${2:?--python needs an interpreter}; shift 2 ;;
         --uninstall) UNINSTALL=1; shift ;;
+        --fleet) FLEET=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "edgerl-install: error: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -44,6 +51,8 @@ OPT=$ROOT/opt/edgerl
 VENV=$OPT/venv
 UNIT=$ROOT/etc/systemd/system/edgerl.service
 SERVE_UNIT=$ROOT/etc/systemd/system/edgerl-serve.service
+RAY_UNIT=$ROOT/etc/systemd/system/edgerl-ray.service
+DROP_IN=$ROOT/etc/systemd/system/edgerl.service.d/fleet.conf
 CONF_DIR=$ROOT/etc/edgerl
 STATE_DIR=$ROOT/var/lib/edgerl
 LINK=$ROOT/usr/local/bin/edgerl  # so `edgerl status` works in any shell, not only in the venv
@@ -67,8 +76,11 @@ if [ "$UNINSTALL" = 1 ]; then
     if [ "$SYSTEM" = 1 ] && command -v systemctl >/dev/null; then
         run systemctl disable --now edgerl.service || true
         run systemctl disable --now edgerl-serve.service || true
+        if [ -e "$RAY_UNIT" ]; then
+            run systemctl disable --now edgerl-ray.service || true
+        fi
     fi
-    run rm -f "$UNIT" "$SERVE_UNIT"
+    run rm -f "$UNIT" "$SERVE_UNIT" "$RAY_UNIT" "$DROP_IN"
     if [ -L "$LINK" ] && [ "$(readlink "$LINK")" = "$VENV/bin/edgerl" ]; then
         run rm -f "$LINK"
     fi
@@ -79,6 +91,9 @@ if [ "$UNINSTALL" = 1 ]; then
     say "removed the units and $VENV; kept $CONF_DIR (config) and $STATE_DIR (runs)"
     exit 0
 fi
+
+EXTRAS=web
+[ "$FLEET" = 1 ] && EXTRAS=web,fleet  # Ray (about 0.25 GB)
 
 install_venv() {
     if is_jetson; then
@@ -94,11 +109,11 @@ install_venv() {
         fi
         # JetPack's torch, TensorRT and NumPy stay (the script says why this is no plain pip install)
         run "$VENV/bin/python" "$SRC/scripts/jetpack_pip.py" --quiet \
-            --constraints "$OPT/constraints.txt" --extras jetson,web "$SRC"
+            --constraints "$OPT/constraints.txt" --extras "jetson,$EXTRAS" "$SRC"
     else
         say "not a Jetson: a plain venv with torch from PyPI"
         run "$PYTHON" -m venv "$VENV"
-        run "$VENV/bin/pip" install --quiet "${SRC}[web]"
+        run "$VENV/bin/pip" install --quiet "${SRC}[$EXTRAS]"
     fi
 }
 
@@ -134,7 +149,9 @@ run install -m 0644 "$SRC/README.md" "$OPT/README.md"
 run install -d -m 0755 "$OPT/docs"
 run install -m 0644 "$SRC"/docs/*.md "$OPT/docs/"  # the README's links, next to it
 
-for name in edgerl edgerl-serve; do
+UNITS=(edgerl edgerl-serve)
+[ "$FLEET" = 1 ] && UNITS+=(edgerl-ray)
+for name in "${UNITS[@]}"; do
     target=$ROOT/etc/systemd/system/$name.service
     echo "+ write $target (paths under $OPT)"
     if [ "$DRY_RUN" = 0 ]; then
@@ -164,9 +181,34 @@ else
     fi
 fi
 
+# The fleet (docs/fleet.md): this board's role (the learner's head by default), the token every
+# node must hold (one board's, copied to the others: a node without it cannot join), and the
+# learner's drop-in that gives edgerl.service the network to the fleet's subnet only.
+RAY_TOKEN=$CONF_DIR/ray-token
+if [ "$FLEET" = 1 ]; then
+    if [ -e "$CONF_DIR/ray.env" ]; then
+        say "keeping the existing $CONF_DIR/ray.env"
+    else
+        run install -D -m 0644 "$SRC/systemd/ray.env.example" "$CONF_DIR/ray.env"
+    fi
+    if [ -e "$RAY_TOKEN" ]; then
+        say "keeping the existing $RAY_TOKEN"
+    else
+        echo "+ write $RAY_TOKEN (a new random token, mode 0640)"
+        if [ "$DRY_RUN" = 0 ]; then
+            mkdir -p "$CONF_DIR"
+            (umask 027 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RAY_TOKEN")
+        fi
+    fi
+    run install -D -m 0644 "$SRC/systemd/edgerl.service.d/fleet.conf" "$DROP_IN"
+fi
+
 if [ "$SYSTEM" = 1 ]; then
     ensure_service_user
     run chgrp edgerl "$STATE_DIR"
+    if [ "$FLEET" = 1 ]; then
+        run chgrp edgerl "$RAY_TOKEN"  # the Ray node and the learner run as edgerl
+    fi
     if command -v systemctl >/dev/null; then
         run systemctl daemon-reload
     fi
@@ -178,3 +220,8 @@ say "installed. First check this machine: edgerl doctor --deep (that is $LINK)"
 say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"
 say "or from a browser: sudo systemctl enable --now edgerl-serve (port 8765, the token in $TOKEN)"
+if [ "$FLEET" = 1 ]; then
+    say "fleet: set this board's role in $CONF_DIR/ray.env and the subnet in $DROP_IN,"
+    say "  give every board the same $RAY_TOKEN, then: sudo systemctl enable --now edgerl-ray"
+    say "  (step by step: $OPT/docs/fleet.md)"
+fi

@@ -475,6 +475,38 @@ def test_install_leaves_an_edgerl_command_that_is_not_its_own(tmp_path):
     assert mine.exists()
 
 
+def test_install_for_a_fleet_adds_ray_its_unit_a_token_and_the_learners_drop_in(tmp_path):
+    r = install("--prefix", str(tmp_path), "--dry-run", "--fleet")
+    assert r.returncode == 0 and f"install --quiet {REPO}[web,fleet]" in r.stdout
+    assert list(tmp_path.iterdir()) == []
+    r = install("--prefix", str(tmp_path), "--no-venv", "--fleet")
+    assert r.returncode == 0, r.stderr
+    etc = tmp_path / "etc"
+    ray_unit = etc / "systemd/system/edgerl-ray.service"
+    assert f"ExecStart={tmp_path}/opt/edgerl/venv/bin/ray start --block" in ray_unit.read_text()
+    drop_in = etc / "systemd/system/edgerl.service.d/fleet.conf"
+    assert "Requires=edgerl-ray.service" in drop_in.read_text()
+    role = etc / "edgerl/ray.env"
+    assert role.read_text() == (REPO / "systemd/ray.env.example").read_text()
+    token = etc / "edgerl/ray-token"
+    assert re.fullmatch(r"[0-9a-f]{64}", token.read_text())
+    assert token.stat().st_mode & 0o777 == 0o640  # the edgerl group reads it, nobody else
+    assert "give every board the same" in r.stdout and "enable --now edgerl-ray" in r.stdout
+    # Again: what the user set is kept (one token for the whole fleet).
+    token.write_text("the fleet's own token")
+    role.write_text("RAY_START_ARGS=--address=192.168.1.10:6379\n")
+    r = install("--prefix", str(tmp_path), "--no-venv", "--fleet")
+    assert r.returncode == 0 and f"keeping the existing {token}" in r.stdout
+    assert token.read_text() == "the fleet's own token" and "--address" in role.read_text()
+    assert install("--prefix", str(tmp_path), "--uninstall").returncode == 0
+    assert not ray_unit.exists() and not drop_in.exists() and token.exists() and role.exists()
+    # Without --fleet nothing of it is installed.
+    other = tmp_path / "plain"
+    assert install("--prefix", str(other), "--no-venv").returncode == 0
+    assert not (other / "etc/systemd/system/edgerl-ray.service").exists()
+    assert not (other / "etc/edgerl/ray-token").exists()
+
+
 def test_install_refuses_unknown_options():
     r = install("--prefx", "/tmp")
     assert r.returncode == 2 and "unknown option --prefx" in r.stderr
