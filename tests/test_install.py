@@ -288,7 +288,8 @@ def test_dockerfile_and_install_script_install_the_same_way(tmp_path: Path):
     assert "COPY scripts/jetpack_pip.py ./scripts/" in dockerfile
     runs = [line for line in dockerfile.splitlines() if "pip" in line and line.startswith("RUN")]
     assert runs == [
-        "RUN python3 scripts/jetpack_pip.py --constraints /opt/edgerl/constraints.txt . \\"
+        "RUN python3 scripts/jetpack_pip.py --constraints /opt/edgerl/constraints.txt"
+        " --extras jetson,web . \\"
     ]
     # the rest of the image's pip use would bypass the pins
     assert "pip install" not in dockerfile
