@@ -20,8 +20,12 @@
 #            Runtime (export.json, play-torch.json, play-onnx.json)
 #   resume   resume.log and runs/<amp>-<pipeline>: DQN trained, stopped, resumed, for
 #            perf.amp=off|bf16 x perf.pipeline=sync|async
+#   dqn      dqn.log and run/: DQN on Pong with 32 environments and the async pipeline (the
+#            CPU hour's settings, docs/results.md), stopped by SIGTERM after DQN_SECONDS (400):
+#            a first try at DQN Pong within minutes, not yet a preset
 # Groups, each one call: check (install machine tests doctor bench: about 2.5 minutes on an
-# H200), then pong (about 5 minutes), then resume (about 4); all runs every step in order.
+# H200), then pong (about 5 minutes), then resume (about 4), dqn (7); all runs every step in
+# order.
 # steps.txt gets one line per step: its name, exit status and seconds. Run directories keep their
 # logs and CSV files; checkpoints and replay files are listed (runs.txt) and removed, unless
 # KEEP_FILES=1. PYTHON names the interpreter with torch (default python3).
@@ -31,17 +35,18 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench pong resume)
+STEPS=(install machine tests doctor bench pong resume dqn)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
-GROUP_NAMES=(check pong resume)
-declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume")
+GROUP_NAMES=(check pong resume dqn)
+declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
 # Seconds each step may take in all, set-up included. Measured on an H200 with 16 cores
 # (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
 # preset ends itself at 2,000,000 steps), export and play 16.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [pong]=470
-    [resume]=330)
+    [resume]=330 [dqn]=470)
 PONG_SECONDS=${PONG_SECONDS:-330}
+DQN_SECONDS=${DQN_SECONDS:-400}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
 NEEDED="torch numpy gymnasium ale_py onnx onnxruntime psutil click rich pynvml tomli_w pytest hypothesis"
 
@@ -172,6 +177,26 @@ step_resume() {
         done
     done
     return $status
+}
+
+step_dqn() {
+    local run="$OUT/run" status
+    # The settings of the CPU's DQN hour (docs/results.md, "Pong with DQN, the same hour") with
+    # 32 environments: on the H200 the loop at 1-4 environments was host-bound (1-3% of the
+    # learner's limit) and the actor alone stepped 32 environments at 22,834 steps/s.
+    {
+        echo "=== DQN Pong, 32 environments, stopped by SIGTERM after $DQN_SECONDS s at most"
+        timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --env ALE/Pong-v5 \
+            --steps 3000000 --set env.num_envs=32 --set env.repeat_action_probability=0 \
+            --set agent.n_step=3 --set agent.eps_decay_steps=100000 \
+            --set agent.learning_starts=10000 --set replay.capacity=100000 \
+            --set eval.every_steps=250000 --set eval.episodes=10 --set display.enabled=false \
+            --set replay.persist=false --run-dir "$run"
+        status=$?
+        echo "exit $status (124: stopped by the time limit)"
+        cat "$run/eval.csv"
+    } >"$OUT/dqn.log" 2>&1
+    [ "$status" = 0 ] || [ "$status" = 124 ]
 }
 
 # Checkpoints and replay files are too large to bring back: list them, then remove them.
