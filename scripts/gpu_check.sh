@@ -187,7 +187,8 @@ step_dqn() {
     {
         echo "=== DQN Pong, 32 environments, stopped by SIGTERM after $DQN_SECONDS s at most"
         timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --env ALE/Pong-v5 \
-            --steps 3000000 --set env.num_envs=32 --set env.repeat_action_probability=0 \
+            --steps 3000000 --set env.num_envs=32 --set perf.pipeline=async \
+            --set env.repeat_action_probability=0 \
             --set agent.n_step=3 --set agent.eps_decay_steps=100000 \
             --set agent.learning_starts=10000 --set replay.capacity=100000 \
             --set eval.every_steps=250000 --set eval.episodes=10 --set display.enabled=false \

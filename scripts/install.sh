@@ -81,6 +81,9 @@ if [ "$UNINSTALL" = 1 ]; then
         fi
     fi
     run rm -f "$UNIT" "$SERVE_UNIT" "$RAY_UNIT" "$DROP_IN"
+    if [ -d "$(dirname "$DROP_IN")" ]; then
+        run rmdir --ignore-fail-on-non-empty "$(dirname "$DROP_IN")"
+    fi
     if [ -L "$LINK" ] && [ "$(readlink "$LINK")" = "$VENV/bin/edgerl" ]; then
         run rm -f "$LINK"
     fi
@@ -182,9 +185,12 @@ else
 fi
 
 # The fleet (docs/fleet.md): this board's role (the learner's head by default), the token every
-# node must hold (one board's, copied to the others: a node without it cannot join), and the
-# learner's drop-in that gives edgerl.service the network to the fleet's subnet only.
+# node must hold (one board's, copied to the others: a node without it cannot join; whoever has
+# it can run code on every board, so it is the edgerl user's alone, not its group's, whose
+# members only watch runs), and the learner's drop-in that gives edgerl.service the network to
+# the fleet's subnet only. Each is kept when it is there: the user edits all three.
 RAY_TOKEN=$CONF_DIR/ray-token
+NEW_RAY_TOKEN=0
 if [ "$FLEET" = 1 ]; then
     if [ -e "$CONF_DIR/ray.env" ]; then
         say "keeping the existing $CONF_DIR/ray.env"
@@ -194,20 +200,25 @@ if [ "$FLEET" = 1 ]; then
     if [ -e "$RAY_TOKEN" ]; then
         say "keeping the existing $RAY_TOKEN"
     else
-        echo "+ write $RAY_TOKEN (a new random token, mode 0640)"
+        NEW_RAY_TOKEN=1
+        echo "+ write $RAY_TOKEN (a new random token, mode 0600)"
         if [ "$DRY_RUN" = 0 ]; then
             mkdir -p "$CONF_DIR"
-            (umask 027 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RAY_TOKEN")
+            (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RAY_TOKEN")
         fi
     fi
-    run install -D -m 0644 "$SRC/systemd/edgerl.service.d/fleet.conf" "$DROP_IN"
+    if [ -e "$DROP_IN" ]; then
+        say "keeping the existing $DROP_IN"
+    else
+        run install -D -m 0644 "$SRC/systemd/edgerl.service.d/fleet.conf" "$DROP_IN"
+    fi
 fi
 
 if [ "$SYSTEM" = 1 ]; then
     ensure_service_user
     run chgrp edgerl "$STATE_DIR"
-    if [ "$FLEET" = 1 ]; then
-        run chgrp edgerl "$RAY_TOKEN"  # the Ray node and the learner run as edgerl
+    if [ "$NEW_RAY_TOKEN" = 1 ]; then
+        run chown edgerl:edgerl "$RAY_TOKEN"  # the Ray node and the learner run as edgerl
     fi
     if command -v systemctl >/dev/null; then
         run systemctl daemon-reload
@@ -221,7 +232,9 @@ say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"
 say "or from a browser: sudo systemctl enable --now edgerl-serve (port 8765, the token in $TOKEN)"
 if [ "$FLEET" = 1 ]; then
-    say "fleet: set this board's role in $CONF_DIR/ray.env and the subnet in $DROP_IN,"
-    say "  give every board the same $RAY_TOKEN, then: sudo systemctl enable --now edgerl-ray"
-    say "  (step by step: $OPT/docs/fleet.md)"
+    say "fleet (step by step: $OPT/docs/fleet.md): give every board the same $RAY_TOKEN;"
+    say "  on the learner's board: the fleet's subnet in $DROP_IN, then"
+    say "  sudo systemctl enable --now edgerl-ray edgerl;"
+    say "  on a board of actors only: RAY_START_ARGS in $CONF_DIR/ray.env joins the learner's"
+    say "  head, then sudo systemctl enable --now edgerl-ray (edgerl itself stays off there)"
 fi

@@ -162,7 +162,7 @@ def test_the_verdict_compares_the_pipelines_at_the_most_environments_both_ran():
 
 
 def test_the_whole_loop_runs_at_the_environments_asked_for(monkeypatch):
-    from edgerl.config import Config
+    from edgerl.config import Config, with_values
     from edgerl.measure import bench
 
     ran = []
@@ -179,6 +179,18 @@ def test_the_whole_loop_runs_at_the_environments_asked_for(monkeypatch):
     ran.clear()
     bench._loops(Config(), bench.BenchOptions(), 1e6, [])
     assert ran == [("sync", 1), ("sync", 4), ("async", 4)]  # the default
+    ran.clear()  # each number once; the 1-env baseline wherever it is in the list
+    loops = bench._loops(Config(), bench.BenchOptions(loop_envs=(4, 1, 4)), 1e6, [])
+    assert ran == [("sync", 4), ("async", 4), ("sync", 1)]
+    assert [lp["vs_sync_1_env"] for lp in loops] == [4.0, 4.0, 1.0]
+    ran.clear()  # a rollout learner runs one loop at its own environments, and says so
+    pqn = with_values(Config(), {"agent.algo": "pqn", "env.num_envs": 16})
+    warnings: list[str] = []
+    bench._loops(pqn, bench.BenchOptions(loop_envs=(4, 32)), 1e6, warnings)
+    assert ran == [("sync", 16)]
+    assert warnings == [
+        "--loop-envs is not used with pqn: its loop runs at its own env.num_envs (16)"
+    ]
 
 
 @pytest.mark.parametrize(("given", "says"), [("", "at least one"), ("4,0", "1 or more")])

@@ -490,16 +490,21 @@ def test_install_for_a_fleet_adds_ray_its_unit_a_token_and_the_learners_drop_in(
     assert role.read_text() == (REPO / "systemd/ray.env.example").read_text()
     token = etc / "edgerl/ray-token"
     assert re.fullmatch(r"[0-9a-f]{64}", token.read_text())
-    assert token.stat().st_mode & 0o777 == 0o640  # the edgerl group reads it, nobody else
+    # Whoever has the token runs code on every board: not the edgerl group's, whose members watch.
+    assert token.stat().st_mode & 0o777 == 0o600
     assert "give every board the same" in r.stdout and "enable --now edgerl-ray" in r.stdout
-    # Again: what the user set is kept (one token for the whole fleet).
+    assert "edgerl itself stays off there" in r.stdout  # a board of actors only
+    # Again: what the user set is kept (one token for the whole fleet, its subnet, its role).
     token.write_text("the fleet's own token")
     role.write_text("RAY_START_ARGS=--address=192.168.1.10:6379\n")
+    drop_in.write_text(drop_in.read_text().replace("192.168.1.0/24", "10.0.0.0/24"))
     r = install("--prefix", str(tmp_path), "--no-venv", "--fleet")
     assert r.returncode == 0 and f"keeping the existing {token}" in r.stdout
     assert token.read_text() == "the fleet's own token" and "--address" in role.read_text()
+    assert "IPAddressAllow=10.0.0.0/24" in drop_in.read_text()
     assert install("--prefix", str(tmp_path), "--uninstall").returncode == 0
-    assert not ray_unit.exists() and not drop_in.exists() and token.exists() and role.exists()
+    assert not ray_unit.exists() and not drop_in.parent.exists()
+    assert token.exists() and role.exists()
     # Without --fleet nothing of it is installed.
     other = tmp_path / "plain"
     assert install("--prefix", str(other), "--no-venv").returncode == 0
@@ -608,6 +613,11 @@ def test_the_service_user_is_made_when_the_system_is_installed():
     assert (useradd in r.stdout) is not user, r.stdout
     jtop = subprocess.run(["getent", "group", "jtop"], capture_output=True).returncode == 0
     assert ("+ usermod -aG jtop edgerl" in r.stdout) is jtop
+    # A fleet's new token is given to the user the Ray node and the learner run as.
+    r = install("--dry-run", "--no-venv", "--fleet")
+    assert r.returncode == 0, r.stderr
+    new = not Path("/etc/edgerl/ray-token").exists()
+    assert ("+ chown edgerl:edgerl /etc/edgerl/ray-token" in r.stdout) is new, r.stdout
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")

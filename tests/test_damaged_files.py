@@ -247,7 +247,8 @@ def test_any_display_json_is_read_or_named_as_damaged(tmp_path_factory, data):
         read_pointer(run)
         FrameReader(run).close()
     except StreamError as e:
-        assert "\n" not in str(e) and "/" in str(e), str(e)
+        # One line, naming a file, a damaged path shown escaped.
+        assert str(e).isprintable() and "/" in str(e), str(e)
     except FileNotFoundError:
         pass  # it names a stream that is not there: the viewer waits for one
 

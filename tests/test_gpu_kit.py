@@ -267,7 +267,10 @@ def test_the_check_group_runs_its_steps_in_one_call_and_pong_trains_the_gpu_pres
     r = run_script(CHECK_SCRIPT, "dqn", str(results), env=env)
     assert r.returncode == 0, r.stderr
     said = calls.read_text()
-    assert "train --env ALE/Pong-v5 --steps 3000000 --set env.num_envs=32" in said
+    assert (
+        "train --env ALE/Pong-v5 --steps 3000000 --set env.num_envs=32 --set perf.pipeline=async"
+        in said
+    )
     assert "dqn.log" in packed(results, "dqn")
 
 

@@ -258,11 +258,15 @@ def _loops(
 ) -> list[dict[str, Any]]:
     """The whole loop in each pipeline, with its share of the limit."""
     out = []
-    plan = [
-        (mode, n) for n in opts.loop_envs for mode in ("sync", "async") if mode == "sync" or n > 1
-    ]
+    sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
+    plan = [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
     if not uses_replay(cfg):  # a rollout learner (PQN): sync only, with its many environments
         plan = [("sync", cfg.env.num_envs)]
+        if opts.loop_envs != BenchOptions.loop_envs:
+            warnings.append(
+                f"--loop-envs is not used with {cfg.agent.algo}: its loop runs at its own "
+                f"env.num_envs ({cfg.env.num_envs})"
+            )
     for mode, n in plan:
         log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
         loop = whole_loop(cfg, mode, n, opts.seconds)
@@ -276,7 +280,7 @@ def _loops(
             if "disturbed" in note:
                 warnings.append(f"loop {mode} with {n} env(s): {note}")
         out.append(loop)
-    base = out[0]["steps_per_s"] if out and out[0]["num_envs"] == 1 else 0.0
+    base = next((lp["steps_per_s"] for lp in out if lp["num_envs"] == 1), 0.0)
     for loop in out:  # None when the baseline made no step (a stalled machine)
         loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3) if base > 0 else None
     return out

@@ -60,6 +60,13 @@ MAX_SIDE = 4096
 PID_MAX = 1 << 22  # Linux's largest pid
 
 
+def _path_shown(path: Path) -> str:
+    """``path`` for a sentence: as it is, or escaped where a damaged pointer put a NUL byte, a
+    newline or another unprintable character in it."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def _permission_error(path: Path) -> StreamPermissionError:
     try:
         st = path.stat()
@@ -69,8 +76,8 @@ def _permission_error(path: Path) -> StreamPermissionError:
     except (OSError, KeyError):
         owner, fix = "", "sudo usermod -aG edgerl $USER, then log in again"
     return StreamPermissionError(
-        f"permission denied reading {path}{owner}: join the trainer's group ({fix}) or run the "
-        "viewer as the trainer's user"
+        f"permission denied reading {_path_shown(path)}{owner}: join the trainer's group "
+        f"({fix}) or run the viewer as the trainer's user"
     )
 
 
@@ -138,6 +145,7 @@ class FrameReader:
         self.path = Path(pointer["path"])
         self.pid = int(pointer["pid"])
         self.action_meanings: list[str] = [str(a) for a in pointer["action_meanings"]]
+        pointer_file, shown = run_dir / POINTER_FILE, _path_shown(self.path)
         try:
             # O_NONBLOCK: a FIFO named by a damaged pointer must not hang the viewer here.
             self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
@@ -145,16 +153,23 @@ class FrameReader:
             raise _permission_error(self.path) from None
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(errno.ENOENT, "no such file", str(self.path)) from None
-        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-            # repr: a damaged path may hold a NUL byte or a newline; the sentence names the
-            # pointer, which is the file to look at.
+        except ValueError:  # a NUL byte in the path: no file can have that name
             raise StreamError(
-                f"{run_dir / POINTER_FILE} names {str(self.path)!r}, which cannot be opened"
-                f" ({e}): {POINTER_FILE} is damaged"
+                f"{pointer_file} is damaged: the path it names, {shown}, holds a NUL byte"
             ) from None
+        except OSError as e:
+            why = e.strerror or str(e)
+            if e.errno in (errno.ENAMETOOLONG, errno.ELOOP):  # no stream could be there
+                raise StreamError(
+                    f"{pointer_file} is damaged: the path it names, {shown}, cannot be opened "
+                    f"({why})"
+                ) from None
+            raise StreamError(f"the frame stream {shown} cannot be opened: {why}") from None
         try:
             if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-                raise StreamError(f"{self.path} is not a file: {POINTER_FILE} is damaged")
+                raise StreamError(
+                    f"{pointer_file} is damaged: the path it names, {shown}, is not a file"
+                )
             self._check_header(pointer)
         except BaseException:
             os.close(self._fd)
@@ -164,7 +179,7 @@ class FrameReader:
 
     def _check_header(self, pointer: dict[str, Any]) -> None:
         """Every header field against the file and the pointer; raises StreamError."""
-        where = str(self.path)
+        where = _path_shown(self.path)
         size = os.fstat(self._fd).st_size
         raw = os.pread(self._fd, HEADER.size, 0)
         if len(raw) < HEADER.size:
@@ -221,8 +236,8 @@ class FrameReader:
         if len(raw) < n:
             size = os.fstat(self._fd).st_size
             raise StreamError(
-                f"{self.path} shrank to {size:,} bytes while being watched (it should have "
-                f"{self.size:,}): it was truncated"
+                f"{_path_shown(self.path)} shrank to {size:,} bytes while being watched (it "
+                f"should have {self.size:,}): it was truncated"
             )
         return raw
 
