@@ -14,6 +14,9 @@
 #            failure's traceback as it happens (a step cut off keeps them)
 #   doctor   doctor.json: `edgerl doctor --deep --json` (its log in doctor.err)
 #   bench    bench.json: `edgerl bench --json` (its log in bench.err)
+#   limit    limit.json: the learner alone with the GPU's time counted, at batch/train_freq 32/4,
+#            64/8, 128/16 and 256/32, and the DQN loop sync and async at 4, 32 and 64 environments
+#            beside the emulator and the actor alone at those counts (`edgerl bench --json`)
 #   pong     pong.log and run/: `edgerl train --preset pong-gpu` (Pong with PQN, 18+ within
 #            5 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
 #            longer; then its policy exported to ONNX and played with torch on the GPU and ONNX
@@ -22,7 +25,8 @@
 #            perf.amp=off|bf16 x perf.pipeline=sync|async
 #   dqn      dqn.log and run/: DQN on Pong with 32 environments and the async pipeline (the
 #            CPU hour's settings, docs/results.md), stopped by SIGTERM after DQN_SECONDS (400):
-#            a first try at DQN Pong within minutes, not yet a preset
+#            a first try at DQN Pong within minutes, not yet a preset; DQN_SETS adds settings
+#            (e.g. "agent.batch_size=128 agent.train_freq=16"), each passed as --set
 # Groups, each one call: check (install machine tests doctor bench: about 2.5 minutes on an
 # H200), then pong (about 5 minutes), then resume (about 4), dqn (7); all runs every step in
 # order.
@@ -35,7 +39,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench pong resume dqn)
+STEPS=(install machine tests doctor bench limit pong resume dqn)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
 GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
@@ -43,8 +47,8 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
 # preset ends itself at 2,000,000 steps), export and play 16.
 # A group's limits add up to less than the 10 minutes one command may run.
-declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [pong]=470
-    [resume]=330 [dqn]=470)
+declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=200
+    [pong]=470 [resume]=330 [dqn]=470)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-400}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -126,6 +130,12 @@ step_bench() {
         --envs 8,16,32,64 --actor-envs 32 --loop-envs 4,32 >"$OUT/bench.json" 2>"$OUT/bench.err"
 }
 
+step_limit() {
+    timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-6}" \
+        --envs 4,32,64 --actor-envs 32,64 --loop-envs 4,32,64 \
+        --batch-shapes 64/8,128/16,256/32 >"$OUT/limit.json" 2>"$OUT/limit.err"
+}
+
 step_pong() {
     local run="$OUT/run" status failed=0
     {
@@ -180,19 +190,22 @@ step_resume() {
 }
 
 step_dqn() {
-    local run="$OUT/run" status
+    local run="$OUT/run" status setting extra=()
+    for setting in ${DQN_SETS:-}; do
+        extra+=(--set "$setting")
+    done
     # The settings of the CPU's DQN hour (docs/results.md, "Pong with DQN, the same hour") with
     # 32 environments: on the H200 the loop at 1-4 environments was host-bound (1-3% of the
     # learner's limit) and the actor alone stepped 32 environments at 22,834 steps/s.
     {
-        echo "=== DQN Pong, 32 environments, stopped by SIGTERM after $DQN_SECONDS s at most"
+        echo "=== DQN Pong, 32 environments ${DQN_SETS:-}, stopped by SIGTERM after $DQN_SECONDS s at most"
         timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --env ALE/Pong-v5 \
             --steps 3000000 --set env.num_envs=32 --set perf.pipeline=async \
             --set env.repeat_action_probability=0 \
             --set agent.n_step=3 --set agent.eps_decay_steps=100000 \
             --set agent.learning_starts=10000 --set replay.capacity=100000 \
             --set eval.every_steps=250000 --set eval.episodes=10 --set display.enabled=false \
-            --set replay.persist=false --run-dir "$run"
+            --set replay.persist=false --run-dir "$run" "${extra[@]}"
         status=$?
         echo "exit $status (124: stopped by the time limit)"
         cat "$run/eval.csv"

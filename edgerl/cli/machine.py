@@ -76,6 +76,12 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
     help="Comma-separated env.num_envs values to run the whole loop at: sync at each, async "
     "beside it where there are several (a replay learner; PQN runs its own env.num_envs).",
 )
+@click.option(
+    "--batch-shapes",
+    default="",
+    help="Also measure the learner alone at these agent.batch_size/agent.train_freq pairs, "
+    "e.g. 64/8,128/16 (a replay learner; the same samples per env step in fewer updates).",
+)
 @config_options()
 @click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
 @click.option(
@@ -91,6 +97,7 @@ def bench(
     envs: str,
     actor_envs: str,
     loop_envs: str,
+    batch_shapes: str,
     config_file: Path | None,
     overrides: tuple[str, ...],
     autotune: bool,
@@ -119,9 +126,33 @@ def bench(
             env_sizes=env_sizes,
             actor_envs=_sizes(actor_envs, "--actor-envs"),
             loop_envs=loops,
+            batch_shapes=_shapes(batch_shapes),
         )
     )
     click.echo(json.dumps(result, indent=1) if as_json else render(result))
+
+
+def _shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """(batch_size, train_freq) pairs from ``"64/8,128/16"``; raises click.BadParameter."""
+    shapes = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        batch, _, freq = part.partition("/")
+        try:
+            shape = (int(batch), int(freq))
+        except ValueError:
+            raise click.BadParameter(
+                f"expected pairs such as 128/16 (batch size / train_freq), got {part!r}",
+                param_hint="--batch-shapes",
+            ) from None
+        if min(shape) < 1:
+            raise click.BadParameter(
+                f"a batch size and a train_freq are 1 or more, got {part!r}",
+                param_hint="--batch-shapes",
+            )
+        shapes.append(shape)
+    return tuple(shapes)
 
 
 def _sizes(text: str, option: str) -> tuple[int, ...]:

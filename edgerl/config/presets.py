@@ -52,6 +52,20 @@ class NamedPreset:
 # --preset NAME: over the config files, under --set and the command line's own flags. Each one's
 # measured run is in docs/results.md, with its files under docs/runs/.
 NAMED_PRESETS: dict[str, NamedPreset] = {
+    # pong-cpu's recipe for any Atari game (--env ALE/<Game>-v5): what is set per machine class
+    # and per short run, nothing per game (docs/training.md, "Any Atari game").
+    "atari-cpu": NamedPreset(
+        "Any Atari game (--env) with PQN on a CPU of two cores, sticky actions off: pong-cpu's "
+        "recipe",
+        {
+            "agent.algo": "pqn",
+            "env.repeat_action_probability": 0.0,
+            "train.steps": 2_000_000,
+            "agent.eps_decay_steps": 250_000,
+            "eval.every_steps": 100_000,
+            "eval.episodes": 10,
+        },
+    ),
     "pong-cpu": NamedPreset(
         "Pong with PQN on a CPU of two cores, sticky actions off: greedy 18+ within an hour",
         {

@@ -115,6 +115,9 @@ class BenchOptions:
     actor_envs: tuple[int, ...] = (8, 32)  # the actor alone against the raw vector env
     # The whole loop: sync at each, async beside it where there are several environments.
     loop_envs: tuple[int, ...] = (1, 4)
+    # The learner alone also at these (agent.batch_size, agent.train_freq) pairs (a replay
+    # learner): bigger batches at the same samples per env step make fewer, larger kernels.
+    batch_shapes: tuple[tuple[int, int], ...] = ()
 
 
 def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
@@ -180,6 +183,26 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
         "steps_per_s_raw": limit,
         "ms_per_update": round(1000 / ups, 3),
         "ms_per_env_step": round(1000 / limit, 4),
+        "host_us_per_update": round(learner["host_us_per_update"], 1),
+        "shapes": [_shape_limit(cfg, opts, device, b, f, limit_s) for b, f in opts.batch_shapes],
+    }
+
+
+def _shape_limit(
+    cfg: Config, opts: BenchOptions, device: torch.device, batch: int, freq: int, seconds: float
+) -> dict[str, Any]:
+    """The learner-bound limit with ``agent.batch_size=batch, agent.train_freq=freq``."""
+    log.info("bench: the learner alone at batch %d / train_freq %d", batch, freq)
+    agent = dataclasses.replace(cfg.agent, batch_size=batch, train_freq=freq)
+    learner = learner_limit(
+        dataclasses.replace(cfg, agent=agent), probe(opts.env_id), device, seconds
+    )
+    return {
+        "batch_size": batch,
+        "train_freq": freq,
+        "updates_per_s": round(learner["updates_per_s"], 2),
+        "ms_per_update": round(1000 / learner["updates_per_s"], 3),
+        "steps_per_s": round(learner["steps_per_s"], 1),
         "host_us_per_update": round(learner["host_us_per_update"], 1),
     }
 
@@ -438,6 +461,12 @@ def render(result: dict[str, Any]) -> str:
         f"{lim['updates_per_launch']} per launch; {lim['update']}): a limit of "
         f"{lim['steps_per_s']:,.0f} env steps/s"
     )
+    for shape in lim.get("shapes", []):
+        lines.append(
+            f"  at batch {shape['batch_size']} / train_freq {shape['train_freq']}: "
+            f"{shape['updates_per_s']:,.1f} updates/s ({shape['ms_per_update']} ms each): a limit "
+            f"of {shape['steps_per_s']:,.0f} env steps/s"
+        )
     if "compute" in result:
         lines.append(render_compute(result["compute"]))
     lines += [actor_row(a) for a in result.get("actor", [])]

@@ -177,6 +177,36 @@ class RandomSteps:
             self.memory.add(actions, rewards, ended, none, self.obs[self.i % 64], final)
 
 
+QUEUE_BOUND = 64  # launches queued ahead of the device at most while timing, as in training
+
+
+def _nothing() -> None:
+    """Waits for nothing: a CPU learner's work is done when its call returns."""
+
+
+def time_launches(
+    launch: Callable[[], None], launches: int, wait: Callable[[], None]
+) -> tuple[float, float]:
+    """(wall seconds, host CPU seconds) of ``launches`` calls of ``launch``, where ``wait``
+    returns once all work launched so far has finished (``torch.cuda.synchronize``).
+
+    The wall time runs from the first launch until ``wait`` returns after the last, so work a
+    launch leaves running on the device (a CUDA graph's replay returns at once) is counted;
+    the queue is drained every :data:`QUEUE_BOUND` launches inside the timed region. Host time
+    is the calling thread's CPU time inside the launches only (no spinning in ``wait``)."""
+    wait()  # nothing from before is counted
+    host = 0.0
+    started = time.perf_counter()
+    for i in range(1, launches + 1):
+        cpu = time.thread_time()
+        launch()
+        host += time.thread_time() - cpu
+        if i % QUEUE_BOUND == 0:
+            wait()
+    wait()
+    return time.perf_counter() - started, host
+
+
 def learner_limit(
     cfg: Config, spec: EnvSpec, device: torch.device, seconds: float
 ) -> dict[str, Any]:
@@ -196,27 +226,20 @@ def learner_limit(
         steps_per_unit = memory.capacity
     prepare_learner(cfg, spec, learner, memory, 10**6)
     k = learner.per_launch
-    cuda = device.type == "cuda"
+    wait = torch.cuda.synchronize if device.type == "cuda" else _nothing
 
     def timed(units: int) -> tuple[float, float, int]:
         """(seconds, host CPU seconds, updates) of ``units`` units of learning."""
-        seconds = host = 0.0
         before = learner.updates
-        for _ in range(0, units, k):
-            if not replay:
-                writer.write(memory.steps)  # a full rollout, not timed
-            if cuda:
-                torch.cuda.synchronize()
-            started, cpu = time.perf_counter(), time.thread_time()
-            learner.learn(memory, 0, k)
-            host += time.thread_time() - cpu
-            if cuda and not replay:
-                torch.cuda.synchronize()
-            seconds += time.perf_counter() - started
-        if cuda:  # DQN's launches queue up as in training; the last one is waited for
-            started = time.perf_counter()
-            torch.cuda.synchronize()
-            seconds += time.perf_counter() - started
+        launches = range(0, units, k)
+        if replay:
+            seconds, host = time_launches(lambda: learner.learn(memory, 0, k), len(launches), wait)
+        else:  # each rollout is written untimed, then learned with its device work timed
+            seconds = host = 0.0
+            for _ in launches:
+                writer.write(memory.steps)
+                s, h = time_launches(lambda: learner.learn(memory, 0, k), 1, wait)
+                seconds, host = seconds + s, host + h
         return seconds, host, learner.updates - before
 
     timed(2 * k)  # warm-up: allocations, autotuning
