@@ -29,6 +29,8 @@ def test_bench_json(cli):
         "1",
         "--actor-envs",
         "2",
+        "--batch-shapes",
+        "16/8",
         "--json",
         "--set",
         "agent.learning_starts=64",
@@ -51,6 +53,10 @@ def test_bench_json(cli):
         "sampling and update" in limit["update_variant"] and "perf.amp=" in limit["update_variant"]
     )
     assert limit["updates_per_launch"] == (4 if CUDA else 1) and limit["host_us_per_update"] > 0
+    # The same learner at another batch / train_freq: its limit follows its own train_freq.
+    [shape] = limit["shapes"]
+    assert (shape["batch_size"], shape["train_freq"]) == (16, 8)
+    assert shape["steps_per_s"] == pytest.approx(8 * shape["updates_per_s"], rel=0.01, abs=0.1)
     # The actor alone beside the raw vector env, with the same environments.
     assert [a["num_envs"] for a in doc["actor"]] == [2]
     for a in doc["actor"]:
@@ -296,3 +302,41 @@ def test_an_actor_row_never_says_the_actor_beat_the_raw_env(share, shown, says):
     )
     assert shown in row and "3 alternating windows of 5 s each" in row
     assert (says in row) if says else ("noise" not in row and "goal" not in row)
+
+
+def test_the_learner_limit_counts_work_that_ends_after_its_launch_returns():
+    """A launch that returns at once while its work goes on elsewhere (a CUDA graph's replay)
+    is timed until that work is done: a stand-in device works through its queue in a thread of
+    its own, 20 ms a launch, one launch at a time, as a GPU works through its stream."""
+    import queue
+    import threading
+    import time
+
+    from edgerl.measure.loops import QUEUE_BOUND, time_launches
+
+    work: queue.Queue[float] = queue.Queue()
+
+    def device() -> None:
+        while True:
+            time.sleep(work.get())
+            work.task_done()
+
+    threading.Thread(target=device, daemon=True).start()
+    launches = QUEUE_BOUND + 6  # the queue is drained once inside the window, then at its end
+    seconds, host = time_launches(lambda: work.put(0.02), launches, work.join)
+    assert work.unfinished_tasks == 0
+    assert seconds >= launches * 0.02  # every launch's work is inside the window
+    assert host < seconds / 4  # host time is the launching alone, not the waiting
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("128", "expected pairs such as 128/16"),
+        ("128/x", "expected pairs such as 128/16"),
+        ("0/4", "a batch size and a train_freq are 1 or more"),
+    ],
+)
+def test_a_bad_batch_shape_is_one_sentence(cli, given, says):
+    r = cli("bench", "--batch-shapes", given)
+    assert r.code == 2 and says in r.err and "--batch-shapes" in r.err and "Traceback" not in r.err
