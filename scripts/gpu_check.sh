@@ -15,21 +15,21 @@
 #   doctor   doctor.json: `edgerl doctor --deep --json` (its log in doctor.err)
 #   bench    bench.json: `edgerl bench --json` (its log in bench.err)
 #   limit    limit.json: the learner alone with the GPU's time counted, at batch/train_freq 32/4,
-#            64/8, 128/16 and 256/32, and the DQN loop sync and async at 4, 32 and 64 environments
-#            beside the emulator and the actor alone at those counts (`edgerl bench --json`)
+#            64/8, 128/16 and 256/32, and the DQN loop sync and async at 32 and 64 environments
+#            beside the emulator and the actor alone (`edgerl bench --json`; 140 s on an H100)
 #   pong     pong.log and run/: `edgerl train --preset pong-gpu` (Pong with PQN, 18+ within
 #            5 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
 #            longer; then its policy exported to ONNX and played with torch on the GPU and ONNX
 #            Runtime (export.json, play-torch.json, play-onnx.json)
 #   resume   resume.log and runs/<amp>-<pipeline>: DQN trained, stopped, resumed, for
 #            perf.amp=off|bf16 x perf.pipeline=sync|async
-#   dqn      dqn.log and run/: DQN on Pong with 32 environments and the async pipeline (the
-#            CPU hour's settings, docs/results.md), stopped by SIGTERM after DQN_SECONDS (400):
-#            a first try at DQN Pong within minutes, not yet a preset; DQN_SETS adds settings
-#            (e.g. "agent.batch_size=128 agent.train_freq=16"), each passed as --set
+#   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
+#            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
+#            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
 # Groups, each one call: check (install machine tests doctor bench: about 2.5 minutes on an
-# H200), then pong (about 5 minutes), then resume (about 4), dqn (7); all runs every step in
-# order.
+# H200), then pong (about 5 minutes), then resume (about 4), dqn (about 4; the limit step
+# before it in the same call: about 2.5 more);
+# all runs every step in order.
 # steps.txt gets one line per step: its name, exit status and seconds. Run directories keep their
 # logs and CSV files; checkpoints and replay files are listed (runs.txt) and removed, unless
 # KEEP_FILES=1. PYTHON names the interpreter with torch (default python3).
@@ -47,10 +47,10 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
 # preset ends itself at 2,000,000 steps), export and play 16.
 # A group's limits add up to less than the 10 minutes one command may run.
-declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=200
-    [pong]=470 [resume]=330 [dqn]=470)
+declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
+    [pong]=470 [resume]=330 [dqn]=270)
 PONG_SECONDS=${PONG_SECONDS:-330}
-DQN_SECONDS=${DQN_SECONDS:-400}
+DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
 NEEDED="torch numpy gymnasium ale_py onnx onnxruntime psutil click rich pynvml tomli_w pytest hypothesis"
 
@@ -131,8 +131,8 @@ step_bench() {
 }
 
 step_limit() {
-    timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-6}" \
-        --envs 4,32,64 --actor-envs 32,64 --loop-envs 4,32,64 \
+    timeout -k 10 -s INT 220 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-4}" \
+        --envs 4,32,64 --actor-envs 32 --loop-envs 32,64 \
         --batch-shapes 64/8,128/16,256/32 >"$OUT/limit.json" 2>"$OUT/limit.err"
 }
 
@@ -194,18 +194,11 @@ step_dqn() {
     for setting in ${DQN_SETS:-}; do
         extra+=(--set "$setting")
     done
-    # The settings of the CPU's DQN hour (docs/results.md, "Pong with DQN, the same hour") with
-    # 32 environments: on the H200 the loop at 1-4 environments was host-bound (1-3% of the
-    # learner's limit) and the actor alone stepped 32 environments at 22,834 steps/s.
     {
-        echo "=== DQN Pong, 32 environments ${DQN_SETS:-}, stopped by SIGTERM after $DQN_SECONDS s at most"
-        timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --env ALE/Pong-v5 \
-            --steps 3000000 --set env.num_envs=32 --set perf.pipeline=async \
-            --set env.repeat_action_probability=0 \
-            --set agent.n_step=3 --set agent.eps_decay_steps=100000 \
-            --set agent.learning_starts=10000 --set replay.capacity=100000 \
-            --set eval.every_steps=250000 --set eval.episodes=10 --set display.enabled=false \
-            --set replay.persist=false --run-dir "$run" "${extra[@]}"
+        echo "=== edgerl train --preset pong-gpu-dqn ${DQN_SETS:-}, stopped by SIGTERM after $DQN_SECONDS s at most"
+        timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --preset pong-gpu-dqn \
+            --steps 3000000 --set display.enabled=false --set replay.persist=false \
+            --run-dir "$run" "${extra[@]}"
         status=$?
         echo "exit $status (124: stopped by the time limit)"
         cat "$run/eval.csv"

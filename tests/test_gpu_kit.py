@@ -264,13 +264,19 @@ def test_the_check_group_runs_its_steps_in_one_call_and_pong_trains_the_gpu_pres
     assert "train --preset pong-gpu" in said
     assert "export --onnx" in said and "play --run-dir" in said and "play --model" in said
 
-    r = run_script(CHECK_SCRIPT, "dqn", str(results), env=env)
+    r = run_script(CHECK_SCRIPT, "limit", str(results), env=env)
     assert r.returncode == 0, r.stderr
     said = calls.read_text()
-    assert (
-        "train --env ALE/Pong-v5 --steps 3000000 --set env.num_envs=32 --set perf.pipeline=async"
-        in said
-    )
+    assert "--batch-shapes 64/8,128/16,256/32" in said
+    assert "limit.json" in packed(results, "limit")
+
+    # The DQN recipe, with settings added by DQN_SETS, each as --set.
+    sets = {**env, "DQN_SETS": "agent.batch_size=32 agent.train_freq=4"}
+    r = run_script(CHECK_SCRIPT, "dqn", str(results), env=sets)
+    assert r.returncode == 0, r.stderr
+    said = calls.read_text()
+    assert "train --preset pong-gpu-dqn --steps 3000000" in said
+    assert "--set agent.batch_size=32 --set agent.train_freq=4" in said
     assert "dqn.log" in packed(results, "dqn")
 
 
