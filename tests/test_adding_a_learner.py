@@ -15,7 +15,7 @@ SMALL = ["--set", "pqn.rollout_steps=16", "--set", "eval.every_steps=1000"]
 @pytest.fixture
 def toy_registered(monkeypatch):
     monkeypatch.setitem(
-        LEARNERS, "toy", LearnerInfo("tests.toy_learner", memory="rollout", concurrent=False)
+        LEARNERS, "toy", LearnerInfo("tests.toy_learner", memory="rollout", beside_actor="")
     )
 
 

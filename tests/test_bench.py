@@ -222,7 +222,7 @@ def test_the_learner_limit_of_a_rollout_learner_counts_whole_rollouts():
     from edgerl.config import Config, with_values
     from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
-    from edgerl.measure.loops import learner_limit
+    from edgerl.measure.learner import learner_limit
 
     spec = probe("CartPole-v1")
     cfg = with_values(Config(), {"env.id": "CartPole-v1", "agent.algo": "pqn"})
@@ -285,7 +285,7 @@ def test_the_multiply_adds_of_a_network_are_counted_from_its_layers():
 def test_an_actor_row_never_says_the_actor_beat_the_raw_env(share, shown, says):
     """`8 envs x 2 threads: 3,439 steps/s = 178% of the raw vector env's 1,929` was a report
     line: the actor runs on top of the raw env, so more than 100% is noise, and says so."""
-    from edgerl.measure.bench import actor_row
+    from edgerl.measure.report import actor_row
 
     row = actor_row(
         {
@@ -312,7 +312,7 @@ def test_the_learner_limit_counts_work_that_ends_after_its_launch_returns():
     import threading
     import time
 
-    from edgerl.measure.loops import QUEUE_BOUND, time_launches
+    from edgerl.measure.learner import QUEUE_BOUND, time_launches
 
     work: queue.Queue[float] = queue.Queue()
 

@@ -105,7 +105,8 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure env, act, update and the whole loop (sync and async) on this machine."""
-    from edgerl.measure.bench import BenchOptions, render, run_bench
+    from edgerl.measure.bench import BenchOptions, run_bench
+    from edgerl.measure.report import render
 
     env_sizes = _sizes(envs, "--envs")
     if not env_sizes:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.config.learners import learner_info
+from edgerl.config.learners import learner_info, rollouts_held
 from edgerl.envs import EnvSpec
 from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.hw.device import resolve_device
@@ -65,8 +65,7 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
     if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
         raise ConfigError(
             f"perf.pipeline=async needs a learner that learns beside the actor, and "
-            f"agent.algo={algo} learns from each rollout before collecting the next (set "
-            "perf.pipeline to auto or sync)"
+            f"agent.algo={algo} learns in the actor's loop (set perf.pipeline to auto or sync)"
         )
     if not uses_replay(cfg):
         if cfg.perf.autotune:
@@ -124,11 +123,14 @@ def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[Memor
         )
     else:
         available, where = available_memory(device)
-        size = rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        held = rollouts_held(cfg.perf.pipeline, device.type, cfg.agent.algo)
+        size = held * rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
         plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
         what = (
-            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
-            f"environments needs {fmt_bytes(size)} (no replay)"
+            f"{'two PQN rollouts' if held == 2 else 'a PQN rollout'} of "
+            f"{cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} environments "
+            f"need{'' if held == 2 else 's'} {fmt_bytes(size)} (no replay"
+            + ("; one learned while the next is collected)" if held == 2 else ")")
         )
     return plan, (
         f"{what}; {fmt_bytes(available)} of {where} memory is free, edgerl uses up to "
@@ -150,9 +152,11 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     if uses_replay(cfg):
         plan.check()
     elif not plan.fits:
+        held = rollouts_held(cfg.perf.pipeline, device.type, cfg.agent.algo)
         raise ReplayMemoryError(
-            f"a PQN rollout of {cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
-            f"environments needs {fmt_bytes(plan.total_bytes)} but only "
+            f"{'two PQN rollouts' if held == 2 else 'a PQN rollout'} of "
+            f"{cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
+            f"environments need{'' if held == 2 else 's'} {fmt_bytes(plan.total_bytes)} but only "
             f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
             f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
         )

@@ -51,16 +51,16 @@ from edgerl.measure.compute import (
     macs_per_forward,
     matmul_peak_gflops,
 )
+from edgerl.measure.learner import learner_limit
 from edgerl.measure.loops import (
     actor_loop,
     env_steps_per_s,
     forwards_per_s,
-    learner_limit,
     measure_update_variant,
     update_variants,
     whole_loop,
 )
-from edgerl.measure.replay import render_replay_save, replay_save_cost
+from edgerl.measure.replay import replay_save_cost
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.run.autotune import calibrate
 from edgerl.run.pipeline import resolve_pipeline
@@ -83,7 +83,6 @@ BENCH_SETTINGS = {  # learning starts early so a few seconds reach the learner-b
 LIMIT_MIN_S = 3.0  # the shortest learner-limit measurement that repeated within a few % here
 MIN_MEANINGFUL_S = 10.0  # shorter loops are dominated by start-up and scheduling noise
 SHARE_NOISE = 0.15  # a loop up to this much above the limit is within measurement noise
-ACTOR_GOAL = 0.9  # the actor loop should reach this share of the raw vector env
 VERDICT_NOISE = 0.1  # loops closer than this are within the run-to-run noise measured here
 BUSY_WARNING = 0.25  # other programs busy on this share of the CPUs disturb the figures
 
@@ -249,33 +248,6 @@ def _actor(cfg: Config, opts: BenchOptions) -> list[dict[str, Any]]:
     return out
 
 
-def actor_row(a: dict[str, Any]) -> str:
-    """The report's line for one actor measurement. The actor runs on top of the raw env, so a
-    share above 100% cannot be real: it is shown as 100% and named as noise (the machine's load
-    changed between the windows)."""
-    if a.get("timed_out"):
-        return f"actor alone:   {a['num_envs']} envs: did not start in time"
-    share = a["share_of_raw"]
-    if share > 1.0:
-        mark = f" (measured {share:.0%}, which the actor cannot reach on top of the raw env: noise)"
-    elif share < ACTOR_GOAL:
-        mark = (
-            f" (below the {ACTOR_GOAL:.0%} goal; env.batch_size={a['num_envs'] // 2}, ALE's "
-            "async mode, keeps the emulator busy while the loop works, at the price of a "
-            "step order that is not repeatable)"
-        )
-    else:
-        mark = ""
-    return (
-        f"actor alone:   {a['num_envs']} envs x {a['threads']} threads: "
-        f"{a['steps_per_s']:,.0f} steps/s = {min(share, 1.0):.0%} of the raw vector env's "
-        f"{a['raw_steps_per_s']:,.0f} ({a['windows']} alternating windows of "
-        f"{a['window_s']:g} s each){mark}; host work {a['host_us_per_env_step']:.1f} us per env "
-        f"step (the loop on recorded steps; its thread with the emulator: "
-        f"{a['thread_us_per_env_step']:.1f} us)"
-    )
-
-
 def _loops(
     cfg: Config, opts: BenchOptions, limit: float, warnings: list[str]
 ) -> list[dict[str, Any]]:
@@ -419,85 +391,3 @@ def machine_warnings(cpus: int, others: float | None, threads: int) -> list[str]
     if oversubscribed is not None:
         out.append(oversubscribed)
     return out
-
-
-def render_compute(c: dict[str, Any]) -> str:
-    """The compute figures as one line: what a step costs, what the update made of the peak."""
-    parts = ", ".join(f"{name} {n:g}" for name, n in c["forwards_per_env_step"].items() if n > 0)
-    share = c["update_share_of_peak"]
-    return (
-        f"compute:       {c['macs_per_forward'] / 1e6:.2f}M multiply-adds per forward pass; "
-        f"{c['mflop_per_env_step']:,.1f} MFLOP per env step (forward passes: {parts}); the "
-        f"update made {c['update_gflops']:,.1f} GFLOP/s"
-        + (f" = {share:.0%}" if share is not None else "")
-        + f" of this machine's fp32 matrix-product peak ({c['matmul_peak_gflops']:,.0f} GFLOP/s, "
-        f"measured now); the forward pass alone: {c['forward_gflops']:,.0f} GFLOP/s"
-    )
-
-
-def render(result: dict[str, Any]) -> str:
-    """The bench result as a short text report."""
-    lines = [
-        f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
-        f"torch threads), {result['env']}, {result.get('algo', 'dqn')}, train_freq "
-        f"{result['train_freq']}, batch {result['batch_size']}, n_step {result['n_step']}"
-    ]
-    lines.append(f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition")
-    lines.append(
-        "env steps/s:   "
-        + ", ".join(f"{n} envs {v:,.0f}" for n, v in result["env_steps_per_s"].items())
-    )
-    lines.append(
-        "actions/s:     "
-        + ", ".join(f"batch {b} {v['actions_per_s']:,.0f}" for b, v in result["act_per_s"].items())
-    )
-    lines.append(
-        "updates/s:     " + ", ".join(f"{k} {v:,.1f}" for k, v in result["updates_per_s"].items())
-    )
-    lim = result["learner_bound_limit"]
-    lines.append(
-        f"learner alone: {lim['updates_per_s']:,.1f} updates/s ({lim['ms_per_update']} ms per "
-        f"update, {lim['host_us_per_update']:,.0f} us of host CPU per update, "
-        f"{lim['updates_per_launch']} per launch; {lim['update']}): a limit of "
-        f"{lim['steps_per_s']:,.0f} env steps/s"
-    )
-    for shape in lim.get("shapes", []):
-        lines.append(
-            f"  at batch {shape['batch_size']} / train_freq {shape['train_freq']}: "
-            f"{shape['updates_per_s']:,.1f} updates/s ({shape['ms_per_update']} ms each): a limit "
-            f"of {shape['steps_per_s']:,.0f} env steps/s"
-        )
-    if "compute" in result:
-        lines.append(render_compute(result["compute"]))
-    lines += [actor_row(a) for a in result.get("actor", [])]
-    for loop in result["loops"]:
-        note = f" ({loop['share_note']})" if loop.get("share_note") else ""
-        in_loop = loop.get("ms_per_update_in_loop")
-        vs = loop["vs_sync_1_env"]
-        lines.append(
-            f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
-            f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
-            + (f"{vs:.2f}x the sync 1-env loop" if vs is not None else "no sync 1-env baseline")
-            + f", learner busy {loop['learner_busy']:.0%}"
-            + (f", {in_loop} ms per update" if in_loop is not None else "")
-        )
-        raw = result["env_steps_per_s"].get(str(loop["num_envs"]))
-        if loop.get("us_per_env_step") is not None:
-            act, learn = loop["act_us_per_env_step"], loop["learn_us_per_env_step"]
-            alone = f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else ""
-            if loop["mode"] == "sync":  # one thread does it all: the parts add up
-                rest = loop["us_per_env_step"] - act - learn
-                split = (
-                    f"acting {act:,.0f} + learning {learn:,.0f} + emulation and the loop "
-                    f"{rest:,.0f}"
-                )
-            else:  # the learner works on a thread of its own, beside the step
-                split = f"acting {act:,.0f} + the rest; the learner thread {learn:,.0f} beside it"
-            lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
-    if "autotune" in result:
-        a = result["autotune"]
-        lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
-    lines.append(result["pipeline_verdict"])
-    lines.extend(render_replay_save(result["replay_save"]))
-    lines += [f"warning: {w}" for w in result.get("warnings", [])]
-    return "\n".join(lines)

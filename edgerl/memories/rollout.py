@@ -6,7 +6,10 @@ whole (frame stacks), on the learner's device: a rollout of Pong at 128 environm
 is 116 MB, against 7 GB for a DQN replay of a million transitions.
 
 Once full, the learner computes Q(lambda) returns from it (:func:`lambda_returns`) and learns;
-:meth:`clear` then starts the next rollout from the newest observations.
+:meth:`clear` then starts the next rollout from the newest observations. Where the learner learns
+one rollout while the next is collected (:mod:`edgerl.run.lagged`), :meth:`take_full` hands the
+full rollout over and goes on writing into a second set of tensors: twice the memory, and the
+learner's rollout never changes under it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def lambda_returns(
     return returns
 
 
+# The tensors a rollout is stored in (take_full swaps them between the two sets).
+_ROLLOUT_TENSORS = ("obs", "actions", "rewards", "terminated", "truncated", "values")
+
+
 class RolloutBuffer:
     """The last ``steps`` vector steps of ``num_envs`` environments, on ``device``."""
 
@@ -75,6 +82,7 @@ class RolloutBuffer:
         self.values_version = np.full(steps + 1, -1, dtype=np.int64)
         self.t = 0  # transitions stored in this rollout
         self.valid = 0  # transitions stored (the trainer's progress line reads it)
+        self._spare: RolloutBuffer | None = None  # the rollout handed over last (take_full)
 
     @property
     def nbytes(self) -> int:
@@ -155,6 +163,29 @@ class RolloutBuffer:
         already made them, and the learner need not compute them again."""
         self.values[self.t].copy_(self._tensor(np.asarray(values, dtype=np.float32)))
         self.values_version[self.t] = version
+
+    def take_full(self) -> RolloutBuffer:
+        """Hand the full rollout over and go on with the next one in a second set of tensors
+        (made at the first call; the rollout handed over before this one is overwritten, so
+        its learning must be over). Returns the full rollout: a buffer of its own that no write
+        here changes. Raises ValueError when the rollout is not full."""
+        if not self.full:
+            raise ValueError("only a full rollout is handed over")
+        if self._spare is None:
+            self._spare = RolloutBuffer(self.spec, self.num_envs, self.steps, self.device)
+        full, spare = self._spare, self._spare
+        for name in _ROLLOUT_TENSORS:  # swap the storage: the spare's tensors are written next
+            mine, theirs = getattr(self, name), getattr(spare, name)
+            setattr(self, name, theirs)
+            setattr(full, name, mine)
+        full.finals, self.finals = self.finals, full.finals
+        full.values_version, self.values_version = self.values_version, full.values_version
+        full.t, full.valid = self.t, self.capacity
+        self.obs[0].copy_(full.obs[self.t])  # the next rollout starts from the newest
+        self.values_version[:] = -1
+        self.t = 0
+        self.finals.clear()
+        return full
 
     def clear(self) -> None:
         """Start the next rollout from the newest observations."""

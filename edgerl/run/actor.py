@@ -108,6 +108,19 @@ class ActorWeights:
             self.read[index].record()
             self._read_recorded[index] = True
 
+    def adopt(self, updates: int) -> None:
+        """Make the learner's weights now the ones the actor acts with from its next forward
+        pass (the actor's thread, on its stream, while the learner changes nothing: the lagged
+        rollout pipeline's switch at a rollout's boundary). The copy written is the one not in
+        use; on CUDA the actor's stream orders it before the next forward pass."""
+        if not self.double:
+            return
+        with self._lock:
+            target = 1 - self.active
+        _copy_weights(self.nets[target], self.source)
+        with self._lock:
+            self.active, self.version, self._pending = target, updates, None
+
     def sync(self, updates: int) -> None:
         """Make every copy the learner's weights now (the learner is stopped)."""
         if self.double:

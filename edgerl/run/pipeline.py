@@ -1,4 +1,5 @@
-"""How learning runs beside acting: inline (sync) or on a learner thread (async).
+"""How learning runs beside acting: inline (sync) or on a learner thread (async; a rollout
+learner's own lagged form is in :mod:`edgerl.run.lagged`).
 
 A pipeline is given the learner, its memory (a replay, a rollout) and the
 :class:`~edgerl.run.actor.Actor`; the training loop asks it for actions (:meth:`act`), writes
@@ -43,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -52,63 +52,22 @@ import numpy as np
 import torch
 
 from edgerl.config import Config, PerfConfig
-from edgerl.config.learners import learner_info
+from edgerl.config.learners import learner_info, pipeline_mode
 from edgerl.envs import EnvSpec
 from edgerl.learners import Learner
 from edgerl.learners.factory import prepare_learner
 from edgerl.learners.fast_update import Decisions
 from edgerl.memories import Memory
 from edgerl.run.actor import Actor, ActorWeights
+from edgerl.run.lagged import LaggedRollouts
+from edgerl.run.pipeline_base import Pipeline
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_LAUNCHES = 3
 
 
-class _Pipeline:
-    """What both pipelines share: acting, timing the learner, the pending step."""
-
-    mode = ""
-
-    def __init__(self, learner: Learner, memory: Memory, actor: Actor) -> None:
-        self.learner = learner
-        self.memory = memory
-        self.actor = actor
-        self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
-        self.host_s = 0.0  # CPU seconds of the thread making those calls
-        self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
-        self._step = 0
-        self._note_values = getattr(memory, "note_values", None)
-
-    def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``.
-        ``stored``: ``obs`` are the memory's newest observations (every environment, in order),
-        whose greedy values a memory that keeps them (PQN's rollout) is given."""
-        started = time.perf_counter()
-        out = self.actor.act(obs, epsilon, shown)
-        self.act_s += time.perf_counter() - started
-        values = self.actor.greedy_values
-        if stored and values is not None and self._note_values is not None:
-            self._note_values(values, self.learner.updates)  # the weights that acted: its own
-        return out
-
-    def context(self) -> Any:
-        """Where the training loop's GPU work goes (the actor's stream)."""
-        return self.actor.context()
-
-    def _learn(self, step: int, n: int) -> None:
-        started, cpu = time.perf_counter(), time.thread_time()
-        self.learner.learn(self.memory, step, n)
-        self.busy_s += time.perf_counter() - started
-        self.host_s += time.thread_time() - cpu
-
-    def _owed(self, step: int) -> int:
-        return self.learner.owed(step)
-
-
-class SyncLearning(_Pipeline):
+class SyncLearning(Pipeline):
     """Updates inline after each vector step."""
 
     mode = "sync"
@@ -143,7 +102,7 @@ class SyncLearning(_Pipeline):
         pass
 
 
-class AsyncLearning(_Pipeline):
+class AsyncLearning(Pipeline):
     """A learner thread beside the actor; see the module docstring."""
 
     mode = "async"
@@ -283,38 +242,30 @@ class AsyncLearning(_Pipeline):
             raise error
 
 
-Learning = SyncLearning | AsyncLearning
+Learning = Pipeline  # SyncLearning, AsyncLearning or LaggedRollouts
 
 
 def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = True) -> str:
-    """``perf.pipeline``: auto is async with a GPU learner and sync on the CPU; a learner that
-    may not learn beside the actor (not ``concurrent``: PQN learns from each rollout before the
-    next one is collected) is always sync.
-
-    On the CPU the learner's parallel regions already use every core; an actor thread beside it
-    preempts them and every region waits for the preempted thread. Measured on 2 cores (Pong,
-    batch 32): 43 ms per update with the actor beside it against 33 ms alone, so the plain loop
-    was faster. With a GPU learner, acting and emulation use the CPU while the GPU learns.
-    """
-    if not concurrent:
-        return "sync"
-    if setting != "auto":
-        return setting
-    return "async" if device.type == "cuda" else "sync"
+    """``perf.pipeline`` on ``device``: auto is async with a GPU learner and sync on the CPU; a
+    learner that may not learn beside the actor (not ``concurrent``) is always sync
+    (:func:`edgerl.config.learners.pipeline_mode` says why)."""
+    return pipeline_mode(setting, device.type, "dqn") if concurrent else "sync"
 
 
 def make_learning(perf: PerfConfig, learner: Learner, memory: Memory, actor: Actor) -> Learning:
     """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
-    double-buffered weights for async, see :func:`wants_double_weights`)."""
-    if wants_double_weights(perf, learner.device, learner.kind):
-        return AsyncLearning(learner, memory, actor, perf)
-    return SyncLearning(learner, memory, actor)
+    double-buffered weights for async, see :func:`wants_double_weights`): for async, the one
+    the learner's registry entry names (``beside_actor``)."""
+    if not wants_double_weights(perf, learner.device, learner.kind):
+        return SyncLearning(learner, memory, actor)
+    if learner_info(learner.kind).beside_actor == "rollout-lag":
+        return LaggedRollouts(learner, memory, actor)  # type: ignore[arg-type]
+    return AsyncLearning(learner, memory, actor, perf)
 
 
 def wants_double_weights(perf: PerfConfig, device: torch.device, algo: str) -> bool:
     """Whether the actor needs weights of its own: the async pipeline, for learner ``algo``."""
-    concurrent = learner_info(algo).concurrent
-    return resolve_pipeline(perf.pipeline, device, concurrent=concurrent) == "async"
+    return pipeline_mode(perf.pipeline, device.type, algo) == "async"
 
 
 def build_learning(

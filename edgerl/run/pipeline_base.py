@@ -1,0 +1,82 @@
+"""What every learning pipeline shares (:mod:`edgerl.run.pipeline`, :mod:`edgerl.run.lagged`):
+acting through the :class:`~edgerl.run.actor.Actor`, and timing the learner and the actor."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from edgerl.learners import Learner
+from edgerl.memories import Memory
+from edgerl.run.actor import Actor
+
+
+class Pipeline:
+    """What every pipeline shares: acting, timing the learner, the pending step."""
+
+    mode = ""
+
+    def __init__(self, learner: Learner, memory: Memory, actor: Actor) -> None:
+        self.learner = learner
+        self.memory = memory
+        self.actor = actor
+        self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
+        self.host_s = 0.0  # CPU seconds of the thread making those calls
+        self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
+        self._step = 0
+        self._note_values = getattr(memory, "note_values", None)
+
+    def act(
+        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``.
+        ``stored``: ``obs`` are the memory's newest observations (every environment, in order),
+        whose greedy values a memory that keeps them (PQN's rollout) is given."""
+        started = time.perf_counter()
+        out = self.actor.act(obs, epsilon, shown)
+        self.act_s += time.perf_counter() - started
+        values = self.actor.greedy_values
+        if stored and values is not None and self._note_values is not None:
+            self._note_values(values, self.learner.updates)  # the weights that acted: its own
+        return out
+
+    def context(self) -> Any:
+        """Where the training loop's GPU work goes (the actor's stream)."""
+        return self.actor.context()
+
+    def _learn(self, step: int, n: int) -> None:
+        started, cpu = time.perf_counter(), time.thread_time()
+        self.learner.learn(self.memory, step, n)
+        self.busy_s += time.perf_counter() - started
+        self.host_s += time.thread_time() - cpu
+
+    def _owed(self, step: int) -> int:
+        return self.learner.owed(step)
+
+    # What the training loop calls, in this order; each pipeline says how.
+
+    def start(self) -> None:
+        """Start learning (a learner thread where there is one)."""
+        raise NotImplementedError
+
+    def after_step(self, step: int) -> None:
+        """The loop has stored the vector step that brought it to env step ``step``."""
+        raise NotImplementedError
+
+    def paused(self) -> Any:
+        """A context inside which the learner's state is consistent (checkpoints)."""
+        raise NotImplementedError
+
+    def interrupt(self) -> None:
+        """Stop waiting for the learner (a stop was requested); safe from a signal handler."""
+        raise NotImplementedError
+
+    def finish(self, drain: bool) -> None:
+        """End learning: with ``drain``, after the learning still due."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise the learner thread's error, if it had one."""
+        raise NotImplementedError
