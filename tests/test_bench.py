@@ -189,11 +189,11 @@ def test_the_whole_loop_runs_at_the_environments_asked_for(monkeypatch):
     loops = bench._loops(Config(), bench.BenchOptions(loop_envs=(4, 1, 4)), 1e6, [])
     assert ran == [("sync", 4), ("async", 4), ("sync", 1)]
     assert [lp["vs_sync_1_env"] for lp in loops] == [4.0, 4.0, 1.0]
-    ran.clear()  # a rollout learner runs one loop at its own environments, and says so
+    ran.clear()  # a rollout learner runs its loops at its own environments, and says so
     pqn = with_values(Config(), {"agent.algo": "pqn", "env.num_envs": 16})
     warnings: list[str] = []
     bench._loops(pqn, bench.BenchOptions(loop_envs=(4, 32)), 1e6, warnings)
-    assert ran == [("sync", 16)]
+    assert ran == [("sync", 16), ("async", 16)]  # the plain loop and the lagged one
     assert warnings == [
         "--loop-envs is not used with pqn: its loop runs at its own env.num_envs (16)"
     ]

@@ -44,6 +44,7 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
         "epsilon",
         "loss",
         "updates",
+        "cpu_gpu_ratio",
         "cpu_max_core",
         "gr3d",
     ]

@@ -257,6 +257,22 @@ class PerfConfig:
         choices=("auto", "on", "off"),
     )
     autotune: bool = setting(False, "measure at start and pick env.num_envs and env.threads")
+    balance: str = setting(
+        "auto",
+        "while training, move what can change live (PyTorch's CPU threads, the async actor's "
+        "lead) in small steps kept only where steps/s improves, and give up threads to other "
+        "programs' load: auto (on, except with perf.deterministic), off",
+        choices=("auto", "off"),
+    )
+    balance_every_s: float = setting(
+        20.0, "seconds between the balancer's measurements (GA3C's 20)", min=2.0, max=3600.0
+    )
+    deterministic: bool = setting(
+        False,
+        "seeded runs repeat bit for bit on the same machine: the balancer holds still, PyTorch "
+        "threads are fixed (perf.threads, else 1), deterministic kernels, and a replay learner "
+        "learns in the actor's loop (sync)",
+    )
 
 
 @dataclass

@@ -135,9 +135,16 @@ def describe_threads(setting: int) -> str:
     return f"{count} torch {noun} ({how}; {cpu_load().describe()})"
 
 
-def configure_backends(device: torch.device, threads: int = 0) -> int:
+def configure_backends(device: torch.device, threads: int = 0, deterministic: bool = False) -> int:
     """Process-wide speed settings for ``device``: cuDNN autotuning, TF32, and PyTorch's CPU
-    threads (:func:`resolve_threads`); returns the thread count set."""
+    threads (:func:`resolve_threads`); returns the thread count set. ``deterministic``
+    (``perf.deterministic``) asks PyTorch for deterministic kernels instead of cuDNN's
+    autotuning (a warning where an operation has none)."""
+    if deterministic:
+        # cuBLAS needs this before its first call to repeat its sums (PyTorch's reproducibility
+        # notes); a value the user set wins.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
     load = cpu_load()
     count = resolve_threads(threads, load)
     torch.set_num_threads(count)
@@ -148,7 +155,8 @@ def configure_backends(device: torch.device, threads: int = 0) -> int:
     else:  # said at INFO once set-up succeeded (describe_threads): an error comes alone
         log.debug("torch threads: %d (perf.threads=0: auto, %s)", count, load.describe())
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = not deterministic
+        torch.backends.cudnn.deterministic = deterministic
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return count

@@ -63,6 +63,7 @@ from edgerl.measure.loops import (
 from edgerl.measure.replay import replay_save_cost
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.run.autotune import calibrate
+from edgerl.run.balance import who_waits
 from edgerl.run.pipeline import resolve_pipeline
 
 log = logging.getLogger(__name__)
@@ -236,14 +237,18 @@ def _compute(
     }
 
 
-def _actor(cfg: Config, opts: BenchOptions) -> list[dict[str, Any]]:
-    """The actor alone against the raw vector env, at each of ``opts.actor_envs``."""
+def _actor(cfg: Config, opts: BenchOptions, limit: float, gpu: bool) -> list[dict[str, Any]]:
+    """The actor alone against the raw vector env, at each of ``opts.actor_envs``, and its
+    CPU/GPU ratio: the env steps/s it supplies over the learner-bound ``limit``."""
     out = []
     cpus = os.cpu_count() or 1
     for n in opts.actor_envs:
         threads = cfg.env.threads or min(n, cpus)
         log.info("bench: the actor alone, %d envs x %d threads, %.0f s", n, threads, opts.seconds)
         a = actor_loop(cfg, n, threads, max(1.0, opts.seconds / 2))
+        if not a.get("timed_out") and limit > 0:
+            a["cpu_gpu_ratio"] = a["steps_per_s"] / limit
+            a["who_waits"] = who_waits(a["cpu_gpu_ratio"], gpu)
         out.append({k: round(v, 3) if isinstance(v, float) else v for k, v in a.items()})
     return out
 
@@ -255,8 +260,9 @@ def _loops(
     out = []
     sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
     plan = [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
-    if not uses_replay(cfg):  # a rollout learner (PQN): sync only, with its many environments
-        plan = [("sync", cfg.env.num_envs)]
+    cuda = resolve_device(cfg.perf.device).type == "cuda"
+    if not uses_replay(cfg):  # a rollout learner (PQN): its own environments, both pipelines
+        plan = [("sync", cfg.env.num_envs), ("async", cfg.env.num_envs)]
         if opts.loop_envs != BenchOptions.loop_envs:
             warnings.append(
                 f"--loop-envs is not used with {cfg.agent.algo}: its loop runs at its own "
@@ -268,6 +274,8 @@ def _loops(
         if loop.get("timed_out"):
             warnings.append(f"loop {mode} with {n} env(s) never reached learning: left out")
             continue
+        if loop.get("cpu_gpu_ratio") is not None:
+            loop["who_waits"] = who_waits(loop["cpu_gpu_ratio"], cuda)
         share, note = share_of_limit(loop.pop("steps_per_s_raw"), limit)
         loop["share_of_limit"] = round(share, 3)
         if note:
@@ -363,7 +371,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
             "measurements": [m.__dict__ for m in measurements],
         }
     if spec.has_frames and opts.actor_envs:
-        result["actor"] = _actor(cfg, opts)
+        result["actor"] = _actor(cfg, opts, limit, device.type == "cuda")
     result["loops"] = _loops(cfg, opts, limit, warnings)
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -26,17 +27,19 @@ import numpy as np
 import psutil
 import torch
 
-from edgerl.config import Config, EnvConfig
+from edgerl.config import MAX_STEPS, Config, EnvConfig
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.learners.dqn import DQN
 from edgerl.learners.factory import build_learner
 from edgerl.learners.nets import NatureCNN
 from edgerl.memories.replay.sampling import example_batch
+from edgerl.run.balance import BalanceSample, cpu_gpu_ratio
 from edgerl.run.hooks import Hook, Run
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
 START_TIMEOUT_S = 600.0  # a loop that never reaches its window is reported, not waited for
 ACTOR_WINDOWS = 3  # the actor and the raw env take turns, this many windows each
+ACTOR_EPSILON = 0.01  # the actor alone explores as at the end of exploration
 
 
 def thread_cpu_s(native_id: int) -> float:
@@ -163,10 +166,13 @@ def _trainer_window(
     cfg.train.run_dir = str(workdir / "run")
     loop_thread = threading.get_native_id()
     window: dict[str, float] = {}
+    balance: dict[str, BalanceSample] = {}
     try:
         with Trainer(cfg, quiet=True) as trainer:
 
             def mark(key: str) -> None:
+                if trainer.learning is not None:
+                    balance[key] = trainer.learning.balance_sample()
                 window[f"step{key}"] = trainer.step
                 window[f"t{key}"] = time.perf_counter()
                 window[f"cpu{key}"] = thread_cpu_s(loop_thread)
@@ -204,10 +210,17 @@ def _trainer_window(
     elapsed = window["t1"] - window["t0"]
     steps = window["step1"] - window["step0"]
     updates = window["updates1"] - window["updates0"]
+    ratio, busy = math.nan, (window["busy1"] - window["busy0"]) / elapsed
+    if len(balance) == 2:  # the learner's time as the balance counts it: its device's included
+        ratio = cpu_gpu_ratio(balance["0"], balance["1"])
+        counted = balance["1"].learner_busy_s - balance["0"].learner_busy_s
+        if not math.isnan(counted):
+            busy = counted / (balance["1"].wall - balance["0"].wall)
     return {
         "steps_per_s": steps / elapsed,
         "host_us_per_env_step": 1e6 * (window["cpu1"] - window["cpu0"]) / max(1, steps),
-        "learner_busy": min(1.0, (window["busy1"] - window["busy0"]) / elapsed),
+        "learner_busy": min(1.0, busy),
+        "cpu_gpu_ratio": ratio,
         "learner_host_s": window["host1"] - window["host0"],
         "busy_s": window["busy1"] - window["busy0"],
         "act_s": window["act1"] - window["act0"],
@@ -269,18 +282,28 @@ class Alternating(Hook):
 def actor_loop(
     cfg: Config, num_envs: int, threads: int, seconds: float, windows: int = ACTOR_WINDOWS
 ) -> dict[str, Any]:
-    """The actor alone: the real trainer before learning starts (epsilon 1: no forward pass),
-    with everything it does in the background (display stream, load monitor, status), against
-    the raw vector env with the same environments and threads, in alternating windows of
-    ``seconds / windows`` each (``seconds`` of each in all)."""
+    """The actor alone: the real trainer acting as it does once learning runs (a forward pass
+    for every step, epsilon ``ACTOR_EPSILON``) and storing every step, with no update ever
+    owed, and with everything it does in the background (display stream, load monitor,
+    status), against the raw vector env with the same environments and threads, in
+    alternating windows of ``seconds / windows`` each (``seconds`` of each in all)."""
     from edgerl.run.train import Trainer
 
     env_cfg = dataclasses.replace(cfg.env, num_envs=num_envs, threads=threads)
     cfg = dataclasses.replace(
         cfg,
         env=env_cfg,
-        # The actor alone: a DQN that never starts learning (any learner acts the same way).
-        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12, eps_start=1.0),
+        # The actor alone: a DQN whose updates are never due (any learner acts the same way);
+        # acting from the first step, as after the replay filled (at epsilon 1 no forward pass
+        # runs, and on a GPU the act's round trip was left out of the figure).
+        agent=dataclasses.replace(
+            cfg.agent,
+            algo="dqn",
+            learning_starts=0,
+            train_freq=MAX_STEPS,
+            eps_start=ACTOR_EPSILON,
+            eps_end=ACTOR_EPSILON,
+        ),
         train=dataclasses.replace(cfg.train, steps=10**12),
         display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
         hw=dataclasses.replace(cfg.hw, monitor=True),
@@ -406,6 +429,9 @@ def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[st
         "steps_per_s_raw": out["steps_per_s"],
         "steps_per_s": round(out["steps_per_s"], 1),
         "learner_busy": round(out["learner_busy"], 3),
+        "cpu_gpu_ratio": None
+        if math.isnan(out["cpu_gpu_ratio"])
+        else round(out["cpu_gpu_ratio"], 3),
         "updates": updates,
         "ms_per_update_in_loop": round(1000 * out["busy_s"] / updates, 2) if updates else None,
         "host_us_per_env_step": round(out["host_us_per_env_step"], 1),

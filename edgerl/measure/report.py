@@ -85,7 +85,10 @@ def render(result: dict[str, Any]) -> str:
         )
     if "compute" in result:
         lines.append(render_compute(result["compute"]))
-    lines += [actor_row(a) for a in result.get("actor", [])]
+    for a in result.get("actor", []):
+        lines.append(actor_row(a))
+        if a.get("who_waits"):
+            lines.append(f"  against the learner alone: {a['who_waits']}")
     for loop in result["loops"]:
         note = f" ({loop['share_note']})" if loop.get("share_note") else ""
         in_loop = loop.get("ms_per_update_in_loop")
@@ -110,6 +113,8 @@ def render(result: dict[str, Any]) -> str:
             else:  # the learner works on a thread of its own, beside the step
                 split = f"acting {act:,.0f} + the rest; the learner thread {learn:,.0f} beside it"
             lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
+        if loop.get("who_waits"):
+            lines.append(f"  balance: {loop['who_waits']}")
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")

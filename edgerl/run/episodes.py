@@ -12,7 +12,8 @@ from collections import deque
 
 import numpy as np
 
-from edgerl.run.metrics import EpisodeWriter
+from edgerl.run.metrics import EpisodeWriter, TrainStats
+from edgerl.stream import FrameMeta
 
 RECENT_EPISODES = 100
 
@@ -72,3 +73,12 @@ class Episodes:
         and started again): what those episodes had gathered is dropped, never counted."""
         self.returns[envs] = 0.0
         self.lengths[envs] = 0
+
+    def frame_meta(
+        self, step: int, epsilon: float, action: int, stats: TrainStats, q_values: object = None
+    ) -> FrameMeta:
+        """The overlay of the shown environment's frame at ``step``: its episode and return
+        so far, with the run's pace and load."""
+        ret = float(self.returns[self.shown])
+        sps, load = stats.sps, stats.load
+        return FrameMeta.of(step, self.shown_episode, ret, epsilon, action, sps, load, q_values)

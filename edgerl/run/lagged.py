@@ -45,6 +45,7 @@ import torch
 from edgerl.learners import Learner
 from edgerl.memories.rollout import RolloutBuffer
 from edgerl.run.actor import Actor
+from edgerl.run.balance import BalanceSample
 from edgerl.run.pipeline_base import Pipeline
 
 
@@ -76,6 +77,7 @@ class LaggedRollouts(Pipeline):
         self.cuda = learner.device.type == "cuda"
         self.stream = torch.cuda.Stream() if self.cuda else None
         self._actor_threads = 0
+        self._threads_wanted = 0
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     # -- the actor's side ------------------------------------------------------------------------
@@ -156,9 +158,10 @@ class LaggedRollouts(Pipeline):
                     full, step, copied = work
                     if copied is not None:
                         torch.cuda.current_stream().wait_event(copied)
+                    if self._threads_wanted:
+                        torch.set_num_threads(self._threads_wanted)
+                        self._threads_wanted = 0
                     self._learn(full, step)
-                    if self.cuda:
-                        torch.cuda.current_stream().synchronize()  # our own work, no lock held
                     with self.cond:
                         self.learned += 1
                         self.cond.notify_all()
@@ -168,10 +171,21 @@ class LaggedRollouts(Pipeline):
                 self.cond.notify_all()
 
     def _learn(self, full: RolloutBuffer, step: int) -> None:  # type: ignore[override]
+        """Learn ``full``; the time counted runs until the device has done it (the learner's
+        own wait, holding no lock)."""
         started, cpu = time.perf_counter(), time.thread_time()
         self.learner.learn(full, step, 1)
-        self.busy_s += time.perf_counter() - started
         self.host_s += time.thread_time() - cpu
+        if self.cuda:
+            torch.cuda.current_stream().synchronize()
+        self.busy_s += time.perf_counter() - started
+
+    def balance_sample(self) -> BalanceSample:
+        """The actor's waits at rollout boundaries and the learner's time learning."""
+        return BalanceSample(time.monotonic(), self.wait_s, self.busy_s)
+
+    def _threads(self, count: int) -> None:
+        self._threads_wanted = count  # the learner thread sets its own count
 
     # -- both ------------------------------------------------------------------------------------
 

@@ -36,6 +36,11 @@ class TrainStats:
     eval_return: float = math.nan  # mean return of the newest evaluation (eval.csv)
     eval_step: int = -1  # the step of the weights it evaluated
     fleet: dict[str, Any] | None = None  # the remote actors' state (fleet.actors), for status
+    # The learner's busy time over the actor's in the row's window (edgerl.run.balance), the
+    # sentence saying who waits, and the balancer's newest moves (for status).
+    cpu_gpu_ratio: float = math.nan
+    who_waits: str = ""
+    balance_moves: list[str] = field(default_factory=list)
 
     @property
     def filling(self) -> bool:
@@ -53,14 +58,17 @@ class TrainStats:
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step",
-                    "fleet"):  # fmt: skip
+                    "fleet", "who_waits", "balance_moves"):  # fmt: skip
             d.pop(key)
         load = d.pop("load")
         d.update(load)
         return d
 
 
-CSV_COLUMNS = ["step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates"]
+CSV_COLUMNS = [
+    "step", "wall_s", "sps", "episodes", "return_mean", "epsilon", "loss", "updates",
+    "cpu_gpu_ratio",
+]  # fmt: skip
 
 
 RATE_WINDOW_S = 1.0  # steps/s is measured over at least this long

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,7 @@ from edgerl.learners.factory import prepare_learner
 from edgerl.learners.fast_update import Decisions
 from edgerl.memories import Memory
 from edgerl.run.actor import Actor, ActorWeights
+from edgerl.run.balance import BalanceSample, Knob
 from edgerl.run.lagged import LaggedRollouts
 from edgerl.run.pipeline_base import Pipeline
 
@@ -137,6 +139,10 @@ class AsyncLearning(Pipeline):
         self._drain = False
         self._interrupted = False
         self._actor_threads = 0
+        self._threads_wanted = 0
+        self._max_ahead_set = perf.max_ahead
+        self.idle_s = 0.0  # wall seconds the learner thread waited for work
+        self._started = 0.0
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     def act(
@@ -159,6 +165,7 @@ class AsyncLearning(Pipeline):
             yield
 
     def start(self) -> None:
+        self._started = time.monotonic()
         if not self.cuda:
             # OpenMP's thread count is per thread: the actor's small batched forward runs on one
             # thread and opens no parallel region of its own. That does not stop it slowing the
@@ -171,9 +178,11 @@ class AsyncLearning(Pipeline):
     def _wait_for_work(self) -> tuple[int, int] | None:
         """(step, updates to make) once a launch is due, or None when told to stop."""
         k = self.learner.per_launch
+        started = time.perf_counter()
         with self.cond:
             while self._owed(self._step) < k and not self._stop:
                 self.cond.wait(0.05)
+            self.idle_s += time.perf_counter() - started
             owed = self._owed(self._step)
             if self._stop and (not self._drain or owed <= 0):
                 return None
@@ -187,6 +196,9 @@ class AsyncLearning(Pipeline):
             with stream:
                 while (work := self._wait_for_work()) is not None:
                     step, n = work
+                    if self._threads_wanted:
+                        torch.set_num_threads(self._threads_wanted)
+                        self._threads_wanted = 0
                     with self._update_lock:
                         self._learn(step, n)
                         if self.cuda:
@@ -209,12 +221,45 @@ class AsyncLearning(Pipeline):
         with self.cond:
             self._step = step
             self.cond.notify_all()
-            while (
-                self._owed(step) > self.max_ahead and self.error is None and not self._interrupted
-            ):
-                self.cond.wait(0.05)
+            if self._owed(step) > self.max_ahead:
+                started = time.perf_counter()
+                while (
+                    self._owed(step) > self.max_ahead
+                    and self.error is None
+                    and not self._interrupted
+                ):
+                    self.cond.wait(0.05)
+                self.actor_wait_s += time.perf_counter() - started
             self.max_ahead_seen = max(self.max_ahead_seen, self._owed(step))
         self.check()
+
+    def balance_sample(self) -> BalanceSample:
+        """The actor's waits (flow control) and the learner thread's time not spent waiting
+        for work: launching, and on a GPU waiting for its own launches (its device's time)."""
+        now = time.monotonic()
+        busy = now - self._started - self.idle_s if self._started else 0.0
+        return BalanceSample(now, self.actor_wait_s, max(0.0, busy))
+
+    def knobs(self) -> list[Knob]:
+        """The actor's lead (doubled or halved, from one launch to 8 times the setting) and,
+        with the learner on the CPU, its thread's PyTorch threads."""
+        lead = Knob(
+            "max_ahead",
+            self.max_ahead,
+            self.learner.per_launch,
+            max(self.max_ahead, 8 * self._max_ahead_set),
+            self._lead,
+            doubling=True,
+        )
+        return [*super().knobs(), lead]
+
+    def _lead(self, updates: int) -> None:
+        self.max_ahead = updates
+
+    def _threads(self, count: int) -> None:
+        self._threads_wanted = (
+            count  # the learner thread sets its own count (OpenMP's is per thread)
+        )
 
     def interrupt(self) -> None:
         """Stop waiting for the learner (a stop was requested); safe from a signal handler."""

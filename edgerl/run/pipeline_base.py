@@ -3,14 +3,18 @@ acting through the :class:`~edgerl.run.actor.Actor`, and timing the learner and 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 import numpy as np
+import torch
 
+from edgerl.hw.device import torch_default_threads
 from edgerl.learners import Learner
 from edgerl.memories import Memory
 from edgerl.run.actor import Actor
+from edgerl.run.balance import BalanceSample, Knob
 
 
 class Pipeline:
@@ -25,8 +29,10 @@ class Pipeline:
         self.busy_s = 0.0  # wall seconds in the learner's calls (edgerl bench reads it)
         self.host_s = 0.0  # CPU seconds of the thread making those calls
         self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
+        self.actor_wait_s = 0.0  # wall seconds the actor waited for the learner
         self._step = 0
         self._note_values = getattr(memory, "note_values", None)
+        self._cpu = learner.device.type == "cpu"
 
     def act(
         self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
@@ -54,6 +60,26 @@ class Pipeline:
 
     def _owed(self, step: int) -> int:
         return self.learner.owed(step)
+
+    # The balance (edgerl.run.balance): each side's clock, and what may move live.
+
+    def balance_sample(self) -> BalanceSample:
+        """The actor's waits for the learner and the learner's busy time so far. Here (one
+        loop): the actor waits exactly while the learner learns; on a GPU the update's device
+        time is not the launch's, and it shows up in the next act's wait instead, so the
+        learner's time is not known (NaN: no ratio)."""
+        busy = self.busy_s if self._cpu else math.nan
+        return BalanceSample(time.monotonic(), self.busy_s, busy)
+
+    def knobs(self) -> list[Knob]:
+        """What the balancer may move: PyTorch's CPU threads where the learner runs on the CPU
+        (in this thread, here)."""
+        if not self._cpu:
+            return []
+        return [Knob("threads", torch.get_num_threads(), 1, torch_default_threads(), self._threads)]
+
+    def _threads(self, count: int) -> None:
+        torch.set_num_threads(count)
 
     # What the training loop calls, in this order; each pipeline says how.
 

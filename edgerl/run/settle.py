@@ -18,9 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from edgerl.config import Config, with_values
+from edgerl.config.learners import learner_info
 from edgerl.config.presets import apply_presets, check_consistency, check_fleet
 from edgerl.envs import EnvSpec, probe
-from edgerl.hw.device import configure_backends, resolve_amp, resolve_cuda_graphs, resolve_device
+from edgerl.errors import ConfigError
+from edgerl.hw.device import (
+    configure_backends,
+    resolve_amp,
+    resolve_cuda_graphs,
+    resolve_device,
+)
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
 from edgerl.run.autotune import Choice, autotune_config
 from edgerl.run.rundir import default_run_dir
@@ -47,7 +54,8 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     spec = probe(requested.env.id)
     cfg = apply_presets(requested, spec.kind)
     device = resolve_device(cfg.perf.device)
-    configure_backends(device, learner_threads(cfg))
+    cfg = settle_deterministic(cfg)
+    configure_backends(device, learner_threads(cfg), deterministic=cfg.perf.deterministic)
     choice = None
     check_fleet(cfg)  # before autotune, which measures actors here
     if autotune and cfg.perf.autotune:
@@ -65,12 +73,38 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     return Settled(cfg, spec, device, choice, check_memory(cfg, spec, device))
 
 
+def settle_deterministic(cfg: Config) -> Config:
+    """With ``perf.deterministic``: a replay learner learns in the actor's loop (its async
+    pipeline samples what timing decides) and nothing is measured to decide the run; raises
+    ConfigError for settings that cannot repeat."""
+    perf = cfg.perf
+    if not perf.deterministic:
+        return cfg
+    if perf.autotune:
+        raise ConfigError(
+            "perf.autotune picks env.num_envs by timing, which perf.deterministic cannot "
+            "repeat: set env.num_envs yourself or perf.deterministic=false"
+        )
+    if learner_info(cfg.agent.algo).beside_actor == "samples":
+        if perf.pipeline == "async":
+            raise ConfigError(
+                f"perf.pipeline=async lets timing decide what agent.algo={cfg.agent.algo} "
+                "samples, which perf.deterministic cannot repeat: set perf.pipeline=sync or auto"
+            )
+        cfg = with_values(cfg, {"perf.pipeline": "sync"})
+    return cfg
+
+
 def learner_threads(cfg: Config) -> int:
     """``perf.threads``, except that a fleet's actors on a Ray instance started here take their
     CPUs from this machine first: the learner gets the rest (at least one). A preempted thread
     stalls every parallel region of the update, so the learner must not count on cores the
-    actors use."""
+    actors use. With ``perf.deterministic``, auto is one thread, whatever the machine and its
+    load: sums over another number of threads are other sums, and one thread is never
+    preempted in the middle of a parallel region."""
     fleet = cfg.fleet
+    if cfg.perf.deterministic and not cfg.perf.threads:
+        return 1
     if cfg.perf.threads or not fleet.actors or fleet.address:
         return cfg.perf.threads
     taken = math.ceil(fleet.actors * fleet.cpus_per_actor)

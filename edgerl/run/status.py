@@ -96,6 +96,9 @@ class StatusWriter(Hook):
             "clocks": self.clocks(),
             "write_problems": self.side.problems(),
             "fleet": stats.fleet,
+            "cpu_gpu_ratio": _num(stats.cpu_gpu_ratio),
+            "who_waits": stats.who_waits or None,
+            "balance_moves": list(stats.balance_moves),
         }
         data = json.dumps(doc, indent=1).encode()
         # A status file that cannot be written must not stop training (a full disk): said once.
@@ -176,7 +179,7 @@ NUMBER = ((int, float), (-1e300, 1e300))
 FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     **dict.fromkeys(
         ("state", "message", "env", "run_dir", "started_at", "updated_at", "checkpoint",
-         "checkpoint_error", "load_line", "clocks"),
+         "checkpoint_error", "load_line", "clocks", "who_waits"),
         ((str,), None),
     ),
     **dict.fromkeys(
@@ -184,11 +187,12 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
          "fill_from"),
         COUNT,
     ),
-    **dict.fromkeys(("sps", "return_mean", "eval_return", "epsilon"), NUMBER),
+    **dict.fromkeys(("sps", "return_mean", "eval_return", "epsilon", "cpu_gpu_ratio"), NUMBER),
     "pid": ((int,), (1, PID_MAX)),
     "updated_unix": ((int, float), (0, 1e11)),
     "load": ((dict,), None),
     "write_problems": ((list,), None),
+    "balance_moves": ((list,), None),
     "fleet": ((dict,), None),
 }  # fmt: skip
 REQUIRED = ("state", "pid", "updated_unix")  # every trainer writes them
@@ -222,10 +226,11 @@ def check_status(doc: Any, path: Path) -> dict[str, Any]:
             raise damaged(f"{key} is {_show(value)}, out of range")
         if isinstance(value, str):
             clean[key] = _printable(value)
-    problems = clean.get("write_problems") or []
-    if not all(isinstance(p, str) for p in problems):
-        raise damaged("write_problems is not a list of text")
-    clean["write_problems"] = [_printable(p) for p in problems]
+    for key in ("write_problems", "balance_moves"):
+        texts = clean.get(key) or []
+        if not all(isinstance(t, str) for t in texts):
+            raise damaged(f"{key} is not a list of text")
+        clean[key] = [_printable(t) for t in texts]
     return clean
 
 
@@ -321,6 +326,9 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         f"load: {doc.get('load_line') or 'n/a'}",
         f"checkpoint: {checkpoint or 'none yet'}",
     ]
+    if doc.get("who_waits"):
+        lines.insert(-1, f"balance: {doc['who_waits']}")
+    lines += [f"balance move: {move}" for move in doc.get("balance_moves") or ()]
     if evaluated is not None:
         step_of = doc.get("eval_step") or 0
         lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}")

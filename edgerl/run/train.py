@@ -37,6 +37,7 @@ from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.store import ReplayStore
+from edgerl.run import balance
 from edgerl.run.autotune import Choice
 from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.episodes import Episodes
@@ -56,7 +57,7 @@ from edgerl.run.rundir import RunDir
 from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
 from edgerl.run.transport import Transport
-from edgerl.stream import DisplayPublisher, FrameMeta
+from edgerl.stream import DisplayPublisher
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -300,6 +301,7 @@ class Trainer:
         self.learning = build_learning(*parts)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
+        self._balance = balance.watch(cfg, self.learning, self.device.type == "cuda", self.step)
         if self.stop_requested:
             self.learning.interrupt()
         try:
@@ -464,19 +466,13 @@ class Trainer:
         return TrainResult(*counts, *phases, checkpoint=self.last_checkpoint, stopped=stopped)
 
     def _show(
-        self,
-        frames: np.ndarray,
-        action: int,
-        q_values: np.ndarray | None,
-        step: int,
-        epsilon: float,
+        self, frames: np.ndarray, action: int, q_values: np.ndarray | None, step: int, eps: float
     ) -> None:
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
         shared memory, never a wait)."""
         assert self.display is not None
-        self._to_show, book = None, self.book
-        ret, sps, load = float(book.returns[book.shown]), self.stats.sps, self.stats.load
-        meta = FrameMeta.of(step, book.shown_episode, ret, epsilon, action, sps, load, q_values)
+        self._to_show = None
+        meta = self.book.frame_meta(step, eps, action, self.stats, q_values)
         self.display.publish(frames[-1], meta)
 
     def _refresh_stats(self, now: float) -> None:
@@ -494,6 +490,7 @@ class Trainer:
 
     def _write_row(self) -> None:
         assert self._metrics is not None and self._progress is not None
+        self._balance.row(self.stats, self.step)
         self._metrics.write(self.stats)
         self._progress.log_line(self.stats)
         self.learner.losses.take()

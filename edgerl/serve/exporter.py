@@ -36,6 +36,9 @@ RUN_FIELDS: list[tuple[str, str, str, str]] = [
      "Mean return of the newest greedy evaluation.", "gauge"),
     ("eval_step", "edgerl_eval_step", "Environment step of the newest evaluation's weights.",
      "gauge"),
+    ("cpu_gpu_ratio", "edgerl_cpu_gpu_ratio",
+     "The learner's busy time over the environments' (above 1 they wait for the learner).",
+     "gauge"),
     ("updated_unix", "edgerl_status_updated_timestamp_seconds",
      "When the trainer last wrote its status (Unix time).", "gauge"),
 ]  # fmt: skip

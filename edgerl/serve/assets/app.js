@@ -183,12 +183,14 @@ function drawSummary(doc) {
     ["best evaluation", best ? `${number(best.return_mean)} at ${compact(best.step)}` : "–"],
     ["epsilon", number(s.epsilon, 3)],
     ["updates", number(s.updates, 0)],
+    ["balance", s.who_waits || "–"],
     ["clocks", s.clocks || "–"],
     ["checkpoint", doc.checkpoint || "none yet", s.checkpoint || ""],
     ["started", s.started_at ? s.started_at.replace("T", " ") : "–"],
   ]);
   const lines = [live.running ? null : live.reason, s.message, s.checkpoint_error && "checkpoint: " + s.checkpoint_error];
-  notes($("notes"), lines.concat((s.write_problems || []).map((p) => p + ": training goes on")));
+  const moves = (s.balance_moves || []).map((m) => "balance: " + m);
+  notes($("notes"), lines.concat((s.write_problems || []).map((p) => p + ": training goes on"), moves));
   drawBoardNow(doc.load);
 }
 
