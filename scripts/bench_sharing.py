@@ -44,7 +44,7 @@ RUN_TIMEOUT_S = 3600  # one run; a run that takes longer is reported as failed
 def train_cmd(args: argparse.Namespace, run_dir: Path) -> list[str]:
     cmd = [sys.executable, "-m", "edgerl.cli", "train", *args.train.split()]
     cmd += ["--steps", str(args.steps), "--run-dir", str(run_dir), "--quiet"]
-    return cmd + ["--set", "train.log_every_s=2", "--set", "eval.every_steps=0"]
+    return [*cmd, "--set", "train.log_every_s=2", "--set", "eval.every_steps=0"]
 
 
 def speed(run_dir: Path) -> float | None:
