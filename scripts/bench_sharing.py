@@ -48,16 +48,18 @@ def train_cmd(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 
 def speed(run_dir: Path) -> float | None:
-    """Env steps/s between the first and the last metrics.csv rows."""
+    """Env steps/s between the first and the last metrics.csv rows (from the start when there
+    is one row)."""
     try:
         with open(run_dir / "metrics.csv", newline="") as f:
             rows = [r for r in csv.DictReader(f) if r.get("step")]
     except OSError:
         return None
-    if len(rows) < 2:
+    if not rows:
         return None
-    steps = int(rows[-1]["step"]) - int(rows[0]["step"])
-    wall = float(rows[-1]["wall_s"]) - float(rows[0]["wall_s"])
+    first = rows[0] if len(rows) > 1 else {"step": "0", "wall_s": "0"}  # a short run: from 0
+    steps = int(rows[-1]["step"]) - int(first["step"])
+    wall = float(rows[-1]["wall_s"]) - float(first["wall_s"])
     return steps / wall if wall > 0 else None
 
 
