@@ -90,6 +90,24 @@ def test_a_rows_figures_are_its_runs_first_evaluation_at_the_target_or_its_best(
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_a_rows_human_normalised_score_is_its_evaluations_against_the_reference(row):
+    """The column holds the shown evaluation's mean return human-normalised with the reference
+    scores edgerl ships for the run's game (config.toml's env.id), or a dash where it has none."""
+    import tomllib
+
+    from edgerl.envs.scores import human_normalised
+
+    run = run_dir(row)
+    env_id = tomllib.loads((run / "config.toml").read_text())["env"]["id"]
+    mean = number(re.match(r"(-?[\d.]+)", row["greedy mean ± std"])[1])
+    expected = human_normalised(env_id, mean)
+    if expected is None:
+        assert row["human-normalised"] == "–"
+    else:
+        assert number(row["human-normalised"]) == pytest.approx(expected, abs=0.005)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
 def test_edgerl_plot_reads_every_committed_run(cli, row):
     run = run_dir(row)
     r = cli("plot", "--terminal", "--run-dir", run)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from edgerl.config import Config, EvalConfig
+from edgerl.envs.scores import human_normalised
 from edgerl.errors import EdgerlError
 from edgerl.files.checkpoint import Checkpoint
 from edgerl.files.csvread import CsvReader, number
@@ -117,14 +118,16 @@ class Evaluation:
             f"{self.eval_s:.3f}",
         ]
 
-    def describe(self) -> str:
-        """One log line."""
+    def describe(self, env_id: str = "") -> str:
+        """One log line (with the human-normalised score where ``env_id`` has one)."""
         r = np.asarray(self.returns, dtype=np.float64)
         cut = f", {self.cut} cut at the step cap" if self.cut else ""
+        hns = human_normalised(env_id, float(r.mean())) if env_id else None
+        normalised = "" if hns is None else f", {hns:.2f} human-normalised"
         return (
             f"evaluation at step {self.step:,}: mean return {r.mean():.1f} (std {r.std():.1f}, "
-            f"min {r.min():g}, max {r.max():g}) over {plural(len(r), 'episode')}{cut}, "
-            f"{self.eval_s:.1f} s"
+            f"min {r.min():g}, max {r.max():g}{normalised}) over "
+            f"{plural(len(r), 'episode')}{cut}, {self.eval_s:.1f} s"
         )
 
 
@@ -231,6 +234,7 @@ class Evaluator(Hook):
         self._closed = False
         self._written = False  # no eval.csv until there is a row for it
         self._final_deadline: float | None = None
+        self.env_id = ""  # the run's game (on_start)
 
     @property
     def running(self) -> bool:
@@ -240,6 +244,7 @@ class Evaluator(Hook):
     # -- hook --------------------------------------------------------------------------------
 
     def on_start(self, run: Run) -> None:
+        self.env_id = run.cfg.env.id
         self._next = (run.step // self.period + 1) * self.period
         log.info(
             "evaluations: %s every %s env steps, epsilon %g, the first at step %s",
@@ -340,7 +345,7 @@ class Evaluator(Hook):
             self._written = True
             self.latest = (step, ev.return_mean)
             self.count += 1
-        log.info("%s", ev.describe())
+        log.info("%s", ev.describe(self.env_id))
         with self._lock:  # close() waits for the best policy to be on disk
             if not self._closed and (self.best is None or ev.return_mean >= self.best):
                 self._keep_best(snapshot, ev)

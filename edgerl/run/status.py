@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from edgerl.envs.scores import human_normalised
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.processes import pid_alive
@@ -82,6 +83,11 @@ class StatusWriter(Hook):
             "return_mean": _num(run.return_mean()),
             "eval_return": _num(stats.eval_return),
             "eval_step": stats.eval_step if stats.eval_step >= 0 else None,
+            "eval_human_normalised": _num(
+                human_normalised(run.cfg.env.id, stats.eval_return)
+                if math.isfinite(stats.eval_return)
+                else math.nan
+            ),
             "epsilon": round(run.epsilon(), 4),
             "updates": run.updates,
             "started_at": _iso(self.started),
@@ -187,7 +193,10 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
          "fill_from"),
         COUNT,
     ),
-    **dict.fromkeys(("sps", "return_mean", "eval_return", "epsilon", "cpu_gpu_ratio"), NUMBER),
+    **dict.fromkeys(
+        ("sps", "return_mean", "eval_return", "epsilon", "cpu_gpu_ratio", "eval_human_normalised"),
+        NUMBER,
+    ),
     "pid": ((int,), (1, PID_MAX)),
     "updated_unix": ((int, float), (0, 1e11)),
     "load": ((dict,), None),
@@ -331,7 +340,9 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
     lines += [f"balance move: {move}" for move in doc.get("balance_moves") or ()]
     if evaluated is not None:
         step_of = doc.get("eval_step") or 0
-        lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}")
+        hns = doc.get("eval_human_normalised")
+        normalised = "" if hns is None else f" ({hns:.2f} human-normalised)"
+        lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}{normalised}")
     if filling:
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):

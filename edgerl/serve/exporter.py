@@ -36,6 +36,9 @@ RUN_FIELDS: list[tuple[str, str, str, str]] = [
      "Mean return of the newest greedy evaluation.", "gauge"),
     ("eval_step", "edgerl_eval_step", "Environment step of the newest evaluation's weights.",
      "gauge"),
+    ("eval_human_normalised", "edgerl_eval_human_normalised",
+     "The newest evaluation's mean return, human-normalised (0: random play, 1: the human "
+     "reference; Atari games with published scores only).", "gauge"),
     ("cpu_gpu_ratio", "edgerl_cpu_gpu_ratio",
      "The learner's busy time over the environments' (above 1 they wait for the learner).",
      "gauge"),

@@ -179,7 +179,8 @@ function drawSummary(doc) {
     ["time left", filling ? "filling replay" : live.running ? duration(doc.eta_s) : "–"],
     ["episodes", number(s.episodes, 0)],
     ["return (last 100)", number(s.return_mean)],
-    ["newest evaluation", s.eval_return === null ? "–" : `${number(s.eval_return)} at ${compact(s.eval_step)}`],
+    ["newest evaluation", s.eval_return === null ? "–" : `${number(s.eval_return)} at ${compact(s.eval_step)}` +
+      (s.eval_human_normalised === null || s.eval_human_normalised === undefined ? "" : ` (${number(s.eval_human_normalised, 2)} human-normalised)`)],
     ["best evaluation", best ? `${number(best.return_mean)} at ${compact(best.step)}` : "–"],
     ["epsilon", number(s.epsilon, 3)],
     ["updates", number(s.updates, 0)],
