@@ -8,15 +8,9 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-
-import pytest
-import torch
 
 from edgerl.config.parse import tomllib
 from edgerl.run import quick
-
-from .conftest import PONG_FAST, edgerl_cmd
 
 
 def resolved(cli, *args: str) -> dict:
@@ -94,49 +88,3 @@ def test_the_next_commands_a_quick_run_prints_run_when_pasted(tmp_path):
             ["bash", "-c", hint], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
         )
         assert pasted.returncode == 0, (hint, pasted.stderr)
-
-
-@pytest.mark.parametrize(
-    ("steps", "said"),
-    [(10_000_000, "about 28 hours"), (100_000_000, "about 12 days"), (500_000, None)],
-)
-def test_how_long_an_atari_run_on_a_cpu_takes(steps, said):
-    sentence = quick.long_run_warning("ALE/Pong-v5", True, torch.device("cpu"), steps)
-    if said is None:
-        assert sentence is None
-    else:
-        assert sentence is not None and said in sentence and "edgerl train --quick" in sentence
-    assert quick.long_run_warning("CartPole-v1", False, torch.device("cpu"), steps) is None
-    assert quick.long_run_warning("ALE/Pong-v5", True, torch.device("cuda", 0), steps) is None
-
-
-def test_a_pqn_run_on_a_cpu_is_timed_at_pqns_speed_not_at_dqns():
-    """PQN's speed does not follow agent.train_freq: 10M steps at about 200 steps/s."""
-    cpu = torch.device("cpu")
-    sentence = quick.long_run_warning("ALE/Pong-v5", True, cpu, 10_000_000, 4, "pqn")
-    assert (
-        sentence is not None and "about 14 hours" in sentence and "with agent.algo=pqn" in sentence
-    )
-    assert quick.long_run_warning("ALE/Pong-v5", True, cpu, 1_000_000, 4, "pqn") is None
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="says so on a CPU only")
-def test_ten_million_pong_steps_on_a_cpu_are_said_to_take_hours(tmp_path):
-    """What `edgerl train` (Pong, 10M steps) says at its start on a CPU; stopped once said."""
-    args = ["train", *PONG_FAST, "--set", "agent.train_freq=4", "--steps", "10M"]
-    args += ["--run-dir", tmp_path / "pong", "--quiet"]
-    proc = subprocess.Popen(edgerl_cmd(*args), stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 240
-    try:
-        for line in proc.stderr:
-            seen.append(line)
-            if "on the CPU take" in line or time.monotonic() > deadline:
-                break
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=120)
-    said = "".join(seen)
-    assert "10,000,000 steps of ALE/Pong-v5 on the CPU take about 28 hours" in said, said
-    assert "edgerl train --quick" in said

@@ -137,3 +137,25 @@ def test_the_command_of_a_row_is_what_its_config_says(cli):
         assert shown["train"]["steps"] == saved["train"]["steps"]
         checked += 1
     assert checked, "no row is trained by a --preset command"
+
+
+def test_the_records_training_quotes_are_rows_of_the_table():
+    """What `edgerl train` says a run can expect (edgerl/data/records.csv) is the table's: each
+    record is a row with its run directory, env steps, wall time and greedy mean, and every
+    Atari row whose target was reached is a record."""
+    from edgerl.run.estimate import records
+
+    by_run = {run_dir(r).name: r for r in ROWS}
+    for rec in records():
+        row = by_run[rec.run]
+        assert int(number(row["env steps"])) == rec.steps
+        assert wall_seconds(row["wall time"]) == round(rec.wall_s)
+        assert number(row["greedy mean ± std"].split()[0]) == pytest.approx(rec.greedy_mean)
+        assert row["learner"].lower() == rec.algo
+        assert ("no GPU" not in row["machine"]) == (rec.machine == "gpu")
+    atari = [
+        r
+        for r in ROWS
+        if not r["game"].startswith("CartPole") and "not reached" not in r["greedy mean ± std"]
+    ]
+    assert {run_dir(r).name for r in atari} == {rec.run for rec in records()}

@@ -51,8 +51,8 @@ def train(
         # swallows one raised in its import of numpy, leaving numpy half-built for later).
         with stop_on_signals(stop.set) as received:
             from edgerl.hw.device import describe_threads
+            from edgerl.run.estimate import expectation
             from edgerl.run.metrics import check_extras
-            from edgerl.run.quick import long_run_warning
             from edgerl.service.session import training_session
 
             cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
@@ -75,17 +75,12 @@ def train(
                     describe_threads(trainer.cfg.perf.threads),
                     trainer.run_dir,
                 )
-                left = trainer.cfg.train.steps - trainer.step
-                slow = long_run_warning(
-                    trainer.cfg.env.id,
-                    trainer.spec.has_frames,
-                    trainer.device,
-                    left,
-                    trainer.cfg.agent.train_freq,
-                    trainer.cfg.agent.algo,
+                gpu = trainer.device.type == "cuda"
+                expected = trainer.spec.has_frames and expectation(
+                    trainer.cfg.env.id, trainer.cfg.agent.algo, gpu
                 )
-                if slow:
-                    log.warning("%s", slow)
+                if expected:
+                    log.info("%s", expected)
                 result = trainer.run()
                 verdict = session.verdict()
     except StoppedDuringSetup as e:

@@ -30,9 +30,6 @@ class LearnerInfo:
     # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
     # edgerl.config.presets.PRESETS.
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # Atari env steps/s it trains at on a CPU, measured (for the warning that an Atari run on a
-    # CPU takes hours); None: its speed follows agent.train_freq (a replay ratio's updates).
-    cpu_atari_steps_per_s: float | None = None
 
     @property
     def concurrent(self) -> bool:
@@ -78,9 +75,6 @@ LEARNERS: dict[str, LearnerInfo] = {
         beside_actor="rollout-lag",
         layer_norm=True,
         presets=PQN_PRESETS,
-        # 212 and 268 steps/s over 30- and 45-minute Pong runs on one core of a 2-core x86
-        # machine (docs/training.md); a rollout learner's speed does not follow train_freq.
-        cpu_atari_steps_per_s=200.0,
     ),
 }
 

@@ -5,9 +5,8 @@ RL Zoo's first examples do: CartPole-v1 for 60,000 steps on a CPU (its preset so
 return 500), and Pong with the settings of the classic fast-Pong recipes for 500,000 steps where
 a CUDA GPU is. An ``--env`` given with it keeps that game and takes the quick settings of its kind.
 
-Atari on a CPU is slow (about 100 steps/s on two cores at the default replay ratio, bound by the
-update), so a long Atari run on a CPU is said so at its start, with the hours it will take and
-the quick run instead.
+Atari on a CPU is slow (a few hundred env steps/s on two cores), so a long Atari run on a CPU is
+said so once its pace is measured (:mod:`edgerl.run.estimate`), with the quick run instead.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, Layer
-from edgerl.config.learners import learner_info
 
 QUICK_SOURCE = "--quick"
 CARTPOLE = "CartPole-v1"
@@ -38,11 +36,7 @@ QUICK_FRAMES: dict[str, Any] = {
     "agent.eps_end": 0.01,
     "replay.capacity": 100_000,
 }
-# Atari (the Nature CNN) on a CPU is learner-bound: about 25 updates/s in the loop on 2 cores (98
-# env steps/s at train_freq 4 in the sync loop on the CI machine, docs/performance.md), and more
-# cores help little.
-CPU_ATARI_UPDATES_PER_S = 25.0
-LONG_RUN_S = 2 * 3600.0  # a CPU run longer than this is said to be long at its start
+LONG_RUN_S = 2 * 3600.0  # an Atari run on a CPU longer than this is said to be long
 
 
 def uses_cuda(perf_device: str) -> bool:
@@ -77,30 +71,3 @@ def hours(seconds: float) -> str:
     if h >= 72:
         return f"about {h / 24:.0f} days"
     return f"about {h:.0f} hours" if h >= 2 else f"about {seconds / 60:.0f} minutes"
-
-
-def long_run_warning(
-    env_id: str,
-    frames: bool,
-    device: torch.device,
-    steps_left: int,
-    train_freq: int = 4,
-    algo: str = "dqn",
-) -> str | None:
-    """The sentence for an Atari run on a CPU that will take hours, else None."""
-    if not frames or device.type != "cpu" or steps_left <= 0:
-        return None
-    measured = learner_info(algo).cpu_atari_steps_per_s
-    if measured is not None:  # a learner whose speed does not follow the replay ratio
-        speed, how = measured, f"with agent.algo={algo}"
-    else:
-        speed, how = CPU_ATARI_UPDATES_PER_S * train_freq, f"with agent.train_freq={train_freq}"
-    seconds = steps_left / speed
-    if seconds < LONG_RUN_S:
-        return None
-    return (
-        f"{steps_left:,} steps of {env_id} on the CPU take {hours(seconds)} at the "
-        f"{speed:.0f} steps/s a CPU trains Atari at {how} "
-        "(docs/training.md, How long training takes); for a first run that learns in minutes: "
-        "edgerl train --quick (CartPole-v1 on a CPU), and train Atari on a GPU"
-    )

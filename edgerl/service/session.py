@@ -15,6 +15,7 @@ from edgerl.config import Config
 from edgerl.files.sidefiles import SideFiles
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
+from edgerl.run.estimate import PaceEstimate
 from edgerl.run.evaluate import Evaluator, eval_period
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
@@ -107,6 +108,8 @@ def training_session(
             monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step, side=side)
             session.monitor = stack.enter_context(monitor)
             trainer.add_hook(LoadHook(monitor), first=True)  # later hooks see the newest load
+        gpu = trainer.device.type == "cuda"
+        trainer.add_hook(PaceEstimate(trainer.spec.has_frames, gpu))
         period = eval_period(trainer.cfg)
         if period:
             evaluator = Evaluator(trainer.run_dir, period, trainer.cfg.eval, side)
