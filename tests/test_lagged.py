@@ -48,13 +48,28 @@ def pqn_config(tmp_path, *sets: str, game: str = "CartPole-v1", steps: int = 409
     )
 
 
-@pytest.mark.parametrize("game", ["CartPole-v1", "ALE/Pong-v5"])
+GAMES = [
+    "CartPole-v1",
+    "ALE/Pong-v5",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("game", GAMES)
 def test_every_step_acts_with_the_weights_of_one_rollout_before(tmp_path, game):
     """Rollout r is acted with the weights after r-1 rollouts were learned, at every step,
     where the loop stores a step before picking the next actions (CartPole) and where it picks
     them first (Pong with a core to spare)."""
+    device = "cuda" if game == "cuda" else "cpu"  # on a GPU: Pong, the learner on its stream
+    game = "ALE/Pong-v5" if game == "cuda" else game
     steps = 4096 if game == "CartPole-v1" else 640
-    cfg = pqn_config(tmp_path, game=game, steps=steps)
+    cfg = pqn_config(tmp_path, f"perf.device={device}", game=game, steps=steps)
     with Trainer(cfg, quiet=True) as trainer:
         trainer.run()
         cfg = trainer.cfg  # with the presets

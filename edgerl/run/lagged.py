@@ -101,6 +101,8 @@ class LaggedRollouts(Pipeline):
         if rollout <= self.adopted:
             return
         self._wait_until(lambda: self.learned >= rollout - 1)
+        if self.learned < rollout - 1:  # stopping: the learner may still change the weights
+            return
         self.weights.adopt(self.learner.updates)
         self.adopted, self.weights_learned = rollout, self.learned
 
@@ -114,6 +116,11 @@ class LaggedRollouts(Pipeline):
     def _hand_over(self, step: int) -> None:
         self._adopt(self.handed + 1)
         self._wait_until(lambda: self.learned >= self.handed)  # at most one being learned
+        if self.learned < self.handed or self.adopted <= self.handed:
+            # Stopping while the learner still has the rollout before: this one is not learned
+            # (a resumed run starts a new rollout), and the learner's is left alone.
+            self.rollout.clear()
+            return
         full = self.rollout.take_full()
         copied = None
         if self.cuda:  # the learner's stream waits for the actor's writes and weight copy
