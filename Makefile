@@ -16,9 +16,13 @@ VENV ?= .venv
 # Both apply when .venv is made: `make clean` first to change the build of an existing one.
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
+# The extras `make run` installs: plot (`edgerl plot`); EXTRAS=commands gives every command of the
+# README what it needs at once (export, view, serve, play --record, plot: about 0.3 GB more).
+EXTRAS ?= plot
+comma := ,
 BIN := $(VENV)/bin
 TORCH_STAMP := $(VENV)/.installed-torch
-RUN_STAMP := $(VENV)/.installed-run
+RUN_STAMP := $(VENV)/.installed-run-$(subst $(comma),-,$(EXTRAS))
 TEST_STAMP := $(VENV)/.installed-test
 LINT_PATHS := edgerl tests $(wildcard scripts/*.py)
 
@@ -34,8 +38,8 @@ $(TORCH_STAMP):
 	touch $@
 
 $(RUN_STAMP): $(TORCH_STAMP) pyproject.toml
-	@echo "== installing edgerl with the plot extra (about 200 MB in .venv)"
-	$(BIN)/pip install -e ".[plot]"
+	@echo "== installing edgerl with edgerl[$(EXTRAS)] (the plot extra alone: about 200 MB in .venv)"
+	$(BIN)/pip install -e ".[$(EXTRAS)]"
 	touch $@
 	@echo "== edgerl is $(BIN)/edgerl; to type plain 'edgerl' as the docs do: . $(BIN)/activate"
 

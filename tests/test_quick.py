@@ -4,7 +4,6 @@ machine learns in minutes, and a long Atari run on a CPU is said to be hopeless 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -45,7 +44,24 @@ def test_a_quick_run_ends_by_saying_what_to_look_at_next(cli, monkeypatch, tmp_p
     r = cli("train", "--quick", "--steps", "300", "--run-dir", run, "--quiet")
     assert r.code == 0, r.err
     assert f"next: edgerl plot --terminal --run-dir {run}" in r.err
-    assert f"edgerl play --run-dir {run} --episodes 3" in r.err
+    assert f"next: edgerl play --run-dir {run} --episodes 3" in r.err
+    assert "not installed here" not in r.err  # the test extras hold every command's
+
+
+def test_a_quick_run_names_the_commands_whose_extras_are_missing(cli, monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    gone = {"onnx", "aiohttp"}
+    monkeypatch.setattr(quick, "uses_cuda", lambda device: False)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in gone else real(name, *a)
+    )
+    r = cli("train", "--quick", "--steps", "300", "--run-dir", tmp_path / "run", "--quiet")
+    assert r.code == 0, r.err
+    said = next(x for x in r.err.splitlines() if x.startswith("not installed here"))
+    assert "edgerl export (the export extra)" in said and "edgerl serve (the web extra)" in said
+    assert "edgerl view" not in said and "make run EXTRAS=commands" in said
 
 
 def test_the_hints_name_edgerl_as_the_shell_can_run_it(tmp_path):
@@ -80,9 +96,10 @@ def test_the_next_commands_a_quick_run_prints_run_when_pasted(tmp_path):
     cmd = ["venv/bin/edgerl", "train", "--quick", "--steps", "300", "--run-dir", run, "--quiet"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
-    line = next(x for x in r.stderr.splitlines() if x.startswith("next: "))
-    hints = re.findall(r"(venv/bin/edgerl .*?) \(", line.removeprefix("next: "))
-    assert len(hints) == 2 and "plot --terminal" in hints[0] and "play" in hints[1], line
+    # One command a line, its comment after a shell's #: the whole line pastes.
+    hints = [x.removeprefix("next: ") for x in r.stderr.splitlines() if x.startswith("next: ")]
+    assert len(hints) == 2 and "plot --terminal" in hints[0] and "play" in hints[1], hints
+    assert all(h.startswith("venv/bin/edgerl ") and "   # " in h for h in hints), hints
     for hint in hints:
         pasted = subprocess.run(
             ["bash", "-c", hint], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300

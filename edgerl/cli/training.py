@@ -93,10 +93,18 @@ def train(
     if quick and not result.stopped:
         edgerl, run = command_name(), shlex.quote(str(trainer.run_dir))
         click.echo(
-            f"next: {edgerl} plot --terminal --run-dir {run} (the learning curve), "
-            f"{edgerl} play --run-dir {run} --episodes 3 (the policy playing)",
-            err=True,
+            f"next: {edgerl} plot --terminal --run-dir {run}   # the learning curve", err=True
         )
+        click.echo(
+            f"next: {edgerl} play --run-dir {run} --episodes 3   # the policy playing", err=True
+        )
+        missing = missing_extras()
+        if missing:
+            click.echo(
+                f"not installed here: {', '.join(missing)}; `make run EXTRAS=commands` (or pip "
+                "install 'edgerl[commands]') installs what every command needs",
+                err=True,
+            )
     if result.stopped:
         sig = received.get("signal", "a stop request")
         click.echo(f"stopped by {sig}; run the same command to resume", err=True)
@@ -188,3 +196,22 @@ def config_cmd(
     cfg = apply_presets(cfg, probe(cfg.env.id).kind)
     check_consistency(cfg)
     click.echo(cfg.to_toml(), nl=False)
+
+
+# The commands a first run leads to whose extras may be missing: (command, extra, modules).
+COMMAND_EXTRAS = (
+    ("edgerl export", "export", ("onnx", "onnxruntime")),
+    ("edgerl view", "viewer", ("pygame",)),
+    ("edgerl serve", "web", ("aiohttp", "prometheus_client")),
+)
+
+
+def missing_extras() -> list[str]:
+    """``edgerl view (the viewer extra)`` for each command whose extra is not installed."""
+    import importlib.util
+
+    return [
+        f"{command} (the {extra} extra)"
+        for command, extra, modules in COMMAND_EXTRAS
+        if any(importlib.util.find_spec(m) is None for m in modules)
+    ]
