@@ -283,11 +283,33 @@ def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_
     assert len(wrote) == 1 and wrote[0].startswith(f"wrote {onnx}/") and wrote[0].endswith(".onnx")
     path = wrote[0].removeprefix("wrote ")
     # no desktop here: the view that draws without one (--render screen would end in a sentence)
-    assert f"play it with: edgerl play --model {path} --render console" in r.out
+    assert f"play it with: edgerl play --model {path} --render console --fps 15" in r.out
     monkeypatch.setenv("DISPLAY", ":0")
     assert f"--model {path} --render screen" in cli("export", "--onnx").out
     r = cli("play", "--model", path, "--episodes", "1", "--json")
     assert r.code == 0, r.err
+    # every latency figure comes with the threads and the load it was measured under
+    played = json.loads(r.out)
+    assert played["threads"] >= 1 and "CPUs" in played["load"]
+    assert "CPU thread" in cli("export", "--onnx").out  # the table's title says them
+
+
+def test_latency_is_measured_with_the_threads_the_load_leaves_free(monkeypatch):
+    import torch
+
+    from edgerl.hw import device
+    from edgerl.hw.cpus import CpuLoad
+
+    monkeypatch.setattr(device, "torch_default_threads", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(device, "cpu_load", lambda: CpuLoad(2, 1.8, 5.0))
+        assert device.latency_threads() == (1, "2 CPUs, 1.8 busy with other work")
+        assert torch.get_num_threads() == 1
+        monkeypatch.setattr(device, "cpu_load", lambda: CpuLoad(2, 0.1, 5.0))
+        assert device.latency_threads()[0] == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_an_interrupted_export_leaves_no_file_under_its_names(cli, pong_run, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import click
 
 from edgerl.cli.app import cli, command_name
 from edgerl.cli.options import default_policy_run
+from edgerl.words import plural
 
 
 @cli.command()
@@ -93,6 +94,7 @@ def play(
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
+    from edgerl.hw.device import latency_threads
     from edgerl.play import Observer, PlayOptions
     from edgerl.play import play as run_play
     from edgerl.play.observers import EpisodeLog, Filming
@@ -108,7 +110,10 @@ def play(
         check_target(record)  # a wrong name or a missing encoder is said before playing
     if model is None and checkpoint is None:
         checkpoint = _run_policy(run_dir, last, "playing")
-    policy = load_policy(model=model, checkpoint=checkpoint, backend=backend, device=device)
+    threads, load = latency_threads()
+    policy = load_policy(
+        model=model, checkpoint=checkpoint, backend=backend, device=device, threads=threads
+    )
     observers: list[Observer] = [EpisodeLog()]
     if record is not None:
         observers.append(Filming(record, policy.spec, record_view))
@@ -131,7 +136,11 @@ def play(
     finally:
         if renderer is not None:
             renderer.close()
-    click.echo(json.dumps(result.to_json()) if as_json else result.describe())
+    under = f"{plural(threads, 'CPU thread')}; {load}"
+    if as_json:
+        click.echo(json.dumps({**result.to_json(), "threads": threads, "load": load}))
+    else:
+        click.echo(f"{result.describe()} ({under})")
     if result.recording is not None and not as_json:
         click.echo(result.recording.describe())
 
@@ -195,6 +204,7 @@ def export(
 ) -> None:
     """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
     from edgerl.export.run import ExportRequest, render_table, run_export
+    from edgerl.hw.device import latency_threads
 
     if not (to_onnx or to_trt):
         raise click.UsageError("give --onnx, --trt or both")
@@ -206,21 +216,25 @@ def export(
         raise click.UsageError(
             "--int8 is a TensorRT engine precision: add --trt (ONNX files are always fp32)"
         )
+    source = _export_source(run_dir, checkpoint, last)
+    threads, load = latency_threads()
     rows = run_export(
         ExportRequest(
-            checkpoint=_export_source(run_dir, checkpoint, last),
+            checkpoint=source,
             out=out,
             trt=to_trt,
             fp16=fp16,
             int8=int8,
             batch=batch,
             workspace_mb=workspace_mb,
+            threads=threads,
         )
     )
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        measured = {"threads": threads, "load": load}
+        click.echo(json.dumps([{**r.to_dict(), **measured} for r in rows], indent=1))
         return
-    click.echo(render_table(rows), nl=False)
+    click.echo(render_table(rows, f"{plural(threads, 'CPU thread')}; {load}"), nl=False)
     written = [r.file.resolve() for r in rows if r.file.suffix in (".onnx", ".engine")]
     for path in written:  # the table shortens names; these are ready to copy
         click.echo(f"wrote {path}")
@@ -230,10 +244,9 @@ def export(
         # On the board's console (kmsdrm) --render screen works too; without a desktop to say
         # so, the console view is the one sure to draw.
         screen = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-        click.echo(
-            f"play it with: {command_name()} play --model {shlex.quote(str(best))} "
-            f"--render {'screen' if screen else 'console'}"
-        )
+        render = "screen" if screen else "console --fps 15"  # the game's pace in a terminal too
+        model = shlex.quote(str(best))
+        click.echo(f"play it with: {command_name()} play --model {model} --render {render}")
 
 
 def _export_source(run_dir: Path | None, checkpoint: Path | None, last: bool) -> Path:

@@ -59,12 +59,14 @@ class ExportRow:
         }
 
 
-def render_table(rows: list[ExportRow]) -> str:
-    """The summary of an export as a text table."""
+def render_table(rows: list[ExportRow], measured_under: str = "") -> str:
+    """The summary of an export as a text table (``measured_under``: the threads and load the
+    latencies were measured with)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="edgerl export: batch-1 action latency on this machine")
+    under = f" ({measured_under})" if measured_under else ""
+    table = Table(title=f"edgerl export: batch-1 action latency on this machine{under}")
     for col in (
         "file",
         "size",
@@ -101,6 +103,7 @@ class ExportRequest:
     batch: int = 8
     workspace_mb: int = 1024
     observations: int = 96
+    threads: int = 0  # CPU threads of ONNX Runtime's session (0: its own choice)
 
 
 def _out_dir(req: ExportRequest) -> Path:
@@ -178,7 +181,7 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
     )
     with staged(onnx_path) as files:
         export_onnx(torch_policy, files[0], base)
-        ort_policy = OnnxPolicy(files[0], cpu_only=True)
+        ort_policy = OnnxPolicy(files[0], cpu_only=True, threads=req.threads)
         agreement = check_agreement(ort_policy, obs, reference)
         if not agreement.ok:
             raise ExportError(

@@ -51,6 +51,7 @@ def load_policy(
     checkpoint: Path | None = None,
     backend: str = "auto",
     device: str = "cpu",
+    threads: int = 0,
 ) -> Policy:
     """A policy from ``--model`` (checkpoint, .onnx or .engine) or a run's checkpoint.
 
@@ -77,7 +78,7 @@ def load_policy(
     if kind == "onnx":
         from edgerl.policies.onnx import OnnxPolicy
 
-        return OnnxPolicy(model)
+        return OnnxPolicy(model, threads=threads)
     if kind == "trt":
         from edgerl.policies.tensorrt import TensorRTPolicy
 

@@ -115,13 +115,17 @@ class OnnxPolicy:
 
     backend = "onnx"
 
-    def __init__(self, path: Path, cpu_only: bool = False) -> None:
+    def __init__(self, path: Path, cpu_only: bool = False, threads: int = 0) -> None:
+        """``threads``: ONNX Runtime's CPU threads within an operator (0: its own choice, one
+        per core, which a busy machine makes slow as it does PyTorch's)."""
         ort = import_ort()
         self.path = path
         self.sidecar = s = read_metadata(path)
         self.spec = s.env_spec()
         self.env_config = s.env_config
         options = ort.SessionOptions()
+        if threads > 0:
+            options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         chosen = session_providers(
