@@ -244,6 +244,52 @@ def test_invalid_config_exits_non_zero_with_the_sentence(tmp_path, notify):
     assert msg["STATUS"].startswith("failed:") and "agent.lrr" in msg["STATUS"]
 
 
+def test_a_daemon_started_by_hand_says_what_it_is_and_where_it_trains(tmp_path):
+    """Without systemd's variables the daemon says it is the service's command, what it trains
+    and where; under systemd (NOTIFY_SOCKET) it does not."""
+    cfg = service_config(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "INVOCATION_ID")}
+    proc = subprocess.Popen(
+        edgerl_cmd("daemon", "--config", str(cfg)),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    STARTED.append(proc)
+    assert proc.stderr is not None
+    said = ""
+    for line in proc.stderr:
+        said += line
+        if "not started by systemd" in line or "Traceback" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=240)
+    assert "edgerl daemon is what `systemctl start edgerl` runs" in said, said
+    assert f"trains ALE/Pong-v5 for 10,000,000 steps in {tmp_path / 'run'}" in said
+    assert "edgerl train" in said
+
+
+def test_commands_say_which_run_they_chose_and_why(cli, tmp_path, monkeypatch):
+    """Two runs with checkpoints, the service's (older) and one under ./runs: play picks the
+    newest and says so; status names the run it shows."""
+    import time
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    service = tmp_path / "state" / "runs" / "Pong-v5" / "checkpoints"
+    mine = tmp_path / "runs" / "Breakout-v5" / "checkpoints"
+    for i, folder in enumerate((service, mine)):
+        folder.mkdir(parents=True)
+        (folder / "ckpt-000001-step0000001000.ckpt").write_bytes(b"not a real checkpoint")
+        stamp = time.time() - 100 + 50 * i
+        os.utime(folder / "ckpt-000001-step0000001000.ckpt", (stamp, stamp))
+    r = cli("play", "--episodes", "1")  # cwd is tmp_path: ./runs
+    places = f"{tmp_path / 'state' / 'runs'}, runs"
+    assert f"run runs/Breakout-v5: the newest checkpoint in {places} (--run-dir" in r.err, r.err
+    (tmp_path / "runs" / "Breakout-v5" / "status.json").write_text("{}")
+    r = cli("status")
+    assert "run runs/Breakout-v5: the most recently updated status.json in" in r.err, r.err
+
+
 def _fault_runner(tmp_path: Path, patch: str) -> list[str]:
     """A python command that applies ``patch`` (a fault) and then runs the real CLI."""
     script = tmp_path / "fault.py"

@@ -291,3 +291,25 @@ def test_the_capture_warm_up_drops_only_the_capturable_optimizers_warning(monkey
     messages = [str(w.message) for w in caught]
     assert messages.count("something else") == 4  # three warm-up steps and the capture
     assert sum("capturable=True" in m for m in messages) == 1  # the fake capture captures nothing
+
+
+def test_a_compiler_failure_is_said_in_its_one_error_line():
+    """A C++ compiler's failure inside torch.compile is dozens of lines; the warning keeps the
+    one that says what went wrong (the rest is in the debug log)."""
+    from edgerl.learners.fast_update import compile_error_line
+
+    output = "\n".join(
+        [
+            "backend='inductor' raised:",
+            "CppCompileError: C++ compile error",
+            "Command:",
+            "g++ /tmp/torchinductor_root/ab/cabc.cpp -D TORCH_INDUCTOR_CPP_WRAPPER -shared -fPIC",
+            *[f"  context line {i}" for i in range(25)],
+            "/tmp/torchinductor_root/ab/cabc.cpp:3:10: fatal error: Python.h: No such file",
+            "compilation terminated.",
+        ]
+    )
+    line = compile_error_line(RuntimeError(output))
+    assert line == "/tmp/torchinductor_root/ab/cabc.cpp:3:10: fatal error: Python.h: No such file"
+    assert compile_error_line(RuntimeError("out of memory")) == "out of memory"
+    assert len(compile_error_line(RuntimeError("x" * 500))) == 200

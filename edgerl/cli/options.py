@@ -175,7 +175,8 @@ def with_game(cfg: Config) -> Config:
 
 def default_status_dir() -> Path:
     """The run a watching command is about when none is given: ``train.run_dir`` if the config
-    sets it, else the service's run, else the newest under ``./runs``; raises RunDirError."""
+    sets it, else the most recently updated run with a status.json among the service's runs
+    and ``./runs``; says which on stderr, and why. Raises RunDirError."""
     from edgerl.config import build_layers, resolve
     from edgerl.errors import RunDirError
     from edgerl.run.rundir import service_state_dir
@@ -192,33 +193,44 @@ def default_status_dir() -> Path:
             f"{' or '.join(str(r) for r in roots)}; give one with --run-dir, or start the "
             "service: systemctl start edgerl"
         )
+    _say_chosen(found[0], "the most recently updated status.json", roots)
     return found[0]
 
 
 def default_policy_run() -> Path:
-    """The run ``play`` and ``export`` use when given none: the service's run if it has
-    checkpoints, else the newest run under ``./runs`` that has them; raises CheckpointError."""
+    """The run ``play`` and ``export`` use when given none: of the service's run and the runs
+    under the service's state directory and ``./runs``, the one with the newest checkpoint;
+    says which on stderr, and why. Raises CheckpointError."""
     from edgerl.errors import CheckpointError
     from edgerl.run.rundir import service_state_dir
     from edgerl.service.daemon import daemon_config
 
     service_run = Path(daemon_config(None).train.run_dir)
-    if (service_run / "checkpoints").is_dir():
-        return service_run
     roots = [service_state_dir() / "runs", Path("runs")]
-    found = [
-        p.parent
-        for root in roots
-        if root.is_dir()
-        for p in root.glob("*/checkpoints")
-        if p.is_dir() and any(p.iterdir())
+    candidates = [service_run] + [
+        p.parent for root in roots if root.is_dir() for p in root.glob("*/checkpoints")
     ]
-    if not found:
+    newest = {}
+    for run in candidates:
+        try:
+            times = [f.stat().st_mtime for f in (run / "checkpoints").iterdir()]
+        except OSError:  # no such run, or one this user cannot read
+            continue
+        if times:
+            newest[run] = max(times)
+    if not newest:
         raise CheckpointError(
             "no run with checkpoints in "
             f"{service_run} or {' or '.join(str(r) for r in roots)}: give --run-dir RUN, "
             "--checkpoint FILE or --model FILE"
         )
-    return max(
-        found, key=lambda run: max(f.stat().st_mtime for f in (run / "checkpoints").iterdir())
-    )
+    chosen = max(newest, key=lambda run: newest[run])
+    elsewhere = [] if service_run.parent == roots[0] else [service_run]  # train.run_dir set
+    _say_chosen(chosen, "the newest checkpoint", [*elsewhere, *roots])
+    return chosen
+
+
+def _say_chosen(run: Path, why: str, looked_in: list[Path]) -> None:
+    """One line on stderr: the run a command chose by itself, and why."""
+    places = ", ".join(dict.fromkeys(str(p) for p in looked_in))
+    click.echo(f"run {run}: {why} in {places} (--run-dir picks another)", err=True)

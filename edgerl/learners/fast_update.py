@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import platform
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -320,8 +321,12 @@ class FastUpdate:
             compiled(example)
         except Exception as e:  # a compiler problem must not stop training
             log.warning(
-                "torch.compile failed (%s: %s); using the eager update", type(e).__name__, e
+                "torch.compile failed (%s: %s); using the eager update (the compiler's whole "
+                "output: --debug)",
+                type(e).__name__,
+                compile_error_line(e),
             )
+            log.debug("torch.compile's failure", exc_info=True)
             return False
         finally:
             self._restore(*snapshot)
@@ -389,3 +394,13 @@ class FastUpdate:
                         tensor.copy_(previous)
                     else:
                         tensor.zero_()
+
+
+def compile_error_line(error: BaseException) -> str:
+    """The line of a compiler failure that says what went wrong: a C++ compiler's output holds
+    dozens of lines of command and context around its one ``error:`` line (that line, else the
+    first non-empty one, at most 200 characters)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    compiler = re.compile(r"(?:^|[\s:])(?:fatal )?error:", re.IGNORECASE)  # gcc's, not a name
+    said = next((ln for ln in lines if compiler.search(ln)), lines[0] if lines else "")
+    return said if len(said) <= 200 else said[:199] + "…"

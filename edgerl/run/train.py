@@ -301,6 +301,8 @@ class Trainer:
         self.learning = build_learning(*parts)
         log.info("learning: %s pipeline, update on %s", self.learning.mode, self.learner.describe())
         self.learning.start()
+        # The pace counts from here: a compile or graph capture is neither filling nor learning.
+        self._pace = Pace(self.step, time.monotonic(), self.learner.learn_from[0])
         self._balance = balance.watch(cfg, self.learning, self.device.type == "cuda", self.step)
         if self.stop_requested:
             self.learning.interrupt()

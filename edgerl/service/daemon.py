@@ -15,6 +15,7 @@ monitor interval, metrics interval), saying which changed. A user error exits 2 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -154,6 +155,15 @@ def run(config_file: Path | None, debug: bool = False) -> int:
         notifier.status(f"failed: {e}")
         return e.exit_code
     setup_service_logging(debug, cfg.log.level)
+    if not os.environ.get("INVOCATION_ID") and not os.environ.get("NOTIFY_SOCKET"):
+        log.warning(
+            "not started by systemd: edgerl daemon is what `systemctl start edgerl` runs; by "
+            "hand it trains %s for %s steps in %s as the service would, and stops with Ctrl-C "
+            "(a run of your own: edgerl train)",
+            cfg.env.id,
+            f"{cfg.train.steps:,}",
+            cfg.train.run_dir,
+        )
     hook = ServiceHook(notifier, config_file, debug)
     stop = StopRequest()
 
