@@ -557,3 +557,26 @@ def test_a_load_record_of_a_damaged_status_gives_only_finite_numbers(record):
     assert load["cpu"] in ([], [None, None, None, None]) and load["gr3d"] is None
     assert load["temps"] == {} and load["power_mw"] == {}
     assert all(s.value == s.value for f in board_metrics(load) for s in f.samples)
+
+
+def test_a_browser_closing_the_page_is_no_error(caplog):
+    """A handler whose client went away (ConnectionResetError while it writes) is left to
+    aiohttp, which drops the connection quietly: no traceback at ERROR, no 500 written."""
+    import asyncio
+    import logging
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from edgerl.serve import ServeOptions
+    from edgerl.serve.app import SERVED, Served, guard
+
+    request = make_mocked_request("GET", "/api/runs", headers={"Host": "127.0.0.1:8765"})
+    opts = ServeOptions(roots=[], host="127.0.0.1", port=0, token=None)
+    request.app[SERVED] = Served(opts, None, None)  # type: ignore[arg-type]
+
+    async def gone(_request):
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    with caplog.at_level(logging.DEBUG, logger="edgerl.serve"), pytest.raises(ConnectionResetError):
+        asyncio.run(guard(request, gone))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -239,8 +239,9 @@ def serve(
     from edgerl.serve.server import serve as run_server
 
     def ready(url: str) -> None:
-        where = ", ".join(str(r) for r in roots)
-        click.echo(f"edgerl serve: {url} (runs in {where}; Prometheus: {url}metrics)")
+        there = [r for r in roots if r.is_dir()]  # the others are watched for, not listed
+        where = f"runs in {', '.join(str(r) for r in there)}" if there else "no runs yet"
+        click.echo(f"edgerl serve: {url} ({where}; Prometheus: {url}metrics)")
         if token is not None:
             click.echo("open the page once as that address with ?token=TOKEN after the /")
 

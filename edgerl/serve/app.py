@@ -152,6 +152,9 @@ async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)  # type: ignore[no-any-return]
     except web.HTTPException:
         raise
+    except ConnectionError:  # a browser closed the page: aiohttp lets the connection go quietly
+        log.debug("%s: the client went away", request.path)
+        raise
     except Exception as e:
         log.exception("internal error serving %s", request.path)
         return web.json_response({"problem": f"internal error: {type(e).__name__}"}, status=500)
