@@ -128,7 +128,7 @@ def test_seeded_lagged_runs_repeat_exactly(tmp_path):
         assert torch.equal(weights[0][name], weights[1][name]), name
 
 
-def test_a_run_stopped_mid_rollout_resumes_and_learns_every_rollout(tmp_path, monkeypatch):
+def test_a_run_stopped_mid_rollout_resumes_and_learns_every_rollout(tmp_path, monkeypatch, caplog):
     """A stop while the learner learns: its rollout is finished before the checkpoint, and the
     same command resumes from there."""
     cfg = pqn_config(tmp_path, steps=4096)
@@ -144,7 +144,10 @@ def test_a_run_stopped_mid_rollout_resumes_and_learns_every_rollout(tmp_path, mo
         result = trainer.run()
         assert result.stopped and trainer.learner.rollouts == 3 == trainer.learning.learned
     monkeypatch.undo()
+    caplog.set_level("INFO", logger="edgerl.run.checkpointer")
     with Trainer(cfg, quiet=True) as trainer:
+        # PQN has no replay to refill: it says it goes on at once, not "after 0 steps"
+        assert "learning continues at once" in caplog.text and "after 0 steps" not in caplog.text
         assert trainer.step == result.step and trainer.learner.rollouts == 3
         result = trainer.run()
         assert not result.stopped and result.step == 4096

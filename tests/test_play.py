@@ -366,3 +366,13 @@ def test_a_ctrl_c_in_play_names_no_checkpoint(cli, monkeypatch):
     monkeypatch.setattr(edgerl.policies, "load_policy", interrupted)
     r = cli("play", "--model", "policy.onnx")
     assert r.code == 130 and r.err.strip() == "interrupted"
+
+
+def test_a_model_of_no_kind_edgerl_plays_is_one_sentence_not_a_checkpoint(cli, tmp_path):
+    """A mistyped suffix (.onx) is named as what it is, not read as a damaged checkpoint."""
+    typo = tmp_path / "policy.onx"
+    typo.write_bytes(b"\x08\x07onnx bytes")
+    r = cli("play", "--model", typo)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "is not a file edgerl plays (its name ends in '.onx')" in r.err
+    assert "an ONNX file (.onnx)" in r.err and "checkpoint" not in r.err.split(":")[0]

@@ -44,6 +44,16 @@ def newest_checkpoint(run_dir: Path) -> Path:
     return found[0].path
 
 
+# A model's file name says what plays it (``--backend`` says so for any other name).
+MODEL_SUFFIXES = {
+    ".ckpt": "torch",
+    ".pt": "torch",
+    ".onnx": "onnx",
+    ".engine": "trt",
+    ".plan": "trt",
+}
+
+
 def load_policy(
     *,
     model: Path | None = None,
@@ -67,7 +77,13 @@ def load_policy(
     kind = backend
     if kind == "auto":
         suffix = model.suffix.lower()
-        kind = {".onnx": "onnx", ".engine": "trt", ".plan": "trt"}.get(suffix, "torch")
+        if suffix not in MODEL_SUFFIXES:
+            raise CheckpointError(
+                f"{model} is not a file edgerl plays (its name ends in {suffix or 'no suffix'!r}):"
+                " give a checkpoint (.ckpt), an ONNX file (.onnx) or a TensorRT engine (.engine),"
+                " or say which it is with --backend"
+            )
+        kind = MODEL_SUFFIXES[suffix]
     if not model.exists():  # said before a backend is loaded: a missing TensorRT is not the news
         what = {"torch": "checkpoint", "onnx": "ONNX file", "trt": "engine"}.get(kind, "model")
         raise CheckpointError(f"{what} {model} does not exist")

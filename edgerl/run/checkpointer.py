@@ -337,11 +337,14 @@ class Checkpointer:
             return
         refill = min(run.cfg.agent.learning_starts, run.memory.capacity)
         run.learner.resume_at(run.step, refill)
+        wait = run.learner.learn_from[0] - run.step
         log.info(
-            "resuming from step %s (%s); learning continues after %s steps refill the replay",
+            "resuming from step %s (%s); %s",
             f"{run.step:,}",
             plural(run.episodes, "episode"),
-            f"{run.learner.learn_from[0] - run.step:,}",
+            f"learning continues after {wait:,} steps refill the replay"
+            if wait > 0
+            else "learning continues at once",
         )
 
     def _restore_replay(self, saved: dict[str, Any] | None) -> int | None:

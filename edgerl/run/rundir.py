@@ -157,7 +157,14 @@ class RunDir:
             reason = e.strerror or str(e)
             if e.errno == errno.ENOSPC:
                 reason = "the disk is full"
-            raise RunDirError(f"run directory {self.path} is not writable ({reason})") from None
+            fix = (
+                "free some space, or give another directory with --run-dir"
+                if e.errno == errno.ENOSPC
+                else "give a directory of your own with --run-dir, or fix its owner and mode"
+            )
+            raise RunDirError(
+                f"run directory {self.path} is not writable ({reason}): {fix}"
+            ) from None
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
