@@ -204,3 +204,77 @@ def test_the_trainer_survives_its_stream_truncated_or_replaced(live_trainer):
     err = stop(proc)
     assert proc.returncode == 143, err
     assert "made a new one" in err
+
+
+# -- /dev/shm is every account's: nothing is made where another could be first ----------------
+
+
+def test_the_stream_lives_in_a_directory_of_the_users_own(tmp_path, monkeypatch):
+    from edgerl import stream
+
+    monkeypatch.setattr(stream, "SHM_DIR", tmp_path / "shm")
+    (tmp_path / "shm").mkdir(mode=0o1777)
+    umask = os.umask(0o077)  # a strict umask: the display group may still enter
+    try:
+        with FrameRing(tmp_path, 84, 84, ACTIONS) as ring:
+            own = ring.path.parent
+            assert own == tmp_path / "shm" / f"edgerl-{os.getuid()}"
+            st = own.stat()
+            assert st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o750
+    finally:
+        os.umask(umask)
+
+
+@pytest.mark.parametrize("planted", ["link", "others may write", "another user's", "a file"])
+def test_a_planted_stream_directory_is_refused_and_training_goes_on(
+    tmp_path, monkeypatch, caplog, planted
+):
+    """What another local account can leave at the stream directory's name: a link (to a
+    folder the trainer would then write into), a folder anyone may write in, a folder of its
+    own, a file. The display says it cannot open and is off; nothing is written through it."""
+    import logging
+
+    from edgerl import stream
+
+    shm = tmp_path / "shm"
+    shm.mkdir(mode=0o1777)
+    monkeypatch.setattr(stream, "SHM_DIR", shm)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    at = shm / f"edgerl-{os.getuid()}"
+    if planted == "link":
+        at.symlink_to(victim)
+    elif planted == "others may write":
+        at.mkdir()
+        at.chmod(0o777)
+    elif planted == "another user's":
+        if os.getuid() != 0:
+            pytest.skip("only root can give a folder to another user")
+        at.mkdir(mode=0o750)
+        os.chown(at, 65534, -1)  # nobody
+    else:
+        at.write_text("not a folder")
+    pong = EnvSpec("ALE/Pong-v5", "frames", (4, 84, 84), "uint8", 6, tuple(ACTIONS))
+    with caplog.at_level(logging.WARNING, logger="edgerl.stream"):
+        pub = DisplayPublisher(DisplayConfig(enabled=True), tmp_path, pong)
+    assert not pub.active
+    assert "display: cannot make the frame stream" in caplog.text
+    assert "training goes on without it" in caplog.text
+    assert list(victim.iterdir()) == []  # nothing written through a link
+
+
+def test_a_reader_opens_nothing_but_a_stream_edgerl_makes(tmp_path):
+    """A display.json naming any other file (a hostile one, in a run folder others may write)
+    is damaged: the reader neither opens nor reports on that file."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 10_000)
+    for named in (str(secret), "/etc/shadow", "/dev/shm/../../etc/passwd", "/tmp/edgerl-0/x"):
+        pointer = {"path": named, "session": 1, "pid": os.getpid(), "height": 84, "width": 84,
+                   "slots": 4, "action_meanings": ACTIONS}  # fmt: skip
+        (run / "display.json").write_text(json.dumps(pointer))
+        with pytest.raises(StreamError, match="is not where edgerl puts a frame stream"):
+            FrameReader(run)

@@ -4,7 +4,9 @@ What is shown: the agent's own view, the newest 84x84 grey frame of one environm
 C++ vector env does not hand out its 210x160 colour screen, and rendering it separately would cost
 an emulator step, so the viewer shows exactly what the network sees (scaled up).
 
-Layout of the ring, a file in ``/dev/shm`` named in ``<run_dir>/display.json``::
+Layout of the ring, a file in a directory of the trainer's user in ``/dev/shm``
+(``/dev/shm/edgerl-<uid>/edgerl-<hash of the run directory>.frames``), named in
+``<run_dir>/display.json``::
 
     header   magic "EDGERLFR", version, slots, frame height/width, actions, session id,
              writes (count of frames written; the newest is in slot (writes - 1) % slots)
@@ -21,17 +23,25 @@ safe on weakly ordered CPUs (ARM), where another core may see the sequence numbe
 frame bytes. The file is created ``0640`` with group ``display.group`` (so users in that group
 can watch a service running as root) and removed when the trainer exits. The reader side, what
 ``edgerl view`` uses, is :mod:`edgerl.stream.reader`.
+
+``/dev/shm`` is writable by every local account, so nothing is created there under a name
+another account could take first: the ring lives in a directory the trainer's user made (0750,
+the display group may enter it), and a directory at that name that is not this user's own, or
+that others may write in, or a link, is refused. The file is opened without following links. A
+stream that cannot be made is a warning: training goes on without it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
 import hashlib
 import json
 import logging
 import math
 import os
+import re
 import secrets
 import struct
 import time
@@ -134,11 +144,54 @@ def slot_size(height: int, width: int) -> int:
     return SEQ.size + META.size + CRC.size + height * width + SEQ.size
 
 
+def stream_dir() -> Path:
+    """The directory of this user's frame streams: ``/dev/shm/edgerl-<uid>`` (``/tmp`` where
+    there is no ``/dev/shm``)."""
+    base = SHM_DIR if SHM_DIR.is_dir() else Path("/tmp")
+    return base / f"edgerl-{os.getuid()}"
+
+
 def shm_path(run_dir: Path) -> Path:
     """The stream file for a run directory (one name per directory, so a restart reuses it)."""
     digest = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
-    base = SHM_DIR if SHM_DIR.is_dir() else Path("/tmp")
-    return base / f"edgerl-{digest}.frames"
+    return stream_dir() / f"edgerl-{digest}.frames"
+
+
+# What a stream's path looks like: <SHM_DIR or /tmp>/edgerl-<uid>/edgerl-<16 hex>.frames (or,
+# from an edgerl before the per-user directory, <SHM_DIR or /tmp>/edgerl-<16 hex>.frames).
+STREAM_NAME = re.compile(r"edgerl-[0-9a-f]{16}\.frames")
+USER_DIR_NAME = re.compile(r"edgerl-[0-9]{1,10}")
+
+
+def is_stream_path(path: Path) -> bool:
+    """Whether ``path`` is where edgerl puts a frame stream (readers open nothing else: a
+    damaged or hostile display.json must not make them open, or report on, any other file)."""
+    bases = {str(SHM_DIR), "/tmp"}
+    if not path.is_absolute() or not STREAM_NAME.fullmatch(path.name):
+        return False
+    parent = path.parent
+    if str(parent) in bases:
+        return True
+    return USER_DIR_NAME.fullmatch(parent.name) is not None and str(parent.parent) in bases
+
+
+def _own_directory(path: Path, group: str) -> None:
+    """Make ``path`` this user's directory for streams (0750, given to ``group`` where we may),
+    or check the one there is; raises PermissionError (with why) when what is there is not a
+    directory of this user's that only it may write in."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o750)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # ELOOP for a link
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise PermissionError(errno.EPERM, "it belongs to another user", str(path))
+        if st.st_mode & 0o022:
+            raise PermissionError(errno.EPERM, "others may write in it", str(path))
+        os.fchmod(fd, 0o750)  # whatever the umask: the display group may enter, not write
+        _share_with_group(fd, group)
+    finally:
+        os.close(fd)
 
 
 class FrameRing:
@@ -177,7 +230,8 @@ class FrameRing:
         """(Re)make the file, its header and the pointer file, under a new session id."""
         self.session = secrets.randbits(63)
         self.writes = 0
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
+        _own_directory(self.path.parent, self.group_name)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
         try:
             os.fchmod(fd, 0o640)
             self.group = _share_with_group(fd, self.group_name)
@@ -313,9 +367,19 @@ class DisplayPublisher:
         self.cfg = cfg
         size = self.spec.frame_size
         if cfg.enabled and self.ring is None and size is not None:
-            self.ring = FrameRing(
-                self.run_dir, *size, list(self.spec.action_meanings), group=cfg.group
-            )
+            try:
+                self.ring = FrameRing(
+                    self.run_dir, *size, list(self.spec.action_meanings), group=cfg.group
+                )
+            except OSError as e:  # someone else's directory there, a full /dev/shm: no viewer
+                where = e.filename or stream_dir()
+                log.warning(
+                    "display: cannot make the frame stream in %s (%s); training goes on without "
+                    "it (edgerl view will find nothing to show)",
+                    where,
+                    e.strerror or e,
+                )
+                return
             log.info(
                 "display: every %d steps of env %d -> %s (edgerl view)",
                 cfg.every,

@@ -35,6 +35,7 @@ from edgerl.stream import (
     VERSION,
     WRITES_OFFSET,
     FrameMeta,
+    is_stream_path,
     slot_size,
 )
 
@@ -146,9 +147,15 @@ class FrameReader:
         self.pid = int(pointer["pid"])
         self.action_meanings: list[str] = [str(a) for a in pointer["action_meanings"]]
         pointer_file, shown = run_dir / POINTER_FILE, _path_shown(self.path)
+        if "\0" not in pointer["path"] and not is_stream_path(self.path):
+            raise StreamError(
+                f"{pointer_file} is damaged: the path it names, {shown}, is not where edgerl "
+                "puts a frame stream"
+            )
         try:
-            # O_NONBLOCK: a FIFO named by a damaged pointer must not hang the viewer here.
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            # O_NONBLOCK: a FIFO named by a damaged pointer must not hang the viewer here;
+            # O_NOFOLLOW: nor may a link make it read another file.
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except PermissionError:
             raise _permission_error(self.path) from None
         except (FileNotFoundError, NotADirectoryError):
