@@ -105,3 +105,17 @@ def test_gymnasiums_warnings_are_plain_log_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "WARNING gymnasium: The environment CartPole-v0 is out of date" in r.stderr
     assert "\x1b" not in r.stderr and "logger.deprecation" not in r.stderr
+
+
+@pytest.mark.parametrize("game", ["Combat", "Joust", "MazeCraze", "Warlords"])
+def test_a_rom_ale_cannot_play_alone_is_refused_before_anything_starts(tmp_path, game):
+    """ALE ships these ROMs but builds no single-agent game from them: its C++ ended the process
+    with exit 1 and its own lines (so this runs in a process of its own). Now one sentence,
+    exit 2, nothing written."""
+    from .conftest import run_edgerl
+
+    run = tmp_path / "run"
+    r = run_edgerl("train", "--env", f"ALE/{game}-v5", "--steps", "100", "--run-dir", run)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"ALE/{game}-v5 is a game ALE ships but cannot play with one agent" in r.stderr
+    assert not run.exists()

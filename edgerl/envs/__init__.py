@@ -181,6 +181,13 @@ def probe(env_id: str) -> EnvSpec:
     if game is not None:
         if not _rom_exists(game):
             raise _unknown(env_id)
+        if env_id not in _known_ids():
+            # ALE ships the ROM but registers no single-player game for it (Combat, Joust,
+            # Maze Craze, Warlords, 3-D Tic-Tac-Toe): building it ends the process from C++.
+            raise EnvError(
+                f"{env_id} is a game ALE ships but cannot play with one agent (gymnasium "
+                "registers no environment for it); pick another ALE/<Game>-v5 game"
+            )
         env = make_env(EnvConfig(id=env_id, num_envs=1, threads=1))
         try:
             return env.spec
