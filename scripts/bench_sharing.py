@@ -43,7 +43,7 @@ RUN_TIMEOUT_S = 3600  # one run; a run that takes longer is reported as failed
 
 def train_cmd(args: argparse.Namespace, run_dir: Path) -> list[str]:
     cmd = [sys.executable, "-m", "edgerl.cli", "train", *args.train.split()]
-    cmd += ["--steps", str(args.steps), "--run-dir", str(run_dir), "--quiet"]
+    cmd += ["--steps", str(args.steps), "--run-dir", str(run_dir)]
     return [*cmd, "--set", "train.log_every_s=2", "--set", "eval.every_steps=0"]
 
 
@@ -91,8 +91,12 @@ def one_run(args: argparse.Namespace, tree: Path, condition: str, scratch: Path)
             timeout=RUN_TIMEOUT_S,
         )
         code = done.returncode
+        moves = [
+            ln.split("balance: ", 1)[1] for ln in done.stderr.splitlines() if "balance: " in ln
+        ]
+        threads = next((ln for ln in done.stderr.splitlines() if " torch thread" in ln), "")
     except subprocess.TimeoutExpired:
-        code = None
+        code, moves, threads = None, [], ""
     finally:
         for p in others:
             p.kill()
@@ -104,6 +108,8 @@ def one_run(args: argparse.Namespace, tree: Path, condition: str, scratch: Path)
         "exit": code,
         "seconds": round(time.monotonic() - started, 1),
         "load_before": round(load, 2),
+        "threads_at_start": threads.split(", ", 1)[-1].split(": run directory")[0],
+        "balance_moves": moves,
     }
 
 

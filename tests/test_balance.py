@@ -68,15 +68,34 @@ def test_threads_are_given_up_to_other_programs_at_once_and_tried_again_when_fre
     assert [m.new for m in walk.moves] == [2, 3, 2]
 
 
-def test_a_trial_is_kept_only_when_steps_per_second_rise():
-    made, applied = knobs(threads=2, cpus=4)
-    walk = Balancer(made, cpus=4, seed=1)
-    moves = [walk.window(1000.0, others_busy=0.0) for _ in range(3)]
+def test_a_trial_is_kept_only_when_steps_per_second_rise_and_an_undone_one_waits():
+    applied: list[int] = []
+    lead = Knob("max_ahead", 8, 4, 64, applied.append, doubling=True)
+    walk = Balancer([lead], cpus=4, seed=1)
+    moves = [walk.window(1000.0, others_busy=None) for _ in range(3)]
     trial = moves[-1]
     assert moves[:2] == [None, None] and trial is not None  # every third quiet window
-    kept = walk.window(1000.0 * 1.05, others_busy=0.0)
+    assert trial.new in (4, 16)
+    kept = walk.window(1000.0 * 1.05, others_busy=None)
     assert kept is not None and kept.reason.startswith("kept") and kept.new == trial.new
-    assert applied == [("threads", trial.new)]  # kept: nothing applied again
+    assert applied == [trial.new]  # kept: nothing applied again
+    # a step that does not pay is undone, and not tried again for twice as long as before
+    tried = []
+    for _ in range(40):
+        move = walk.window(1000.0, others_busy=None)
+        if move is not None and "trying" in move.reason:
+            tried.append((move.old, move.new))
+        elif move is not None:
+            assert move.reason.startswith("undone") and "not tried again for" in move.reason
+    assert 2 <= len(tried) < 40 // 3  # fewer trials than one every third window
+
+
+def test_threads_follow_the_load_and_are_never_tried_at_random():
+    made, applied = knobs(threads=2, cpus=2)
+    walk = Balancer(made, cpus=2)
+    for _ in range(30):  # quiet, both CPUs the run's own: nothing to try
+        assert walk.window(900.0, others_busy=0.1) is None
+    assert applied == []
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -70,7 +70,7 @@ def test_a_rows_figures_are_its_runs_first_evaluation_at_the_target_or_its_best(
     run = run_dir(row)
     for name in ("eval.csv", "metrics.csv", "config.toml"):
         assert (run / name).is_file(), f"{run} lacks {name}"
-    target = number(re.search(r"\(target (-?[\d.]+)\)", row["game"])[1])
+    target = number(re.search(r"\(target (-?[\d.]+)[^)]*\)", row["game"])[1])
     found = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+) \((\d+) episodes\)(.*)", row["greedy mean ± std"])
     assert found, f"{row['greedy mean ± std']!r} is not 'MEAN ± STD (N episodes)'"
     mean, std, episodes, note = found.groups()
@@ -105,6 +105,22 @@ def test_a_rows_human_normalised_score_is_its_evaluations_against_the_reference(
         assert row["human-normalised"] == "–"
     else:
         assert number(row["human-normalised"]) == pytest.approx(expected, abs=0.005)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_a_rows_energy_is_its_load_csv_up_to_the_evaluation_shown(row):
+    """Where the run's load.csv holds power samples, the energy to the row's evaluation is
+    their integral up to its step; elsewhere a dash (nothing is estimated)."""
+    from edgerl.hw.energy import energy_from_load_csv
+
+    run = run_dir(row)
+    joules, samples = energy_from_load_csv(run / "load.csv", int(number(row["env steps"])))
+    if samples == 0:
+        assert row["energy to it"] == "–"
+    else:
+        shown = re.fullmatch(r"([\d.]+) Wh \((.+)\)", row["energy to it"])
+        assert shown, row["energy to it"]
+        assert float(shown[1]) == pytest.approx(joules / 3600, abs=0.05)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")

@@ -23,6 +23,7 @@ from typing import Any
 
 from edgerl.config import HwConfig
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
+from edgerl.hw.energy import EnergyMeter, energy_from_load_csv
 from edgerl.hw.load_sources import LoadSource, ProcfsSource, open_source
 from edgerl.hw.tegrastats import LoadRecord, format_line
 from edgerl.words import plural
@@ -127,6 +128,8 @@ class LoadMonitor:
         self._csv: AppendFile | None = None
         self._sums = {"n": 0, "max": 0.0, "mean": 0.0, "gpu": 0.0, "gpu_n": 0}
         self._count_from = 0.0  # monotonic time from which samples count for the verdict
+        self.energy = EnergyMeter()  # this session's samples (edgerl.hw.energy)
+        self.energy_before_j = 0.0  # the run's earlier sessions, from its load.csv
 
     def __enter__(self) -> LoadMonitor:
         self.start()
@@ -144,6 +147,7 @@ class LoadMonitor:
         self._source = self.source_factory(self.hw, self.interval_ms)
         self.source_name = self._source.name
         if self.run_dir is not None:
+            self.energy_before_j = energy_from_load_csv(self.run_dir / "load.csv")[0]
             # Neither file may stop training: rows wait while they cannot be written.
             self._log = AppendFile(self.run_dir / "tegrastats.log", self.side)
             self._csv = AppendFile(
@@ -184,6 +188,7 @@ class LoadMonitor:
         if not dated:
             rec.time = datetime.now().isoformat(timespec="seconds")
         self.latest = rec
+        self.energy.add(time.monotonic(), rec.power_total_mw)
         if time.monotonic() >= self._count_from and rec.cpu_max_core is not None:
             s = self._sums
             s["n"] += 1
@@ -256,11 +261,14 @@ class LoadMonitor:
         rec = self.latest
         if rec is None:
             return None
+        measured = self.energy.samples > 0 or self.energy_before_j > 0
         return {
             "load_line": rec.load_line(),
             "cpu_max_core": rec.cpu_max_core,
             "gr3d": rec.gr3d,
             "record": rec.to_dict(),
+            # the run's energy so far, where a source reports power (None: nothing measured)
+            "energy_j": self.energy_before_j + self.energy.joules if measured else None,
         }
 
 

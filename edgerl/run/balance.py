@@ -17,10 +17,11 @@ one count moved up or down by one, kept only when trainings per second improved.
 what can change without breaking the replay ratio or a checkpoint: PyTorch's CPU threads where
 the learner runs on the CPU, and the async actor's lead over the learner (``perf.max_ahead``).
 Every ``perf.balance_every_s`` it measures steps/s; a trial move is kept when the next window is
-at least :data:`KEEP_GAIN` faster, else undone. Other programs come first: when they keep CPUs
-busy that PyTorch's threads counted on, threads are given up at once (a parallel region waits
-for its slowest thread, and a preempted thread makes every region wait: training would slow
-tenfold instead of in proportion), and tried again once the CPUs are free. Every move is logged
+at least :data:`KEEP_GAIN` faster, else undone and not tried again for twice as long as before.
+Threads follow the load instead of chance: when other programs keep CPUs busy that PyTorch's
+threads counted on, threads are given up at once (a parallel region waits for its slowest
+thread, and a preempted thread makes every region wait: training would slow tenfold instead of
+in proportion), and tried back up once the CPUs are free. Every move is logged
 with its reason and shown by ``edgerl status``; ``perf.balance = off`` or ``perf.deterministic``
 hold everything still. The environments' count and ALE's threads are fixed when the
 environments are built: the ratio's sentence says when more would help a next run.
@@ -129,10 +130,18 @@ class _Trial:
     knob: Knob
     old: int
     sps_before: float
+    direction: int
 
 
 class Balancer:
-    """The walk over ``knobs``; :meth:`window` is called with each window's steps/s."""
+    """The walk over ``knobs``; :meth:`window` is called with each window's steps/s.
+
+    PyTorch's threads (the knob named ``threads_knob``) follow the load rather than chance: as
+    many as the CPUs other programs leave free, cut at once when they take some, tried back up
+    (kept only if faster) when they leave. A random step on them costs a whole window at the
+    wrong count (on 2 cores, one thread runs the update at about 0.6 of two), so they are never
+    explored. The other knobs are: one step every :data:`EXPLORE_EVERY` quiet windows, and a
+    step that was undone waits twice as long before it is tried again."""
 
     def __init__(
         self, knobs: list[Knob], cpus: int, seed: int = 0, threads_knob: str = "threads"
@@ -144,49 +153,53 @@ class Balancer:
         self.moves: deque[Move] = deque(maxlen=MOVES_SHOWN)
         self._trial: _Trial | None = None
         self._quiet = 0
-        self._cut_for_others = False  # threads were given up to other programs
+        self._wait: dict[tuple[str, int], int] = {}  # (knob, direction) -> windows to wait
+        self._backoff: dict[tuple[str, int], int] = {}
 
     def window(self, sps: float, others_busy: float | None) -> Move | None:
         """Decide after a window of ``sps`` env steps/s, with other programs keeping
         ``others_busy`` CPUs busy (None: not measured). Returns the move made, if any."""
+        for key in list(self._wait):
+            self._wait[key] -= 1
+            if self._wait[key] <= 0:
+                del self._wait[key]
         threads = self.knobs.get(self.threads_knob)
-        if threads is not None and others_busy is not None:
-            free = max(1, round(self.cpus - others_busy))
-            if threads.value > free:  # before anything else: never wait for a preempted thread
-                self._trial = None
-                self._cut_for_others = True
-                return self._move(
-                    threads,
-                    free,
-                    f"other programs kept {others_busy:.1f} of {self.cpus} CPUs busy",
-                )
+        free = None if others_busy is None else max(1, round(self.cpus - others_busy))
+        if threads is not None and free is not None and threads.value > free:
+            # before anything else: never wait for a preempted thread
+            self._trial = None
+            return self._move(
+                threads, free, f"other programs kept {others_busy:.1f} of {self.cpus} CPUs busy"
+            )
         if self._trial is not None:
             return self._judge(self._trial, sps)
-        if threads is not None and others_busy is not None and self._cut_for_others:
-            free = max(1, round(self.cpus - others_busy))
-            if threads.value < min(free, threads.high):  # the CPUs are back: try them again
-                self._cut_for_others = False
-                return self._try(threads, threads.step(1), sps, "the other programs' CPUs are free")
+        more = threads is not None and free is not None and threads.value < min(free, threads.high)
+        if more and (self.threads_knob, 1) not in self._wait:  # CPUs are free: one more thread
+            assert threads is not None
+            return self._try(threads, 1, sps, f"{free} CPUs are free of other programs")
+        explorable = sorted(
+            (k for k in self.knobs.values() if k.name != self.threads_knob), key=lambda k: k.name
+        )
         self._quiet += 1
-        if self._quiet < EXPLORE_EVERY or not self.knobs:
+        if self._quiet < EXPLORE_EVERY or not explorable:
             return None
         self._quiet = 0
-        knob = self.rng.choice(sorted(self.knobs.values(), key=lambda k: k.name))
-        direction = self.rng.choice((-1, 1))
-        new = knob.step(direction)
-        if new == knob.value:
-            new = knob.step(-direction)
-        if new == knob.value:
-            return None
-        return self._try(knob, new, sps, "trying a step")
+        knob = self.rng.choice(explorable)
+        for direction in self.rng.sample((-1, 1), 2):
+            if knob.step(direction) != knob.value and (knob.name, direction) not in self._wait:
+                return self._try(knob, direction, sps, "trying a step")
+        return None
 
-    def _try(self, knob: Knob, new: int, sps: float, why: str) -> Move:
-        self._trial = _Trial(knob, knob.value, sps)
+    def _try(self, knob: Knob, direction: int, sps: float, why: str) -> Move:
+        self._trial = _Trial(knob, knob.value, sps, direction)
+        new = knob.step(direction)
         return self._move(knob, new, f"{why} (kept if steps/s rise from {sps:,.0f})")
 
     def _judge(self, trial: _Trial, sps: float) -> Move | None:
         self._trial = None
+        key = (trial.knob.name, trial.direction)
         if sps >= trial.sps_before * (1 + KEEP_GAIN):
+            self._backoff.pop(key, None)
             move = Move(
                 trial.knob.name,
                 trial.old,
@@ -196,10 +209,13 @@ class Balancer:
             self.moves.append(move)
             log.info("balance: %s", move.describe())
             return move
+        self._backoff[key] = wait = 2 * self._backoff.get(key, EXPLORE_EVERY)
+        self._wait[key] = wait
         return self._move(
             trial.knob,
             trial.old,
-            f"undone: {sps:,.0f} steps/s against {trial.sps_before:,.0f} before",
+            f"undone: {sps:,.0f} steps/s against {trial.sps_before:,.0f} before (not tried "
+            f"again for {wait} windows)",
         )
 
     def _move(self, knob: Knob, new: int, reason: str) -> Move:

@@ -103,6 +103,7 @@ class StatusWriter(Hook):
             "write_problems": self.side.problems(),
             "fleet": stats.fleet,
             "cpu_gpu_ratio": _num(stats.cpu_gpu_ratio),
+            "energy_j": stats.load.get("energy_j"),
             "who_waits": stats.who_waits or None,
             "balance_moves": list(stats.balance_moves),
         }
@@ -194,7 +195,8 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
         COUNT,
     ),
     **dict.fromkeys(
-        ("sps", "return_mean", "eval_return", "epsilon", "cpu_gpu_ratio", "eval_human_normalised"),
+        ("sps", "return_mean", "eval_return", "epsilon", "cpu_gpu_ratio", "eval_human_normalised",
+         "energy_j"),
         NUMBER,
     ),
     "pid": ((int,), (1, PID_MAX)),
@@ -337,6 +339,9 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
     ]
     if doc.get("who_waits"):
         lines.insert(-1, f"balance: {doc['who_waits']}")
+    if doc.get("energy_j") is not None:
+        wh = doc["energy_j"] / 3600
+        lines.insert(-1, f"energy: {wh:,.3g} Wh so far, from the power the machine reports")
     lines += [f"balance move: {move}" for move in doc.get("balance_moves") or ()]
     if evaluated is not None:
         step_of = doc.get("eval_step") or 0

@@ -39,6 +39,10 @@ RUN_FIELDS: list[tuple[str, str, str, str]] = [
     ("eval_human_normalised", "edgerl_eval_human_normalised",
      "The newest evaluation's mean return, human-normalised (0: random play, 1: the human "
      "reference; Atari games with published scores only).", "gauge"),
+    ("energy_j", "edgerl_energy_joules",
+     "Energy the run took so far, from the power the machine reports (tegrastats' input rail on "
+     "a Jetson, the GPU's board power from NVML on a desktop); absent where none is reported.",
+     "counter"),
     ("cpu_gpu_ratio", "edgerl_cpu_gpu_ratio",
      "The learner's busy time over the environments' (above 1 they wait for the learner).",
      "gauge"),

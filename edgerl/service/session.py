@@ -27,10 +27,10 @@ from edgerl.run.train import Trainer
 
 class LoadHook(Hook):
     """The load monitor as a training run sees it: the newest sample in every metrics row
-    (``cpu_max_core``, ``gr3d``) and log line, the verdict counted from the run's start, and a
-    reload's new sampling interval."""
+    (``cpu_max_core``, ``gr3d``, the run's ``energy_j`` where power is reported) and log line,
+    the verdict counted from the run's start, and a reload's new sampling interval."""
 
-    csv_columns = ("cpu_max_core", "gr3d")
+    csv_columns = ("cpu_max_core", "gr3d", "energy_j")
 
     def __init__(self, monitor: LoadMonitor) -> None:
         self.monitor = monitor

@@ -185,6 +185,7 @@ function drawSummary(doc) {
     ["epsilon", number(s.epsilon, 3)],
     ["updates", number(s.updates, 0)],
     ["balance", s.who_waits || "–"],
+    ["energy", s.energy_j === null || s.energy_j === undefined ? "not reported here" : `${number(s.energy_j / 3600, 3)} Wh`],
     ["clocks", s.clocks || "–"],
     ["checkpoint", doc.checkpoint || "none yet", s.checkpoint || ""],
     ["started", s.started_at ? s.started_at.replace("T", " ") : "–"],
