@@ -4,6 +4,7 @@ limit."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -340,3 +341,43 @@ def test_the_learner_limit_counts_work_that_ends_after_its_launch_returns():
 def test_a_bad_batch_shape_is_one_sentence(cli, given, says):
     r = cli("bench", "--batch-shapes", given)
     assert r.code == 2 and says in r.err and "--batch-shapes" in r.err and "Traceback" not in r.err
+
+
+def test_a_loops_energy_per_env_step_is_the_reported_power_over_its_window(monkeypatch):
+    """With a power source (a stand-in reporting 10 W, as a Jetson's VDD_IN would), the loop's
+    energy per env step is that power over its steps; without one (this machine) there is none."""
+    import functools
+
+    from edgerl.config import Config, with_values
+    from edgerl.hw.tegrastats import LoadRecord
+    from edgerl.measure import loops
+
+    cfg = with_values(
+        Config(),
+        {"env.id": "CartPole-v1", "agent.learning_starts": 64, "hw.monitor": False,
+         "display.enabled": False, "eval.every_steps": 0, "replay.capacity": 2000},
+    )  # fmt: skip
+    plain = loops.whole_loop(cfg, "sync", 1, 2.0)
+    assert plain["mj_per_env_step"] is None  # procfs reports no power
+
+    class TenWatts:
+        name = "stand-in"
+
+        def __init__(self, hw, interval_ms):
+            self.interval_s = interval_ms / 1000
+            self.open = True
+
+        def read(self):
+            if not self.open:
+                return None
+            time.sleep(self.interval_s)
+            return LoadRecord(cpu=[50.0], power_mw={"VDD_IN": 10_000})
+
+        def close(self):
+            self.open = False
+
+    monitor = functools.partial(loops.LoadMonitor, source_factory=TenWatts)
+    monkeypatch.setattr(loops, "LoadMonitor", monitor)
+    loop = loops.whole_loop(cfg, "sync", 1, 3.0)
+    expected_mj = 10_000 / loop["steps_per_s_raw"]  # 10 W over the window's steps
+    assert loop["mj_per_env_step"] == pytest.approx(expected_mj, rel=0.35)

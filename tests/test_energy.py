@@ -16,10 +16,12 @@ def test_power_held_until_the_next_sample_is_integrated():
 
 def test_a_gap_or_a_sample_without_power_adds_nothing():
     meter = EnergyMeter()
-    for t, p in [(0.0, 10_000), (1.0, 10_000), (100.0, 10_000), (101.0, None), (102.0, -5)]:
+    samples = [(0.0, 10_000), (1.0, 10_000), (100.0, 10_000), (101.0, None), (102.0, -5)]
+    for t, p in [*samples, (103.0, 10_000)]:
         meter.add(t, p)
-    assert meter.joules == pytest.approx(10.0 + 10.0)  # 0-1 s, then 100-101 s; not 1-100 s
-    assert meter.samples == 3
+    # 0-1 s, then 100-103 s (the samples without power skipped); not the gap from 1 s to 100 s
+    assert meter.joules == pytest.approx(10.0 + 30.0)
+    assert meter.samples == 4
 
 
 def test_a_runs_energy_to_a_step_is_read_back_from_its_load_csv(tmp_path):

@@ -29,6 +29,7 @@ import torch
 
 from edgerl.config import MAX_STEPS, Config, EnvConfig
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
+from edgerl.hw.monitor import LoadMonitor
 from edgerl.learners.dqn import DQN
 from edgerl.learners.factory import build_learner
 from edgerl.learners.nets import NatureCNN
@@ -40,6 +41,7 @@ MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
 START_TIMEOUT_S = 600.0  # a loop that never reaches its window is reported, not waited for
 ACTOR_WINDOWS = 3  # the actor and the raw env take turns, this many windows each
 ACTOR_EPSILON = 0.01  # the actor alone explores as at the end of exploration
+POWER_SAMPLE_MS = 200  # the power of a loop's window is sampled this often
 
 
 def thread_cpu_s(native_id: int) -> float:
@@ -167,10 +169,14 @@ def _trainer_window(
     loop_thread = threading.get_native_id()
     window: dict[str, float] = {}
     balance: dict[str, BalanceSample] = {}
+    # The machine's power through the window, where it reports any (edgerl.hw.energy); no files.
+    power = LoadMonitor(dataclasses.replace(cfg.hw, monitor_interval_ms=POWER_SAMPLE_MS))
     try:
-        with Trainer(cfg, quiet=True) as trainer:
+        with power, Trainer(cfg, quiet=True) as trainer:
 
             def mark(key: str) -> None:
+                window[f"joules{key}"] = power.energy.joules
+                window[f"power_samples{key}"] = power.energy.samples
                 if trainer.learning is not None:
                     balance[key] = trainer.learning.balance_sample()
                 window[f"step{key}"] = trainer.step
@@ -216,8 +222,11 @@ def _trainer_window(
         counted = balance["1"].learner_busy_s - balance["0"].learner_busy_s
         if not math.isnan(counted):
             busy = counted / (balance["1"].wall - balance["0"].wall)
+    measured_power = window["power_samples1"] - window["power_samples0"] >= 2
+    joules = window["joules1"] - window["joules0"] if measured_power else math.nan
     return {
         "steps_per_s": steps / elapsed,
+        "joules_per_env_step": joules / max(1, steps),
         "host_us_per_env_step": 1e6 * (window["cpu1"] - window["cpu0"]) / max(1, steps),
         "learner_busy": min(1.0, busy),
         "cpu_gpu_ratio": ratio,
@@ -432,6 +441,10 @@ def whole_loop(cfg: Config, mode: str, num_envs: int, seconds: float) -> dict[st
         "cpu_gpu_ratio": None
         if math.isnan(out["cpu_gpu_ratio"])
         else round(out["cpu_gpu_ratio"], 3),
+        # the machine's reported power over the window per env step (None: no power source)
+        "mj_per_env_step": None
+        if math.isnan(out["joules_per_env_step"])
+        else round(1000 * out["joules_per_env_step"], 4),
         "updates": updates,
         "ms_per_update_in_loop": round(1000 * out["busy_s"] / updates, 2) if updates else None,
         "host_us_per_env_step": round(out["host_us_per_env_step"], 1),

@@ -115,6 +115,11 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
         if loop.get("who_waits"):
             lines.append(f"  balance: {loop['who_waits']}")
+        if loop.get("mj_per_env_step") is not None:
+            lines.append(
+                f"  energy: {loop['mj_per_env_step']:,.3g} mJ per env step (the power the "
+                "machine reports over the window)"
+            )
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
