@@ -422,6 +422,7 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
     assert r.code == 2 and "at least 16 characters" in r.err
     token = "s3cret-token-for-the-test-0123456789"
     (tmp_path / "token").write_text(token + "\n")
+    (tmp_path / "token").chmod(0o644)  # others may read it: said, as ssh says of its keys
     proc, url = start_server(served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token")
     try:
         local = url.replace("0.0.0.0", "127.0.0.1")
@@ -435,14 +436,53 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
         conn.request("GET", f"/?token={token}")
         response = conn.getresponse()
         assert response.status == 303 and response.getheader("Location") == "./"
-        cookie = response.getheader("Set-Cookie").split(";")[0]
-        assert "HttpOnly" in response.getheader("Set-Cookie")
+        set_cookie = response.getheader("Set-Cookie")
+        cookie = set_cookie.split(";")[0]
+        assert "HttpOnly" in set_cookie
+        # the cookie is derived from the token, not the token, and lasts a week
+        assert token not in set_cookie and "Max-Age=604800" in set_cookie
         assert request(local, "/api/runs", {"Cookie": cookie})[0] == 200
+        assert request(local, "/api/runs", {"Cookie": f"edgerl_token={token}"})[0] == 401
+        # ?token= opens the page only (it becomes the cookie there), not the API
+        assert request(local, f"/api/runs?token={token}")[0] == 401
+        # a Bearer that is not UTF-8 is a wrong token: 401, never a 500
+        status = raw_status(local, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Authorization: Bearer \xff\xfe\xfd-not-text\r\n\r\n")  # fmt: skip
+        assert status == 401
+        log = max(served.root.glob("serve-*.log"), key=lambda f: f.stat().st_mtime)
+        assert "may be read by other users (mode 0644)" in log.read_text()
     finally:
         assert stop_server(proc) == 0
     # Without a token the server listens on this machine and answers to its own names only.
     assert served.get("/", {"Host": "attacker.example"})[0] == 403
     assert served.get("/", {"Host": "localhost:1234"})[0] == 200
+    assert served.get("/", {"Host": "localhost:99999"})[0] == 403  # no port: refused, no 500
+
+
+def raw_status(url: str, data: bytes) -> int:
+    """The status line's code of a request sent as raw bytes."""
+    host, port = url.split("//")[1].strip("/").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as conn:
+        conn.sendall(data)
+        return int(conn.recv(4096).split(b" ")[1])
+
+
+def test_a_trusted_network_answers_to_this_machines_names_and_the_allowed_ones(served):
+    """--trusted-network wants no token, so its Host check is what keeps a web page elsewhere
+    from reading the runs through a name of its own (DNS rebinding)."""
+    proc, url = start_server(
+        served.root, "--host", "0.0.0.0", "--trusted-network", "--allowed-host", "Board.LAN"
+    )
+    try:
+        local = url.replace("0.0.0.0", "127.0.0.1")
+        assert request(local, "/api/runs", {"Host": "attacker.example"})[0] == 403
+        assert request(local, "/api/runs", {"Host": "attacker.example:8765"})[0] == 403
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        assert request(local, "/api/runs", {"Host": f"127.0.0.1:{port}"})[0] == 200
+        assert request(local, "/api/runs", {"Host": socket.gethostname()})[0] == 200
+        assert request(local, "/api/runs", {"Host": "board.lan:8765"})[0] == 200
+    finally:
+        assert stop_server(proc) == 0
 
 
 def test_a_port_in_use_is_one_sentence(cli, tmp_path):

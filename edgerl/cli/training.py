@@ -198,20 +198,20 @@ def config_cmd(
     click.echo(cfg.to_toml(), nl=False)
 
 
-# The commands a first run leads to whose extras may be missing: (command, extra, modules).
-COMMAND_EXTRAS = (
-    ("edgerl export", "export", ("onnx", "onnxruntime")),
-    ("edgerl view", "viewer", ("pygame",)),
-    ("edgerl serve", "web", ("aiohttp", "prometheus_client")),
-)
-
-
 def missing_extras() -> list[str]:
-    """``edgerl view (the viewer extra)`` for each command whose extra is not installed."""
+    """``edgerl view (the viewer extra)`` for each command a first run leads to whose extra is
+    not installed."""
     import importlib.util
 
+    from edgerl.serve import WEB_MODULES
+
+    command_extras = (  # (command, extra, the modules it needs)
+        ("edgerl export", "export", ("onnx", "onnxruntime")),
+        ("edgerl view", "viewer", ("pygame",)),
+        ("edgerl serve", "web", tuple(module for module, _ in WEB_MODULES)),
+    )
     return [
         f"{command} (the {extra} extra)"
-        for command, extra, modules in COMMAND_EXTRAS
+        for command, extra, modules in command_extras
         if any(importlib.util.find_spec(m) is None for m in modules)
     ]

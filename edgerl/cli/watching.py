@@ -207,6 +207,14 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
     help="Listen beyond this machine without a token: whoever reaches the port can watch.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="With --trusted-network: a Host name the page may be opened by besides this machine's "
+    "own names and addresses (repeat for several); any other is refused (DNS rebinding).",
+)
+@click.option(
     "--fps",
     type=click.FloatRange(0.5, 60),
     default=15.0,
@@ -219,6 +227,7 @@ def serve(
     port: int,
     token_file: Path | None,
     trusted_network: bool,
+    allowed_hosts: tuple[str, ...],
     fps: float,
 ) -> None:
     """A web page of the runs (the game, curves, load, status) and Prometheus /metrics."""
@@ -233,8 +242,16 @@ def serve(
             "none of %s exists yet: the page lists runs as they appear",
             ", ".join(str(r) for r in roots),
         )
+    if allowed_hosts and not trusted_network:
+        raise click.UsageError("--allowed-host goes with --trusted-network (a token allows any)")
     opts = ServeOptions(
-        roots=roots, host=host, port=port, token=token, trusted_network=trusted_network, fps=fps
+        roots=roots,
+        host=host,
+        port=port,
+        token=token,
+        trusted_network=trusted_network,
+        fps=fps,
+        allowed_hosts=allowed_hosts,
     )
     from edgerl.serve.server import serve as run_server
 

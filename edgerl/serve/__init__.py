@@ -10,12 +10,15 @@ the package is imported only once :func:`require_web` has found them.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgerl.errors import ConfigError, MissingDependencyError
 from edgerl.files.regular import read_regular
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8765
 TOKEN_ENV = "EDGERL_SERVE_TOKEN"
@@ -35,6 +38,25 @@ class ServeOptions:
     fps: float = 15.0  # most frames a viewer is sent per second
     max_viewers: int = 32  # frame streams at once; more are refused, never queued
     nice: int = 10  # the server's CPU priority: below the trainer's
+    # With --trusted-network: the Host names a browser may use besides this machine's own
+    # names and addresses (--allowed-host), so a page elsewhere cannot rebind a name to it.
+    allowed_hosts: tuple[str, ...] = ()
+
+
+def local_names() -> set[str]:
+    """This machine's names and the addresses of its interfaces, lower case: the Host values a
+    browser on the network uses to reach it."""
+    import socket
+
+    import psutil
+
+    names = {"localhost", socket.gethostname(), socket.getfqdn()}
+    try:
+        for addresses in psutil.net_if_addrs().values():
+            names.update(a.address.split("%")[0] for a in addresses if a.family in (2, 10))
+    except OSError:
+        pass
+    return {n.lower() for n in names if n}
 
 
 def is_loopback(host: str) -> bool:
@@ -79,6 +101,7 @@ def read_token(path: Path | None, environ: dict[str, str] | None = None) -> str 
         except UnicodeDecodeError:
             raise ConfigError(f"token file {path} is not plain ASCII text") from None
         token, where = (text.splitlines() or [""])[0].strip(), f"token file {path}"
+        warn_if_others_read(path)
     elif environ.get(TOKEN_ENV):
         token = environ[TOKEN_ENV].strip()
     else:
@@ -91,11 +114,32 @@ def read_token(path: Path | None, environ: dict[str, str] | None = None) -> str 
     return token
 
 
+def warn_if_others_read(path: Path) -> None:
+    """A warning, as ssh gives for its keys, when users other than the owner may read the token
+    file: whoever reads it may watch every run."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning(
+            "token file %s may be read by other users (mode %04o): whoever reads it may watch "
+            "every run; chmod 600 %s",
+            path,
+            mode,
+            path,
+        )
+
+
+# The web extra's modules and their packages (what `edgerl serve` needs).
+WEB_MODULES = (("aiohttp", "aiohttp"), ("prometheus_client", "prometheus-client"))
+
+
 def require_web() -> None:
     """Raise MissingDependencyError, naming the ``web`` extra, when aiohttp or
     prometheus-client is not installed."""
     import importlib.util
 
-    for module, package in (("aiohttp", "aiohttp"), ("prometheus_client", "prometheus-client")):
+    for module, package in WEB_MODULES:
         if importlib.util.find_spec(module) is None:
             raise MissingDependencyError(package, "web", "edgerl serve")

@@ -22,6 +22,7 @@ elsewhere cannot reach it through a name of its own (DNS rebinding).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -36,7 +37,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from edgerl.serve import ServeOptions, is_loopback
+from edgerl.serve import ServeOptions, is_loopback, local_names
 from edgerl.serve.exporter import RunsCollector, metrics_text
 from edgerl.serve.frames import FrameHub, stream_to
 from edgerl.serve.runs import RunFiles
@@ -44,6 +45,7 @@ from edgerl.serve.runs import RunFiles
 log = logging.getLogger(__name__)
 
 COOKIE = "edgerl_token"
+COOKIE_S = 7 * 24 * 3600  # the page's cookie lasts a week; opening /?token=TOKEN renews it
 ASSETS = {  # the only files the server sends: name -> content type
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -78,6 +80,7 @@ class Served:
         default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="edgerl-serve-frames")
     )
     hubs: dict[Path, FrameHub] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)  # the Host names --trusted-network answers
     sockets: set[web.WebSocketResponse] = field(default_factory=set)
 
     def viewers(self) -> int:
@@ -110,11 +113,41 @@ def _json_response(request: web.Request, doc: Any, status: int = 200) -> web.Res
     return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
-def _token_given(request: web.Request) -> str | None:
+def cookie_value(token: str) -> str:
+    """The cookie the page keeps: derived from the token, not the token itself (a browser sends
+    a host's cookies to every port of it, so another service there may see it; it cannot be
+    turned back into the token, which also opens /metrics and the API to scripts)."""
+    return hmac.new(token.encode(), b"edgerl serve cookie v1", hashlib.sha256).hexdigest()
+
+
+def _same(given: str, expected: str) -> bool:
+    """A constant-time comparison of text from a request (whatever bytes it holds)."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    """The token as ``Authorization: Bearer``, the page's cookie, or (on ``/`` alone, which
+    turns it into the cookie) ``?token=``."""
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return request.query.get("token") or request.cookies.get(COOKIE)
+        return _same(auth[7:].strip(), token)
+    cookie = request.cookies.get(COOKIE)
+    if cookie is not None and _same(cookie, cookie_value(token)):
+        return True
+    given = request.query.get("token")
+    return request.path == "/" and given is not None and _same(given, token)
+
+
+def _request_host(request: web.Request) -> str | None:
+    """The Host the request names, lower case and without its port; None when it names none a
+    browser could have used (a port beyond 65535, characters no name holds)."""
+    try:
+        host = request.url.host
+    except ValueError:
+        return None
+    return host.lower().strip("[]") if host else None
 
 
 def _unauthorized() -> web.Response:
@@ -128,26 +161,34 @@ def _unauthorized() -> web.Response:
     )
 
 
+def _host_refused(names: str) -> web.Response:
+    return web.Response(
+        status=403, text=f"edgerl serve answers to {names} only unless it has a token\n"
+    )
+
+
 @web.middleware
 async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The token (or, without one, a local Host), then the handler; an error in a handler is a
-    JSON sentence with status 500, never a traceback sent to the client."""
+    """The token (or, without one, a Host of this machine's), then the handler; an error in a
+    handler is a JSON sentence with status 500, never a traceback sent to the client."""
     served = request.app[SERVED]
-    token = served.opts.token
+    opts, token = served.opts, served.opts.token
     if token is not None:
-        given = _token_given(request)
-        if given is None or not hmac.compare_digest(given.encode(), token.encode()):
+        if not _authorized(request, token):
             return _unauthorized()
         if request.path == "/" and "token" in request.query:  # keep it out of the address bar
             response = web.Response(status=303, headers={"Location": "./"})
-            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", max_age=1 << 25)
+            response.set_cookie(
+                COOKIE, cookie_value(token), httponly=True, samesite="Strict", max_age=COOKIE_S
+            )
             return response
-    elif is_loopback(served.opts.host) and not is_loopback(request.url.host or ""):
-        return web.Response(
-            status=403,
-            text="edgerl serve answers to this machine's own names only (localhost, 127.0.0.1) "
-            "unless it has a token\n",
-        )
+    elif is_loopback(opts.host):
+        if not is_loopback(_request_host(request) or ""):
+            return _host_refused("this machine's own names (localhost, 127.0.0.1)")
+    elif (_request_host(request) or "") not in served.hosts:
+        # --trusted-network: this machine's names and addresses, and --allowed-host, so that a
+        # web page elsewhere cannot reach the server through a name of its own (DNS rebinding)
+        return _host_refused("this machine's names and addresses and --allowed-host")
     try:
         return await handler(request)  # type: ignore[no-any-return]
     except web.HTTPException:
@@ -254,7 +295,10 @@ async def _close(app: web.Application) -> None:
 def make_app(opts: ServeOptions) -> web.Application:
     """The application for ``opts`` (not listening yet)."""
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
-    app[SERVED] = Served(opts, RunFiles(opts.roots), load_assets())
+    served = Served(opts, RunFiles(opts.roots), load_assets())
+    if opts.trusted_network:
+        served.hosts = {*local_names(), opts.host.lower(), *(h.lower() for h in opts.allowed_hosts)}
+    app[SERVED] = served
     app.on_response_prepare.append(_add_headers)
     app.on_shutdown.append(_close)
     app.router.add_get("/", page)
