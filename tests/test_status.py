@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from .conftest import edgerl_cmd
 
 
@@ -37,3 +39,22 @@ def test_status_says_the_replay_fills_and_shows_the_runs_checkpoint(cli, tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
+
+
+def test_a_status_whose_fleet_nests_without_end_is_damaged_in_one_sentence(tmp_path):
+    """A fleet 600 levels deep (a hostile or broken status.json) is named as damaged by the
+    reader that the web page and `edgerl status` share, before anything walks it."""
+    import json
+
+    from edgerl.errors import RunDirError
+    from edgerl.run.status import read_status
+
+    deep: dict = {}
+    node = deep
+    for _ in range(600):
+        node["a"] = {}
+        node = node["a"]
+    doc = {"state": "training", "pid": 1, "updated_unix": 1.0, "fleet": deep}
+    (tmp_path / "status.json").write_text(json.dumps(doc))
+    with pytest.raises(RunDirError, match="fleet nests deeper than 6 levels"):
+        read_status(tmp_path)

@@ -237,12 +237,26 @@ def check_status(doc: Any, path: Path) -> dict[str, Any]:
             raise damaged(f"{key} is {_show(value)}, out of range")
         if isinstance(value, str):
             clean[key] = _printable(value)
+    for key in ("fleet", "load"):  # objects of a few levels: anything deeper is damage
+        if _depth(clean.get(key)) > MAX_DEPTH:
+            raise damaged(f"{key} nests deeper than {MAX_DEPTH} levels")
     for key in ("write_problems", "balance_moves"):
         texts = clean.get(key) or []
         if not all(isinstance(t, str) for t in texts):
             raise damaged(f"{key} is not a list of text")
         clean[key] = [_printable(t) for t in texts]
     return clean
+
+
+MAX_DEPTH = 6  # the deepest object status.json holds (fleet: actors, each a few fields)
+
+
+def _depth(value: Any, limit: int = MAX_DEPTH + 1) -> int:
+    """How deep ``value`` nests (0 for a plain value), counted no further than ``limit``."""
+    if limit <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, limit - 1) for v in items), default=0)
 
 
 def _kind(types: tuple[type, ...]) -> str:
