@@ -123,9 +123,11 @@ def stop(proc: subprocess.Popen) -> str:
 def live_trainer(tmp_path):
     run = tmp_path / "pong"
     proc = start_trainer(run)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a loaded machine takes minutes to start a trainer
     while not (run / "display.json").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()  # before reading its stderr: that read waits for the process to end
+            pytest.fail(f"the trainer did not start its display: {proc.communicate()[1]}")
         time.sleep(0.1)
     yield run, proc
     if proc.poll() is None:

@@ -318,14 +318,17 @@ def test_the_learner_limit_counts_work_that_ends_after_its_launch_returns():
     work: queue.Queue[float] = queue.Queue()
 
     def device() -> None:
-        while True:
-            time.sleep(work.get())
+        while (seconds := work.get()) is not None:
+            time.sleep(seconds)
             work.task_done()
 
-    threading.Thread(target=device, daemon=True).start()
+    thread = threading.Thread(target=device, daemon=True)
+    thread.start()
     launches = QUEUE_BOUND + 6  # the queue is drained once inside the window, then at its end
     seconds, host = time_launches(lambda: work.put(0.02), launches, work.join)
     assert work.unfinished_tasks == 0
+    work.put(None)  # the stand-in device ends
+    thread.join(timeout=60)
     assert seconds >= launches * 0.02  # every launch's work is inside the window
     assert host < seconds / 4  # host time is the launching alone, not the waiting
 

@@ -22,11 +22,13 @@ def test_status_says_the_replay_fills_and_shows_the_runs_checkpoint(cli, tmp_pat
         *["--set", "agent.learning_starts=50000000", "--set", "replay.capacity=100000000"],
         *["--set", "train.checkpoint_every_s=100000"],
     )
-    proc = subprocess.Popen(second, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = (tmp_path / "second.log").open("w")  # not a pipe: reading one waits for its end
+    proc = subprocess.Popen(second, stdout=log, stderr=log, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a loaded machine takes minutes to start a trainer
         while True:  # until this session has reported steps of its own
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            alive = proc.poll() is None
+            assert alive and time.monotonic() < deadline, (tmp_path / "second.log").read_text()
             doc = json.loads((run / "status.json").read_text())
             if doc.get("step", 0) > 300 and doc.get("learning_starts"):  # a progress write
                 break

@@ -47,7 +47,9 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
         "cpu_gpu_ratio",
         "cpu_max_core",
         "gr3d",
+        "energy_j",
     ]
+    assert first[-1]["energy_j"] == ""  # no power source on this machine: nothing claimed
     assert int(first[-1]["step"]) == 600
     assert int(first[-1]["updates"]) == (600 - 100) // 16
     assert float(first[-1]["loss"]) >= 0

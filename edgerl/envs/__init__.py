@@ -38,7 +38,8 @@ import numpy as np
 
 from edgerl.config import EnvConfig
 from edgerl.envs.gym_warnings import gym_warnings_logged
-from edgerl.errors import EnvError, MissingDependencyError
+from edgerl.envs.screens import keep_screens
+from edgerl.errors import EnvError
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class GymVecEnv(VecEnv):
             check_stop()  # many environments take minutes to build: a stop must not wait
             with gym_warnings_logged():
                 if screens:
-                    return _keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
+                    return keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
                 return gym.make(cfg.id)
 
         self._env = SyncVectorEnv([one] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -441,42 +442,6 @@ class GymVecEnv(VecEnv):
 
     def close(self) -> None:
         self._env.close()
-
-
-def _keep_screens(env: Any, env_id: str) -> Any:
-    """``env`` (made with render_mode="rgb_array") rendering after every reset and step, so that
-    the last screen of an episode survives the vector env's reset in the same step."""
-    import gymnasium as gym
-
-    class ScreenKeeper(gym.Wrapper):  # type: ignore[misc]
-        screen: np.ndarray | None = None  # after the latest reset or step
-        final: np.ndarray | None = None  # the last screen before the latest reset
-
-        def _render(self) -> np.ndarray:
-            try:
-                frame = self.env.render()
-            except gym.error.DependencyNotInstalled as e:
-                raise MissingDependencyError(
-                    "pygame", "viewer", f"drawing {env_id}'s screen ({e})"
-                ) from None
-            if not isinstance(frame, np.ndarray) or frame.ndim != 3:
-                raise EnvError(
-                    f"environment '{env_id}' cannot draw its screen as an image (it has no "
-                    "rgb_array render mode)"
-                )
-            return frame
-
-        def reset(self, **kwargs: Any) -> Any:
-            out = self.env.reset(**kwargs)
-            self.final, self.screen = self.screen, self._render()
-            return out
-
-        def step(self, action: Any) -> Any:
-            out = self.env.step(action)
-            self.screen = self._render()
-            return out
-
-    return ScreenKeeper(env)
 
 
 def make_env(

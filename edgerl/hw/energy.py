@@ -14,16 +14,19 @@ any step, that of an evaluation that reached a target included, is read back fro
 
 from __future__ import annotations
 
-import csv
-import io
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from edgerl.files.csvread import CsvReader
+
 MAX_GAP_S = 10.0  # a longer gap between two samples is not filled in
 J_PER_WH = 3600.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,23 +60,26 @@ def integrate(samples: Iterable[tuple[float, float | None]]) -> float:
 
 def energy_from_load_csv(path: Path, until_step: int | None = None) -> tuple[float, int]:
     """(joules, samples with power) in a run's ``load.csv`` up to the samples taken at env step
-    ``until_step`` (all, by default); (0.0, 0) where it has no power or cannot be read. Rows
-    that are damaged (not a time, not a number) are skipped."""
+    ``until_step`` (all, by default); (0.0, 0) where it has no power or cannot be read. Damaged
+    lines and rows whose cells are not a time and numbers are skipped; damage is logged once."""
+    reader = CsvReader(path)
+    meter = EnergyMeter()
     try:
-        text = path.read_text(errors="replace")
+        for cells in reader.rows():
+            row = dict(zip(reader.header or [], cells, strict=False))
+            try:
+                t = datetime.fromisoformat(row.get("time") or "").timestamp()
+                step = int(row.get("step") or 0)
+                power = float(row["power_mw"]) if row.get("power_mw") else None
+            except (ValueError, TypeError, KeyError, OverflowError, OSError):
+                continue
+            if until_step is not None and step > until_step:
+                break
+            meter.add(t, power)
     except OSError:
         return 0.0, 0
-    meter = EnergyMeter()
-    for row in csv.DictReader(io.StringIO(text)):
-        try:
-            t = datetime.fromisoformat(row.get("time") or "").timestamp()
-            step = int(row.get("step") or 0)
-            power = float(row["power_mw"]) if row.get("power_mw") else None
-        except (ValueError, TypeError, KeyError):
-            continue
-        if until_step is not None and step > until_step:
-            break
-        meter.add(t, power)
+    if (damage := reader.damage()) is not None:
+        log.warning("%s has %s: skipped in its energy count", path, damage)
     return meter.joules, meter.samples
 
 
