@@ -54,7 +54,7 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

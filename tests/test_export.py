@@ -13,7 +13,12 @@ import torch
 from edgerl.errors import EdgerlError
 from edgerl.export.common import check_agreement, collect_observations, compare
 from edgerl.export.run import ExportRequest, run_export
-from edgerl.export.tensorrt import calibration_cache_path, engine_name, profile_shapes
+from edgerl.export.tensorrt import (
+    ScalesCache,
+    calibration_cache_path,
+    engine_name,
+    profile_shapes,
+)
 from edgerl.hw.device import fast_fp16
 from edgerl.policies.onnx import OnnxPolicy, session_providers
 from edgerl.policies.sidecar import ExportError, Sidecar, check_batch
@@ -226,10 +231,22 @@ def test_int8_calibrates_at_the_calibration_batch_not_at_batch_one():
     assert calibration == ((8, 4, 84, 84),) * 3  # TensorRT calibrates at the profile's opt
 
 
-def test_int8_scales_are_cached_per_checkpoint(tmp_path):
-    old = calibration_cache_path(tmp_path, "Pong-v5", "ab" * 32)
-    new = calibration_cache_path(tmp_path, "Pong-v5", "cd" * 32)
-    assert old != new and old.parent == tmp_path and old.name.startswith("Pong-v5-abab")
+def test_int8_scales_are_cached_per_checkpoint_and_a_damaged_cache_is_not_used(tmp_path, caplog):
+    old = ScalesCache(calibration_cache_path(tmp_path, "Pong-v5", "ab" * 32))
+    new = ScalesCache(calibration_cache_path(tmp_path, "Pong-v5", "cd" * 32))
+    assert old.read() is None  # nothing cached yet: TensorRT calibrates
+    table = b"TRT-100300-EntropyCalibration2\nobs: 3c010a14\n"
+    old.write(table)
+    assert old.read() == table  # the next build of this checkpoint skips calibration
+    assert new.read() is None  # a newer checkpoint never takes an older one's scales
+    damaged = old.path.read_bytes().replace(b"3c01", b"3c02")
+    old.path.write_bytes(damaged)
+    with caplog.at_level("WARNING"):
+        assert old.read() is None  # recalibrated, not quantized with edited scales
+    assert f"{old.path} is damaged" in caplog.text
+    assert old.path.read_bytes() == damaged  # kept until new scales replace it
+    old.path.write_bytes(table)  # a table without edgerl's checksum line is not trusted either
+    assert old.read() is None
 
 
 def test_onnx_runtimes_tensorrt_provider_keeps_its_engine_next_to_the_model(tmp_path):

@@ -12,6 +12,7 @@ device that runs them. The builder branches on the TensorRT version where the AP
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ def engine_name(env_short: str, precision: str, batch: int, fl: Flavor, gpu: str
     return f"policy-{env_short}-{precision}-b{batch}-{fl.tag}-{slug(gpu)}.engine"
 
 
-def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: Path) -> Any:
+def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: ScalesCache) -> Any:
     """INT8 entropy calibration on real game frames (implicit quantization, TensorRT < 11)."""
     import torch
 
@@ -55,10 +56,10 @@ def _calibrator(trt: Any, frames: np.ndarray, batch: int, cache: Path) -> Any:
             return [int(self.device.data_ptr())]
 
         def read_calibration_cache(self) -> bytes | None:
-            return cache.read_bytes() if cache.exists() else None
+            return cache.read()  # None: TensorRT calibrates on the frames, then writes
 
         def write_calibration_cache(self, data: Any) -> None:
-            write_atomic(cache, bytes(data))
+            cache.write(bytes(data))
 
     return Calibrator()
 
@@ -78,6 +79,48 @@ def calibration_cache_path(out_dir: Path, env_short: str, source_sha256: str) ->
     the same game never silently reuses an older one's.
     """
     return out_dir / f"{env_short}-{source_sha256[:16]}.int8-calibration.cache"
+
+
+class ScalesCache:
+    """One checkpoint's INT8 scales on disk (:func:`calibration_cache_path`), checked on reading.
+
+    TensorRT trusts whatever the calibrator hands back, and a cache cut short or edited would
+    quantize the network wrongly without a word. So the file starts with a line holding the
+    SHA-256 of the scales that follow; a file whose line or digest does not match is named in a
+    warning and calibration runs again (its result then replaces the damaged file).
+    """
+
+    MAGIC = b"edgerl-int8-scales sha256="
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> bytes | None:
+        """The cached scales, or None when there are none (or they are damaged: said once)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("INT8 scales cache %s cannot be read (%s): calibrating again", self.path, e)
+            return None
+        head, _, data = raw.partition(b"\n")
+        digest = head.removeprefix(self.MAGIC)
+        if head == digest or digest.decode("ascii", "replace") != hashlib.sha256(data).hexdigest():
+            log.warning(
+                "INT8 scales cache %s is damaged (its checksum does not match): calibrating "
+                "again, and the new scales replace it",
+                self.path,
+            )
+            return None
+        log.info("INT8 scales from %s (calibration skipped)", self.path)
+        return data
+
+    def write(self, data: bytes) -> None:
+        """Keep ``data`` (TensorRT's calibration table) with its checksum, atomically."""
+        write_atomic(
+            self.path, self.MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+        )
 
 
 Shapes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -162,9 +205,9 @@ def build_engine(
     if precision == "int8":
         if calibration is None or len(calibration.frames) < batch:
             raise ExportError("INT8 needs calibration frames from the game")
-        cache = calibration_cache_path(out_dir, env_short, calibration.source_sha256)
+        scales = ScalesCache(calibration_cache_path(out_dir, env_short, calibration.source_sha256))
         config.set_flag(trt.BuilderFlag.INT8)
-        config.int8_calibrator = _calibrator(trt, calibration.frames, batch, cache)
+        config.int8_calibrator = _calibrator(trt, calibration.frames, batch, scales)
         calibration_profile = builder.create_optimization_profile()
         calibration_profile.set_shape(INPUT, *calibration_shapes)
         config.set_calibration_profile(calibration_profile)
