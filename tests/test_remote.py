@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from edgerl.config import build_layers, resolve
+from edgerl.config import AgentConfig, build_layers, resolve
 from edgerl.envs import make_env, probe
 from edgerl.files.checkpoint import list_checkpoints, load
 from edgerl.fleet.actor import RemoteActor
+from edgerl.learners.shared import epsilon_at, epsilons_at
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.run.episodes import Episodes
 from edgerl.run.remote import write_chunk
@@ -155,6 +156,15 @@ def test_a_trainer_fed_irregular_batches_makes_exactly_the_updates_they_owe(tmp_
     # the learner's schedule (CartPole's preset decays it over 8,000 steps) for every environment
     rates = fleets[1].epsilons
     assert len(set(rates.tolist())) == 1 and rates[0] == pytest.approx(schedule, abs=0.02)
+
+
+def test_one_exploration_schedule_for_learners_and_remote_actors():
+    agent = AgentConfig(eps_start=1.0, eps_end=0.1, eps_decay_steps=1000)
+    apex = apex_epsilons(3, 0.4, 7.0)
+    assert epsilons_at(agent, 499, 500, 3, apex).tolist() == [1.0] * 3  # the replay fills
+    assert np.array_equal(epsilons_at(agent, 500, 500, 3, apex), apex)  # then Ape-X's, fixed
+    assert epsilons_at(agent, 500, 500, 3).tolist() == [pytest.approx(0.55)] * 3
+    assert epsilon_at(agent, 5000, 500) == 0.1
 
 
 def test_apex_rates_run_from_the_base_down():

@@ -33,7 +33,7 @@ from edgerl.hw.device import (
 )
 from edgerl.learners.fast_update import Decisions, FastUpdate
 from edgerl.learners.nets import NatureCNN
-from edgerl.learners.shared import LossMeter, anneal_lr, autocast, linear_schedule
+from edgerl.learners.shared import LossMeter, anneal_lr, autocast, epsilon_at
 from edgerl.memories.replay.sampling import Batch, example_batch
 
 
@@ -133,13 +133,8 @@ class DQN:
     # -- schedules ------------------------------------------------------------------------------
 
     def epsilon(self, step: int) -> float:
-        """Exploration at ``step``: 1 (uniformly random actions, no forward pass) until learning
-        starts, as in DQN's replay start and Stable-Baselines3; then linear from eps_start at
-        step 0 to eps_end at eps_decay_steps."""
-        a = self.cfg
-        if step < self.learn_from[0]:
-            return 1.0
-        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, step)
+        """Exploration at ``step``: 1 until learning starts (the replay fills), then linear."""
+        return epsilon_at(self.cfg, step, self.learn_from[0])
 
     @property
     def cuda_graphs(self) -> bool:

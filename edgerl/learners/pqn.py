@@ -31,7 +31,7 @@ from torch import nn
 from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.hw.device import resolve_amp
 from edgerl.learners.nets import NatureCNN
-from edgerl.learners.shared import LossMeter, anneal_lr, autocast, linear_schedule
+from edgerl.learners.shared import LossMeter, anneal_lr, autocast, epsilon_at
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VALUE_CHUNK = 256  # observations per no-grad forward pass when computing greedy values
@@ -87,9 +87,9 @@ class PQN:
     # -- schedules ------------------------------------------------------------------------------
 
     def epsilon(self, step: int) -> float:
-        """Exploration at ``step``: linear from eps_start to eps_end over eps_decay_steps."""
-        a = self.cfg
-        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, step)
+        """Exploration at ``step``: linear from eps_start to eps_end over eps_decay_steps (a
+        rollout learner learns from its first rollout on: nothing to wait for)."""
+        return epsilon_at(self.cfg, step, self.learn_from[0])
 
     def owed(self, step: int) -> int:
         """Rollouts complete at env step ``step`` and not learned from yet."""

@@ -7,6 +7,7 @@ import contextlib
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 
 from edgerl.config import AgentConfig
@@ -19,6 +20,26 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     if t >= duration:
         return end
     return start + (end - start) * (t / duration)
+
+
+def epsilon_at(cfg: AgentConfig, step: int, learning_from: int) -> float:
+    """The exploration rate at env step ``step``, for every learner and the remote actors alike:
+    1 (uniformly random actions, no forward pass) until learning starts at ``learning_from``, as
+    in DQN's replay start and Stable-Baselines3; then linear from ``eps_start`` at step 0 to
+    ``eps_end`` at ``eps_decay_steps``."""
+    if step < learning_from:
+        return 1.0
+    return linear_schedule(cfg.eps_start, cfg.eps_end, cfg.eps_decay_steps, step)
+
+
+def epsilons_at(
+    cfg: AgentConfig, step: int, learning_from: int, n: int, apex: np.ndarray | None = None
+) -> np.ndarray:
+    """Each of ``n`` environments' exploration rate: :func:`epsilon_at` for all, or once learning
+    has started the fixed per-environment rates ``apex`` (Ape-X's, for a fleet that asks)."""
+    if apex is not None and step >= learning_from:
+        return np.asarray(apex, dtype=np.float64)
+    return np.full(n, epsilon_at(cfg, step, learning_from))
 
 
 def anneal_lr(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from edgerl.envs import EnvSpec, Step
+from edgerl.learners.shared import epsilons_at
 from edgerl.run.hooks import TICK_EVERY_S
 from edgerl.run.transport import Chunk, Transport, apex_epsilons
 
@@ -89,14 +90,10 @@ def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
 
 
 def exploration(run: RemoteRun, apex: np.ndarray) -> np.ndarray:
-    """Each environment's exploration rate now: 1 while the replay fills, then Ape-X's fixed
-    rates (``fleet.exploration = "apex"``) or the learner's schedule for all."""
-    learner, step = run.learner, run.step
-    if step < learner.learn_from[0]:
-        return np.ones_like(apex)
-    if run.cfg.fleet.exploration == "apex":
-        return apex
-    return np.full_like(apex, learner.epsilon(step))
+    """Each environment's exploration rate now: the learner's schedule (1 while the replay
+    fills), then Ape-X's fixed rates where ``fleet.exploration = "apex"``."""
+    fixed = apex if run.cfg.fleet.exploration == "apex" else None
+    return epsilons_at(run.cfg.agent, run.step, run.learner.learn_from[0], len(apex), fixed)
 
 
 def weights_of(run: RemoteRun) -> dict[str, np.ndarray]:
