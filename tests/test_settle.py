@@ -7,6 +7,8 @@ import pytest
 
 from edgerl.config import build_layers, resolve, with_values
 from edgerl.errors import ConfigError
+from edgerl.hw import device
+from edgerl.hw.device import learner_threads
 from edgerl.run import settle
 
 
@@ -57,12 +59,12 @@ def test_a_fleet_is_checked_and_its_local_actors_leave_the_learner_the_other_cpu
     fleet = ("fleet.actors=2", "env.num_envs=4")
     found = settle.settle_config(requested(tmp_path, *fleet, "replay.capacity=128"))
     assert found.cfg.env.batch_size == 0  # remote actors step their environments together
-    monkeypatch.setattr(settle.os, "cpu_count", lambda: 6)
-    assert settle.learner_threads(found.cfg) == 4  # a Ray instance here: 2 actors, 1 CPU each
-    assert settle.learner_threads(requested(tmp_path, *fleet, "fleet.cpus_per_actor=4")) == 1
+    monkeypatch.setattr(device.os, "cpu_count", lambda: 6)
+    assert learner_threads(found.cfg) == 4  # a Ray instance here: 2 actors, 1 CPU each
+    assert learner_threads(requested(tmp_path, *fleet, "fleet.cpus_per_actor=4")) == 1
     elsewhere = requested(tmp_path, *fleet, "fleet.address=10.0.0.1:6379")
-    assert settle.learner_threads(elsewhere) == 0  # auto: the actors are on other machines
-    assert settle.learner_threads(requested(tmp_path, *fleet, "perf.threads=3")) == 3
+    assert learner_threads(elsewhere) == 0  # auto: the actors are on other machines
+    assert learner_threads(requested(tmp_path, *fleet, "perf.threads=3")) == 3
 
     for sets, says in [
         (("replay.capacity=100",), r"at least 16 steps per environment of the fleet .* 128"),

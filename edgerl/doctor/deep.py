@@ -118,7 +118,7 @@ class DeepState:
 
 def deep_checks(ctx: Context) -> Iterator[Check]:
     """Every deep check, in order; a check that cannot run says which earlier line to read."""
-    from edgerl.hw.device import configure_backends
+    from edgerl.hw.device import configure_for_training
 
     if not ctx.torch_ok or ctx.device is None:
         yield Check("deep", "skip", "needs a supported PyTorch and a device (see the lines above)")
@@ -126,7 +126,7 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
     from edgerl.learners.factory import uses_replay
 
     state = DeepState(ctx.device)
-    configure_backends(ctx.device, ctx.cfg.perf.threads)  # cuDNN autotuning and TF32, as training
+    configure_for_training(ctx.device, ctx.cfg)  # threads, cuDNN autotuning and TF32, as training
     with tempfile.TemporaryDirectory(prefix="edgerl-doctor-") as tmp:
         state.workdir = Path(tmp)
         if not uses_replay(ctx.cfg):

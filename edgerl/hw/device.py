@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 import psutil
 import torch
 
+from edgerl.config import Config
 from edgerl.errors import ConfigError, DeviceError
 from edgerl.hw.cpus import CpuLoad, cpu_load
 from edgerl.hw.versions import check_torch
@@ -160,6 +162,29 @@ def configure_backends(device: torch.device, threads: int = 0, deterministic: bo
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return count
+
+
+def learner_threads(cfg: Config) -> int:
+    """``perf.threads``, except that a fleet's actors on a Ray instance started here take their
+    CPUs from this machine first: the learner gets the rest (at least one). A preempted thread
+    stalls every parallel region of the update, so the learner must not count on cores the
+    actors use. With ``perf.deterministic``, auto is one thread, whatever the machine and its
+    load: sums over another number of threads are other sums, and one thread is never
+    preempted in the middle of a parallel region."""
+    fleet = cfg.fleet
+    if cfg.perf.deterministic and not cfg.perf.threads:
+        return 1
+    if cfg.perf.threads or not fleet.actors or fleet.address:
+        return cfg.perf.threads
+    taken = math.ceil(fleet.actors * fleet.cpus_per_actor)
+    return max(1, (os.cpu_count() or 1) - taken)
+
+
+def configure_for_training(device: torch.device, cfg: Config) -> int:
+    """:func:`configure_backends` with what training uses (:func:`learner_threads`,
+    ``perf.deterministic``): the trainer, ``edgerl bench`` and ``edgerl doctor`` all call this,
+    so that what they measure runs with the thread count training would use."""
+    return configure_backends(device, learner_threads(cfg), deterministic=cfg.perf.deterministic)
 
 
 def latency_threads() -> tuple[int, str]:

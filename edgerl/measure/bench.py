@@ -41,7 +41,7 @@ from edgerl.config.presets import apply_presets, check_consistency
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy
-from edgerl.hw.device import configure_backends, oversubscription, resolve_device
+from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
 from edgerl.learners.factory import q_network, uses_replay
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
@@ -330,7 +330,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     started = CpuSample.now()
     cfg = _config(opts)
     device = resolve_device(cfg.perf.device)
-    configure_backends(device, cfg.perf.threads)
+    configure_for_training(device, cfg)
     spec = probe(opts.env_id)
     concurrent = learner_info(cfg.agent.algo).concurrent  # may it learn beside the actor?
     stage_s = max(0.5, opts.seconds / 10)

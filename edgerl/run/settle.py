@@ -11,8 +11,6 @@ measurement starts).
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +21,7 @@ from edgerl.config.presets import apply_presets, check_consistency, check_fleet
 from edgerl.envs import EnvSpec, probe
 from edgerl.errors import ConfigError
 from edgerl.hw.device import (
-    configure_backends,
+    configure_for_training,
     resolve_amp,
     resolve_cuda_graphs,
     resolve_device,
@@ -55,7 +53,7 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     cfg = apply_presets(requested, spec.kind)
     device = resolve_device(cfg.perf.device)
     cfg = settle_deterministic(cfg)
-    configure_backends(device, learner_threads(cfg), deterministic=cfg.perf.deterministic)
+    configure_for_training(device, cfg)
     choice = None
     check_fleet(cfg)  # before autotune, which measures actors here
     if autotune and cfg.perf.autotune:
@@ -93,19 +91,3 @@ def settle_deterministic(cfg: Config) -> Config:
             )
         cfg = with_values(cfg, {"perf.pipeline": "sync"})
     return cfg
-
-
-def learner_threads(cfg: Config) -> int:
-    """``perf.threads``, except that a fleet's actors on a Ray instance started here take their
-    CPUs from this machine first: the learner gets the rest (at least one). A preempted thread
-    stalls every parallel region of the update, so the learner must not count on cores the
-    actors use. With ``perf.deterministic``, auto is one thread, whatever the machine and its
-    load: sums over another number of threads are other sums, and one thread is never
-    preempted in the middle of a parallel region."""
-    fleet = cfg.fleet
-    if cfg.perf.deterministic and not cfg.perf.threads:
-        return 1
-    if cfg.perf.threads or not fleet.actors or fleet.address:
-        return cfg.perf.threads
-    taken = math.ceil(fleet.actors * fleet.cpus_per_actor)
-    return max(1, (os.cpu_count() or 1) - taken)
