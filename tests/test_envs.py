@@ -46,6 +46,13 @@ def test_atari_returns_real_rewards_and_final_observations():
         assert not step.obs[0, :3].any()  # already the next episode's first observation
 
 
+def test_only_atari_rewards_are_clipped_for_learning():
+    rewards = np.array([-7.0, -0.5, 0.0, 3.0], dtype=np.float32)
+    clipped = probe("ALE/Pong-v5").learning_rewards(rewards)
+    assert clipped.tolist() == [-1.0, -0.5, 0.0, 1.0] and clipped.dtype == np.float32
+    assert probe("CartPole-v1").learning_rewards(rewards).tolist() == rewards.tolist()
+
+
 def test_cartpole_is_a_vector_env_with_final_observations():
     with make_env(EnvConfig(id="CartPole-v1", num_envs=2)) as env:
         assert env.spec.kind == "vector" and env.spec.obs_shape == (4,)

@@ -180,7 +180,7 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
         for _ in range(REPLAY_STEPS):
             actions = rng.integers(spec.num_actions, size=REPLAY_ENVS)
             r = env.step(actions)
-            rewards = np.clip(r.rewards, -1.0, 1.0)
+            rewards = spec.learning_rewards(r.rewards)
             replay.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
     batch_size = cfg.agent.batch_size
     batches = [replay.sample(batch_size) for _ in range(UPDATES)]
@@ -239,7 +239,7 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
         while not memory.full:
             actions = rng.integers(spec.num_actions, size=ROLLOUT_ENVS)
             r = env.step(actions)
-            rewards = np.clip(r.rewards, -1.0, 1.0)
+            rewards = spec.learning_rewards(r.rewards)
             memory.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
     learner.learn(memory, ROLLOUT_ENVS * ROLLOUT_STEPS, 1)
     learner.losses.flush()

@@ -77,6 +77,12 @@ class EnvSpec:
         """Atari frame stacks (shown by the viewer, stored one frame per step)."""
         return self.kind == "frames"
 
+    def learning_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        """The rewards learners learn from: Atari's clipped to [-1, 1] (DQN's rule: one scale
+        of error for every game), any other game's as they are. Episode returns are always
+        reported from the real rewards."""
+        return np.minimum(np.maximum(rewards, -1.0), 1.0) if self.has_frames else rewards
+
     @property
     def frame_size(self) -> tuple[int, int] | None:
         """(height, width) of one frame; None for vector observations."""

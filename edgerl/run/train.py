@@ -437,12 +437,9 @@ class Trainer:
     def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
-        rewards = result.rewards
-        if self.spec.has_frames:  # Atari rewards are clipped for learning only
-            rewards = np.minimum(np.maximum(rewards, -1.0), 1.0)
         self.memory.add(
             actions,
-            rewards,
+            self.spec.learning_rewards(result.rewards),
             result.terminated,
             result.truncated,
             result.obs,
