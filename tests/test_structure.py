@@ -10,6 +10,7 @@ An import names the module it reads (``from edgerl.hw import clocks`` names ``ed
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import edgerl
@@ -176,6 +177,40 @@ def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
             elif LAYER[other] == LAYER[own]:
                 found.append(f"{name} -> {target} (sideways: {own} and {other} share a layer)")
     return found
+
+
+# Asking which kind of memory a learner has (a replay, a rollout) is the learner's business: the
+# rest of the package asks what it needs to know (Memory.keeps_steps, Learner.steps_per_unit,
+# LearnerInfo's own_num_envs and remote_actors, the learner module's cost model), so that the next
+# learner is its module, its memory and its registry line.
+MEMORY_KIND = re.compile(
+    r"uses_replay\(|learner_info\([^)]*\)\.memory\b|\binfo\.memory\b"
+    r"|isinstance\([^)]*\b(ReplayBuffer|RolloutBuffer)\b"
+)
+MEMORY_KIND_ALLOWED = {
+    # its smoke checks exercise each memory itself: a replay's samples, a rollout's learning
+    "edgerl.doctor.deep",
+}
+
+
+def memory_kind_tests() -> set[str]:
+    """Modules outside learners/ and memories/ (and the registry) that test the memory's kind."""
+    found = set()
+    for name, path in modules().items():
+        if (
+            name.startswith(("edgerl.learners", "edgerl.memories"))
+            or name == "edgerl.config.learners"
+        ):
+            continue
+        if MEMORY_KIND.search(path.read_text()):
+            found.add(name)
+    return found
+
+
+def test_only_learners_and_memories_ask_which_kind_of_memory_a_learner_has():
+    assert memory_kind_tests() == MEMORY_KIND_ALLOWED
+    assert MEMORY_KIND.search("if isinstance(self.memory, ReplayBuffer):")  # the check can fail
+    assert MEMORY_KIND.search('if learner_info(cfg.agent.algo).memory == "rollout":')
 
 
 def test_every_package_has_a_layer_and_says_what_it_holds_in_one_line():

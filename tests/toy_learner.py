@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.learners.shared import LossMeter, linear_schedule
+from edgerl.learners.shared import LossMeter, epsilon_at
 from edgerl.memories.rollout import RolloutBuffer
 
 
@@ -29,19 +29,18 @@ class OneStepQ:
         self.per_launch = 1
         self.cuda_graphs = False
         self.learn_from = (0, 0)
-        self.steps_per_rollout = cfg.pqn.rollout_steps * cfg.env.num_envs
+        self.steps_per_unit = cfg.pqn.rollout_steps * cfg.env.num_envs
         self.rollouts = 0
 
     def describe(self) -> str:
         return f"{self.device.type}, one-step Q"
 
     def epsilon(self, step: int) -> float:
-        a = self.cfg
-        return linear_schedule(a.eps_start, a.eps_end, a.eps_decay_steps, step)
+        return epsilon_at(self.cfg, step, self.learn_from[0])
 
     def owed(self, step: int) -> int:
         start_step, start_rollouts = self.learn_from
-        return start_rollouts + max(0, step - start_step) // self.steps_per_rollout - self.rollouts
+        return start_rollouts + max(0, step - start_step) // self.steps_per_unit - self.rollouts
 
     def learn(self, memory: RolloutBuffer, step: int, n: int = 1) -> None:
         for _ in range(n):

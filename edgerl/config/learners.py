@@ -27,6 +27,10 @@ class LearnerInfo:
     # one rollout old), or "" (never: it learns in the actor's loop).
     beside_actor: str
     layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
+    # Its unit of learning is made of all its environments' steps (a rollout of env.num_envs):
+    # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
+    own_num_envs: bool = False
+    remote_actors: bool = False  # a fleet's remote actors can feed it (edgerl.run.remote)
     # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
     # edgerl.config.presets.PRESETS.
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -68,12 +72,15 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
 
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
-    "dqn": LearnerInfo("edgerl.learners.dqn", memory="replay", beside_actor="samples"),
+    "dqn": LearnerInfo(
+        "edgerl.learners.dqn", memory="replay", beside_actor="samples", remote_actors=True
+    ),
     "pqn": LearnerInfo(
         "edgerl.learners.pqn",
         memory="rollout",
         beside_actor="rollout-lag",
         layer_norm=True,
+        own_num_envs=True,
         presets=PQN_PRESETS,
     ),
 }

@@ -204,7 +204,7 @@ def check_fleet(cfg: Config) -> None:
             "perf.autotune measures actors beside the learner; with fleet.actors set "
             "env.num_envs (each remote actor's environments) yourself"
         )
-    if learner_info(cfg.agent.algo).memory != "replay":
+    if not learner_info(cfg.agent.algo).remote_actors:
         raise ConfigError(
             f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors feeding "
             f"agent.algo={cfg.agent.algo}'s rollouts are not built yet"

@@ -30,6 +30,7 @@ class Learner(Protocol):
     losses: LossMeter
     cuda_graphs: bool  # the actor may capture its forward pass too
     learn_from: tuple[int, int]  # the env step learning starts at, and the units done then
+    steps_per_unit: int  # env steps one unit of learning stands for (an update, a rollout)
 
     def describe(self) -> str:
         """How it learns here, in a few words (device, layout, precision)."""

@@ -33,7 +33,13 @@ from edgerl.hw.device import (
 )
 from edgerl.learners.fast_update import Decisions, FastUpdate
 from edgerl.learners.nets import NatureCNN
-from edgerl.learners.shared import LossMeter, anneal_lr, autocast, epsilon_at
+from edgerl.learners.shared import (
+    FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
+    LossMeter,
+    anneal_lr,
+    autocast,
+    epsilon_at,
+)
 from edgerl.memories.replay.sampling import Batch, example_batch
 
 
@@ -112,6 +118,7 @@ class DQN:
         # the second forward saves.
         self.joint_forward = cfg.double and device.type == "cuda"
         self.per_launch = 1  # updates per call of the learner's CUDA graph (see prepare)
+        self.steps_per_unit = self.cfg.train_freq  # one update per train_freq env steps
         self.updates = 0
         # (step, updates) the replay ratio counts from: learning starts after learning_starts.
         self.learn_from = (cfg.learning_starts, 0)
@@ -350,3 +357,20 @@ def prepare(
     )
     example = example_batch(spec, cfg.agent.batch_size, learner.device)  # zeros: no RNG
     learner.prepare(example, remaining_updates, replay, per_launch)
+
+
+def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
+    """What one env step costs in forward-pass equivalents (see
+    :func:`edgerl.measure.compute.forwards_per_env_step`): its share of the updates, each
+    ``batch_size`` transitions through the target (and the Double-DQN online) pass and a
+    gradient step. ``values_reused`` does not apply to DQN."""
+    per_update = cfg.agent.batch_size / cfg.agent.train_freq  # transitions learned per env step
+    targets = per_update * (2.0 if cfg.agent.double else 1.0)
+    gradients = per_update * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+    return {"act": 1.0, "values": 0.0, "targets": targets, "gradients": gradients}
+
+
+def forwards_per_update(cfg: Config) -> float:
+    """Forward-pass equivalents of one update: its targets and its gradient step."""
+    fwd = forwards_per_env_step(cfg, values_reused=False)
+    return (fwd["targets"] + fwd["gradients"]) * cfg.agent.train_freq

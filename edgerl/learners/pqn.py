@@ -31,7 +31,13 @@ from torch import nn
 from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.hw.device import resolve_amp
 from edgerl.learners.nets import NatureCNN
-from edgerl.learners.shared import LossMeter, anneal_lr, autocast, epsilon_at
+from edgerl.learners.shared import (
+    FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
+    LossMeter,
+    anneal_lr,
+    autocast,
+    epsilon_at,
+)
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VALUE_CHUNK = 256  # observations per no-grad forward pass when computing greedy values
@@ -70,7 +76,7 @@ class PQN:
         self.losses = LossMeter(device)
         self.cuda_graphs = False  # minibatches of hundreds: launches are not what limits
         self.per_launch = 1
-        self.steps_per_rollout = pqn.rollout_steps * num_envs
+        self.steps_per_unit = pqn.rollout_steps * num_envs
         self.updates = 0  # gradient updates (minibatches)
         self.rollouts = 0  # rollouts learned from
         # (step, rollouts) a session counts from: its first rollout starts at its first step.
@@ -94,7 +100,7 @@ class PQN:
     def owed(self, step: int) -> int:
         """Rollouts complete at env step ``step`` and not learned from yet."""
         start_step, start_rollouts = self.learn_from
-        done = start_rollouts + max(0, step - start_step) // self.steps_per_rollout
+        done = start_rollouts + max(0, step - start_step) // self.steps_per_unit
         return done - self.rollouts
 
     def resume_at(self, step: int, refill: int = 0) -> None:
@@ -199,3 +205,21 @@ def build(net: nn.Module, cfg: Config, device: torch.device) -> PQN:
     own, seeded from ``env.seed``."""
     n = cfg.env.num_envs
     return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+
+
+def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
+    """What one env step costs in forward-pass equivalents (see
+    :func:`edgerl.measure.compute.forwards_per_env_step`): the greedy values of the next
+    observations (only each rollout's last when the actor's are reused) and ``pqn.epochs``
+    gradient steps over it."""
+    values = 1.0 / cfg.pqn.rollout_steps if values_reused else 1.0
+    gradients = cfg.pqn.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+    return {"act": 1.0, "values": values, "targets": 0.0, "gradients": gradients}
+
+
+def forwards_per_update(cfg: Config) -> float:
+    """Forward-pass equivalents of one minibatch update, its share of computing the rollout's
+    values included (the bench's learner-alone measurement reuses none)."""
+    batch = cfg.pqn.rollout_steps * cfg.env.num_envs // cfg.pqn.minibatches
+    values = forwards_per_env_step(cfg, values_reused=False)["values"]
+    return batch * (values / cfg.pqn.epochs + FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP)

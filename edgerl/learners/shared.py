@@ -12,6 +12,7 @@ import torch
 
 from edgerl.config import AgentConfig
 
+FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP = 3.0  # forward + backward (twice the forward)
 LOSS_READ_EVERY = 16  # updates between reads of the summed loss from the GPU
 
 

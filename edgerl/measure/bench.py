@@ -42,7 +42,7 @@ from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
-from edgerl.learners.factory import q_network, uses_replay
+from edgerl.learners.factory import q_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
     forward_gflops,
@@ -261,7 +261,7 @@ def _loops(
     sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
     plan = [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
     cuda = resolve_device(cfg.perf.device).type == "cuda"
-    if not uses_replay(cfg):  # a rollout learner (PQN): its own environments, both pipelines
+    if learner_info(cfg.agent.algo).own_num_envs:  # PQN's rollout: its count, both pipelines
         plan = [("sync", cfg.env.num_envs), ("async", cfg.env.num_envs)]
         if opts.loop_envs != BenchOptions.loop_envs:
             warnings.append(
@@ -346,7 +346,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "n_step": cfg.agent.n_step,
         "replay_bytes_per_transition": bytes_per_transition(spec),
     }
-    if not uses_replay(cfg) and cfg.env.num_envs not in opts.env_sizes:
+    if learner_info(cfg.agent.algo).own_num_envs and cfg.env.num_envs not in opts.env_sizes:
         # the emulator's own speed at a rollout's many environments (PQN's loop row uses it)
         opts = dataclasses.replace(opts, env_sizes=(*opts.env_sizes, cfg.env.num_envs))
     result.update(_stages(cfg, opts, device, stage_s))

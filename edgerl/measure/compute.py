@@ -22,9 +22,8 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.config.learners import learner_info
+from edgerl.learners.factory import learner_module
 
-FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP = 3.0  # forward + backward (twice the forward)
 PEAK_MATMUL_SIZE = 2048
 PEAK_FORWARD_BATCH = 256
 
@@ -61,27 +60,15 @@ def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
     """Forward-pass equivalents per env step of ``cfg``'s learner, by what they are for:
     ``act`` (one forward per observation), ``values`` (PQN's greedy values of the next
     observations: all of them, or only each rollout's last when the actor's are reused),
-    ``targets`` (DQN's target and Double-DQN passes) and ``gradients`` (forward and backward)."""
-    if learner_info(cfg.agent.algo).memory == "rollout":
-        values = 1.0 / cfg.pqn.rollout_steps if values_reused else 1.0
-        gradients = cfg.pqn.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-        return {"act": 1.0, "values": values, "targets": 0.0, "gradients": gradients}
-    per_update = cfg.agent.batch_size / cfg.agent.train_freq  # transitions learned per env step
-    targets = per_update * (2.0 if cfg.agent.double else 1.0)
-    gradients = per_update * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-    return {"act": 1.0, "values": 0.0, "targets": targets, "gradients": gradients}
+    ``targets`` (DQN's target and Double-DQN passes) and ``gradients`` (forward and backward).
+    Each learner's module counts its own (``forwards_per_env_step``)."""
+    return learner_module(cfg.agent.algo).forwards_per_env_step(cfg, values_reused)
 
 
 def learning_forwards_per_update(cfg: Config) -> float:
     """Forward-pass equivalents of one of the learner's gradient updates, as ``edgerl bench``'s
-    learner-alone measurement makes it (PQN's share of computing its rollout's values
-    included: that measurement reuses none)."""
-    fwd = forwards_per_env_step(cfg, values_reused=False)
-    if learner_info(cfg.agent.algo).memory == "rollout":
-        batch = cfg.pqn.rollout_steps * cfg.env.num_envs // cfg.pqn.minibatches
-        per_sample = fwd["values"] / cfg.pqn.epochs + FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-        return batch * per_sample
-    return (fwd["targets"] + fwd["gradients"]) * cfg.agent.train_freq
+    learner-alone measurement makes it (its module's ``forwards_per_update``)."""
+    return learner_module(cfg.agent.algo).forwards_per_update(cfg)
 
 
 def matmul_peak_gflops(device: torch.device, seconds: float) -> float:

@@ -20,7 +20,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.envs import EnvSpec
-from edgerl.learners.factory import build_learner, build_memory, prepare_learner, uses_replay
+from edgerl.learners.factory import build_learner, build_memory, prepare_learner
 from edgerl.memories import Memory
 
 
@@ -89,12 +89,9 @@ def learner_limit(
     learner = build_learner(cfg, spec, device)
     memory = build_memory(cfg, spec, device)
     writer = RandomSteps(spec, cfg.env.num_envs, memory)
-    replay = uses_replay(cfg)
-    if replay:  # a replay learner samples a filled replay; a unit is an update
+    kept = memory.keeps_steps
+    if kept:  # a replay learner samples a filled replay; a unit is an update
         writer.write(min(cfg.replay.capacity // cfg.env.num_envs, 2_000))
-        steps_per_unit = cfg.agent.train_freq
-    else:  # a rollout learner: one unit is a rollout
-        steps_per_unit = memory.capacity
     prepare_learner(cfg, spec, learner, memory, 10**6)
     k = learner.per_launch
     wait = torch.cuda.synchronize if device.type == "cuda" else _nothing
@@ -103,7 +100,7 @@ def learner_limit(
         """(seconds, host CPU seconds, updates) of ``units`` units of learning."""
         before = learner.updates
         launches = range(0, units, k)
-        if replay:
+        if kept:
             seconds, host = time_launches(lambda: learner.learn(memory, 0, k), len(launches), wait)
         else:  # each rollout is written untimed, then learned with its device work timed
             seconds = host = 0.0
@@ -119,7 +116,7 @@ def learner_limit(
     elapsed, host_s, updates = timed(units)
     return {
         "updates_per_s": updates / elapsed,
-        "steps_per_s": units * steps_per_unit / elapsed,
+        "steps_per_s": units * learner.steps_per_unit / elapsed,
         "updates_per_launch": learner.per_launch,
         "host_us_per_update": 1e6 * host_s / max(1, updates),
         "describe": learner.describe(),

@@ -15,6 +15,11 @@ class Memory(Protocol):
     :class:`~edgerl.memories.rollout.RolloutBuffer` are the two; which one a learner learns from
     is its line in :mod:`edgerl.config.learners`."""
 
+    # True: learning samples what it holds and the steps stay (a replay: filled before learning
+    # starts, saved beside a checkpoint where asked); False: each unit of learning takes the
+    # whole memory, which the actor then writes anew (a rollout).
+    keeps_steps: bool
+
     @property
     def capacity(self) -> int:
         """Transitions it holds."""

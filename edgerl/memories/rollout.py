@@ -62,6 +62,8 @@ _ROLLOUT_TENSORS = ("obs", "actions", "rewards", "terminated", "truncated", "val
 class RolloutBuffer:
     """The last ``steps`` vector steps of ``num_envs`` environments, on ``device``."""
 
+    keeps_steps = False  # each rollout is learned once, then written anew
+
     def __init__(self, spec: EnvSpec, num_envs: int, steps: int, device: torch.device) -> None:
         self.spec = spec
         self.num_envs = num_envs

@@ -35,7 +35,6 @@ from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointS
 from edgerl.files.sidefiles import SideFiles
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
-from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.store import ReplayStore
 from edgerl.run import balance
 from edgerl.run.autotune import Choice
@@ -166,7 +165,7 @@ class Trainer:
         # A replay fills its memory in the background from here.
         self.memory = build_memory(cfg, spec, self.device, settled.available, fleet_envs(cfg))
         self.learner = build_learner(cfg, spec, self.device)
-        if cfg.replay.persist and isinstance(self.memory, ReplayBuffer):
+        if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
                 self.saver.replay_store = store

@@ -99,6 +99,8 @@ class ReplayBuffer:
     ReplayMemoryError at construction if it would not fit in memory.
     """
 
+    keeps_steps = True  # sampled again and again; saved beside a checkpoint where asked
+
     def __init__(
         self,
         spec: EnvSpec,
