@@ -45,7 +45,7 @@ class Recorder:
         self.book = Episodes()
         self.book.start(num_envs, 0, None)
 
-    def _record(self, actions, result, envs):
+    def record_step(self, actions, result, envs):
         self.memory.add(
             actions,
             result.rewards,

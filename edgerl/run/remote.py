@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 
 
 class RemoteRun(Protocol):
-    """The parts of the trainer this loop drives (its own loop records and ticks the same way)."""
+    """The trainer's public acting seam, as this loop drives it: ``record_step`` stores a vector
+    step (transitions and episodes), ``tick`` runs the hooks, progress, metrics and checkpoints
+    after it, ``show_frame`` publishes a frame for the viewer. The trainer's own loop calls the
+    same three (:class:`edgerl.run.train.Trainer`)."""
 
     cfg: Config
     spec: EnvSpec
@@ -59,11 +62,11 @@ class RemoteRun(Protocol):
     @property
     def stop_requested(self) -> bool: ...
 
-    def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
+    def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
 
-    def _tick(self) -> None: ...
+    def tick(self) -> None: ...
 
-    def _show(
+    def show_frame(
         self, frames: np.ndarray, action: int, q: np.ndarray | None, step: int, epsilon: float
     ) -> None: ...
 
@@ -86,7 +89,7 @@ def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
         if learner.updates - sent >= fleet.weights_every:
             transport.publish(weights_of(run), learner.updates)
             sent = learner.updates
-        run._tick()
+        run.tick()
 
 
 def exploration(run: RemoteRun, apex: np.ndarray) -> np.ndarray:
@@ -131,7 +134,7 @@ def write_chunk(run: RemoteRun, chunk: Chunk, total: int) -> None:
             final,
             envs,
         )
-        run._record(chunk.actions[t], step, envs)
+        run.record_step(chunk.actions[t], step, envs)
 
 
 def show(run: RemoteRun, chunk: Chunk) -> None:
@@ -142,7 +145,7 @@ def show(run: RemoteRun, chunk: Chunk) -> None:
     epsilon = run.learner.epsilon(run.step)
     for t in range(len(chunk.actions)):
         if run.display.due():
-            run._show(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
+            run.show_frame(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
 
 
 def as_obs(run: RemoteRun, items: np.ndarray) -> np.ndarray:

@@ -374,17 +374,17 @@ class Trainer:
                 after = self.step + self._batches.steps_in(result)
                 actions = self._start_step(result.obs, ids, after, shown, show_now=False)
             if ids is None:  # every environment stepped, in order
-                self._record(taken, result, None)
+                self.record_step(taken, result, None)
             else:
                 self._record_batch(taken, result)
             if self._to_show is not None:
-                self._show(*self._to_show)
+                self.show_frame(*self._to_show)
             learning.after_step(self.step)
-            self._tick()
+            self.tick()
             if go_on and not overlap and not self.stop_requested:
                 actions = self._start_step(result.obs, ids, self.step, shown, show_now=True)
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
         checkpoints."""
         assert self._progress is not None and self.saver is not None
@@ -430,10 +430,10 @@ class Trainer:
         if show and row is not None:  # now, or once the step before is recorded
             self._to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
             if show_now:
-                self._show(*self._to_show)
+                self.show_frame(*self._to_show)
         return actions
 
-    def _record(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
+    def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
         self.memory.add(
@@ -456,14 +456,14 @@ class Trainer:
         if first is not None:
             self.memory.add_first(*first)
         if stepped is not None:
-            self._record(stepped_actions, stepped, stepped.env_ids)
+            self.record_step(stepped_actions, stepped, stepped.env_ids)
 
     def _result(self, stopped: bool) -> TrainResult:
         phases = self._pace.phases(self.step, time.monotonic())  # fill and learn: steps, seconds
         counts = (self.step, self.cfg.train.steps, self.episodes, self.return_mean(), self.wall_s())
         return TrainResult(*counts, *phases, checkpoint=self.last_checkpoint, stopped=stopped)
 
-    def _show(
+    def show_frame(
         self, frames: np.ndarray, action: int, q_values: np.ndarray | None, step: int, eps: float
     ) -> None:
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
