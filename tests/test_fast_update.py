@@ -168,6 +168,8 @@ def test_a_sampling_graph_makes_the_eager_updates_on_the_same_draws(deterministi
     assert graph.losses.take() == pytest.approx(eager.losses.take(), rel=1e-4)
     for a, b in zip(eager.q.parameters(), graph.q.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+    with pytest.raises(RuntimeError, match="samples another replay"):
+        graph.learn(object(), 0, 4)  # type: ignore[arg-type]  # never silently the captured one
 
 
 def compile_free_learner() -> DQN:

@@ -56,6 +56,11 @@ log = logging.getLogger(__name__)
 MAGIC = b"EDGERLCK"
 CONTAINER_VERSION = 1  # the header's version: the file's layout, not the payload's
 HEADER = struct.Struct("<8sII Q 32s")
+# The one entry of a learner's state that is part of the file's interface: the acting network's
+# weights (a state_dict of the network edgerl.learners.nets builds for the checkpoint's game and
+# learner). `edgerl play`, `export`, evaluations and policy snapshots read this entry alone;
+# everything else in Learner.state_dict() is the learner's own, read back only by it.
+POLICY_KEY = "q"
 
 
 @dataclass(frozen=True)
@@ -69,15 +74,15 @@ class CheckpointFile:
 class Checkpoint:
     """A training run's state, or a policy snapshot: the same record with only the weights.
 
-    A snapshot has ``learner == {"q": weights}`` and no ``rng``; it plays and exports, but does
-    not resume (:meth:`require_training_state`).
+    A snapshot has ``learner == {POLICY_KEY: weights}`` and no ``rng``; it plays and exports,
+    but does not resume (:meth:`require_training_state`).
     """
 
     kind: str  # the learner: "dqn", "pqn" (edgerl.learners.Learner.kind)
     step: int  # env steps trained
     env: dict[str, Any]  # EnvSpec.to_dict() of the game
     config: dict[str, Any]  # Config.to_dict() of the run
-    learner: dict[str, Any]  # Learner.state_dict(); "q" holds the policy network's weights
+    learner: dict[str, Any]  # Learner.state_dict(); POLICY_KEY holds the acting network's weights
     episodes: int = 0
     wall_s: float = 0.0  # training time across sessions
     recent_returns: list[float] = field(default_factory=list)  # the last 100 episodes'
@@ -136,7 +141,7 @@ class Checkpoint:
                     "it written by edgerl?"
                 )
             values[f.name] = value
-        if not isinstance(values["learner"].get("q"), dict):
+        if not isinstance(values["learner"].get(POLICY_KEY), dict):
             raise CheckpointError(
                 f"checkpoint {name} lacks the policy network's weights; was it written by edgerl?"
             )

@@ -24,6 +24,7 @@ from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig
 from edgerl.envs import EnvSpec
+from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import (
     indexed,
     make_grad_scaler,
@@ -118,6 +119,7 @@ class DQN:
         # the second forward saves.
         self.joint_forward = cfg.double and device.type == "cuda"
         self.per_launch = 1  # updates per call of the learner's CUDA graph (see prepare)
+        self.captured_from: Sampler | None = None  # the replay a sampling graph samples
         self.steps_per_unit = self.cfg.train_freq  # one update per train_freq env steps
         self.updates = 0
         # (step, updates) the replay ratio counts from: learning starts after learning_starts.
@@ -176,11 +178,17 @@ class DQN:
         was captured, and a target sync after each update (or launch) that crosses a multiple
         of :attr:`target_period`.
 
+        Where :meth:`prepare` captured a graph that samples, it samples the replay it was
+        captured with (:attr:`captured_from`), which must be ``replay``: another replay passed
+        here raises instead of being silently ignored.
+
         With that graph a remainder below :attr:`per_launch` (the last updates of a run) is one
         whole launch, up to ``per_launch - 1`` updates more than asked: made apart, it would
         capture a second graph on the learner's thread at the end of the run (three real
         warm-up updates, and a capture while the replay's save may be copying on the GPU)."""
         a = self.cfg
+        if self.fast.sampling and replay is not self.captured_from:
+            raise RuntimeError("DQN.learn: this learner's CUDA graph samples another replay")
         anneal_lr(self.optimizer, a, self.total_steps, step)
         period = self.target_period
         while n > 0:
@@ -216,6 +224,7 @@ class DQN:
             self.per_launch = per_launch
             b = self.cfg.batch_size
             self.fast.prepare_sampling(lambda: replay.sample_on_device(b), per_launch)
+            self.captured_from = replay
             return
         self.per_launch = 1
         self.fast.prepare(example, remaining_updates)
@@ -282,14 +291,14 @@ class DQN:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "q": self.q.state_dict(),
+            POLICY_KEY: self.q.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])
+        self.q.load_state_dict(state[POLICY_KEY])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(self._adapt_optimizer_state(state["optimizer"]))
         self.updates = int(state["updates"])

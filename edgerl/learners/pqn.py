@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
+from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import resolve_amp
 from edgerl.learners.nets import NatureCNN
 from edgerl.learners.shared import (
@@ -184,7 +185,7 @@ class PQN:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "q": self.q.state_dict(),
+            POLICY_KEY: self.q.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
             "rollouts": self.rollouts,
@@ -192,7 +193,7 @@ class PQN:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])
+        self.q.load_state_dict(state[POLICY_KEY])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
         self.rollouts = int(state["rollouts"])

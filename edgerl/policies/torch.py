@@ -13,7 +13,7 @@ from edgerl.config import from_dict
 from edgerl.config.learners import LEARNERS
 from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
-from edgerl.files.checkpoint import Checkpoint, load
+from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
 from edgerl.learners.nets import NatureCNN, build_q_network
 
@@ -48,7 +48,7 @@ class TorchPolicy:
         self.hidden = cfg.agent.hidden
         self.layer_norm = entry.layer_norm  # PQN's network normalises its layers
         self.step = checkpoint.step
-        q_state = checkpoint.learner.get("q")
+        q_state = checkpoint.learner.get(POLICY_KEY)
         if not isinstance(q_state, dict):
             raise CheckpointError(
                 f"checkpoint {source} holds no policy network; was it written by edgerl?"

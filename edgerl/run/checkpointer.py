@@ -30,6 +30,7 @@ import torch
 from edgerl.envs import EnvSpec
 from edgerl.errors import RunDirError
 from edgerl.files.checkpoint import (
+    POLICY_KEY,
     Checkpoint,
     CheckpointLostError,
     CheckpointStore,
@@ -163,7 +164,7 @@ class Checkpointer:
             step=run.step,
             env=run.spec.to_dict(),
             config=run.cfg.to_dict(),
-            learner={"q": q},
+            learner={POLICY_KEY: q},
         )
 
     def save(self, background: bool = False) -> Path | None:
