@@ -44,11 +44,14 @@ def forbid_capture(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def learner_with_sampling_graph(
-    per_launch: int, agent: AgentConfig | None = None, perf: PerfConfig | None = None
+    per_launch: int,
+    replay: Any,
+    agent: AgentConfig | None = None,
+    perf: PerfConfig | None = None,
 ) -> tuple[DQN, FakeGraph]:
     """A CPU DQN learner for CartPole-sized observations whose update is, as on a GPU, a graph
-    that samples and makes ``per_launch`` updates per launch (a :class:`FakeGraph`: each launch
-    counts, nothing is computed). Returns the learner and its graph."""
+    that samples ``replay`` and makes ``per_launch`` updates per launch (a :class:`FakeGraph`:
+    each launch counts, nothing is computed). Returns the learner and its graph."""
     perf = perf or PerfConfig(amp="off", cuda_graphs="off", compile="off")
     learner = DQN(MLP(4, 2, (8,)), agent or AgentConfig(), torch.device("cpu"), perf)
     graph = FakeGraph()
@@ -56,6 +59,7 @@ def learner_with_sampling_graph(
     learner.fast._sampling_graph = graph  # type: ignore[assignment]
     learner.fast._sampling_loss = torch.zeros(())
     learner.per_launch = per_launch
+    learner.captured_from = replay
     return learner, graph
 
 

@@ -364,7 +364,7 @@ def test_make_test_adds_the_test_extras_and_takes_torch_from_the_index_given(tmp
         f'{venv}/bin/pip install --index-url {CPU_INDEX} "torch==2.13.0"',
         f'{venv}/bin/pip install -e ".[test,plot]"',
     ]
-    assert f"{venv}/bin/pytest -q" in lines
+    assert f"{venv}/bin/pytest -q --durations=25" in lines
 
 
 def test_the_readme_says_how_large_make_run_is_and_how_to_get_the_cpu_build():

@@ -179,9 +179,10 @@ def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(cap
 
     from .cuda_standins import learner_with_sampling_graph
 
-    learner, graph = learner_with_sampling_graph(16, AgentConfig(learning_starts=100, train_freq=4))
     spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
     memory = ReplayBuffer(spec, 400, 1, "cpu")
+    agent = AgentConfig(learning_starts=100, train_freq=4)
+    learner, graph = learner_with_sampling_graph(16, memory, agent)
     actor = Actor(
         ActorWeights(learner.q, True), 2, 1, np.random.default_rng(0), (4,), "float32", False
     )
@@ -221,9 +222,10 @@ def test_the_drain_at_the_end_of_a_run_captures_no_second_graph(monkeypatch, mod
     from .cuda_standins import forbid_capture, learner_with_sampling_graph
 
     captures = forbid_capture(monkeypatch)
-    learner, graph = learner_with_sampling_graph(4, AgentConfig(learning_starts=100, train_freq=4))
     spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
     memory = ReplayBuffer(spec, 400, 1, "cpu")
+    agent = AgentConfig(learning_starts=100, train_freq=4)
+    learner, graph = learner_with_sampling_graph(4, memory, agent)
     rng = np.random.default_rng(0)
     memory.add_first(rng.normal(size=(1, 4)).astype(np.float32))
     no = np.zeros(1, dtype=bool)
