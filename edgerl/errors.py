@@ -49,11 +49,16 @@ class HardwareError(EdgerlError):
 class MissingDependencyError(EdgerlError):
     """An optional package (an extra) is needed for this command."""
 
-    def __init__(self, package: str, extra: str, purpose: str) -> None:
+    def __init__(self, package: str, extra: str, purpose: str, instead: str = "") -> None:
+        install = (
+            f"pip install 'edgerl[{extra}]' (in a clone of edgerl: pip install -e '.[{extra}]')"
+        )
+        if instead:  # a way that needs no package comes first
+            said = f"{instead}, or install it with: {install}"
+        else:
+            said = f"install it with: {install}"
         super().__init__(
-            f"{purpose} needs the Python package '{package}', which is not installed; "
-            f"install it with: pip install 'edgerl[{extra}]' (in a clone of edgerl: "
-            f"pip install -e '.[{extra}]')"
+            f"{purpose} needs the Python package '{package}', which is not installed; {said}"
         )
         self.package = package
         self.extra = extra

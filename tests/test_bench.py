@@ -73,6 +73,9 @@ def test_bench_json(cli):
         ("sync", 4),
         ("async", 4),
     ]
+    # it said at the start what it would measure, and that set-up is not in --seconds
+    assert "bench: 4 measurements of 1 s (the whole loop and the actor alone)" in r.err
+    assert "untimed" in r.err and doc["elapsed_s"] > 0
     for loop in doc["loops"]:
         assert loop["steps_per_s"] > 0 and 0 < loop["learner_busy"] <= 1
         assert 0 < loop["share_of_limit"] <= 1.0  # a loop cannot beat the learner bound

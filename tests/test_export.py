@@ -64,6 +64,32 @@ def test_onnx_export_is_checked_against_pytorch(cli, pong_run):
     assert [o.name for o in model.graph.output] == ["q_values", "action"]
 
 
+@pytest.mark.parametrize("when", ["after the onnx file", "before it"])
+def test_ctrl_c_during_an_export_says_which_files_are_there(
+    cli, pong_run, tmp_path, monkeypatch, when
+):
+    import edgerl.export.run as export_run
+
+    def interrupt(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    if when == "before it":  # while ONNX Runtime checks the file
+        monkeypatch.setattr(export_run, "check_agreement", interrupt)
+    else:  # while the checkpoint's own latency is timed, the ONNX file named
+        real = export_run.latency_us
+        calls = iter([real, interrupt])
+        monkeypatch.setattr(export_run, "latency_us", lambda *a: next(calls)(*a))
+    out = tmp_path / "out"
+    r = cli("export", "--run-dir", pong_run, "--onnx", "-o", out)
+    assert r.code == 130 and "Traceback" not in r.err
+    onnx = out / "policy-Pong-v5-step400.onnx"
+    if when == "before it":
+        assert "interrupted: nothing was written" in r.err and not any(out.glob("*"))
+    else:
+        assert f"interrupted: {onnx} was written and checked before it" in r.err
+        assert onnx.is_file() and (out / f"{onnx.name}.json").is_file()
+
+
 def test_sidecar_contents(pong_run):
     from edgerl.files.checkpoint import file_sha256
     from edgerl.policies import newest_checkpoint

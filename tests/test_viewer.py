@@ -34,12 +34,16 @@ from .helpers import ACTIONS, frame_for, meta_for
 
 def test_console_text_frame():
     frame = np.tile(np.linspace(0, 255, 84).astype(np.uint8), (84, 1))
-    text = text_frame(frame, meta_for(1234), ACTIONS, columns=42)
+    text = text_frame(frame, meta_for(1234), ACTIONS, columns=42, width=200)
     lines = text.splitlines()
     assert len(lines) == 21 + 1  # two pixel rows per text line, then the status line
     assert all(line.count("\u2580") == 42 for line in lines[:-1])
     assert "\x1b[38;5;232m" in lines[0] and "\x1b[48;5;255m" in lines[0]  # black ... white
     assert "step 1,234" in lines[-1] and "action RIGHTFIRE" in lines[-1]
+    # a narrow terminal: the status in lines that fit, cut between its parts, no word split
+    narrow = text_frame(frame, meta_for(1234), ACTIONS, columns=42, width=30).splitlines()[21:]
+    assert len(narrow) > 1 and all(len(line) <= 30 for line in narrow)
+    assert "action RIGHTFIRE" in narrow[-1] and " | ".join(narrow).count("RIGHTFIRE") == 1
 
 
 def test_snapshot_of_a_live_trainer_has_the_game_and_the_overlay(live_trainer, cli, tmp_path):
@@ -140,6 +144,10 @@ def test_without_pygame_the_viewer_says_how_to_install_it(cli, tmp_path, monkeyp
     (tmp_path / "idle").mkdir()
     r = cli("view", "--run-dir", tmp_path / "idle", "--snapshot", tmp_path / "x.png")
     assert r.code == 2 and "pip install 'edgerl[viewer]'" in r.err
+    r = cli("view", "--run-dir", tmp_path / "idle")  # a window: the terminal needs no pygame
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    console, install = r.err.index("edgerl view --console"), r.err.index("pip install")
+    assert console < install  # the way without installing anything comes first
 
 
 # -- faults in the frame stream (real files in /dev/shm, real bytes, real processes) -----------
@@ -382,6 +390,10 @@ def test_the_console_view_of_a_finished_run_ends_after_its_timeout(cli, tmp_path
     assert r.returncode == 2, r.stderr
     assert f"no trainer is running in {run}: the run finished at" in r.stderr
     assert "step 64 of 64" in r.stderr and "Traceback" not in r.stderr
+    # a snapshot says at once that nothing runs there, then waits its --timeout for a trainer
+    r = cli("view", "--run-dir", run, "--snapshot", tmp_path / "x.png", "--timeout", "3")
+    assert r.code == 2 and "waiting up to 3 s for a trainer to start there" in r.err, r.err
+    assert r.err.count(f"no trainer is running in {run}: the run finished at") == 2  # said, ended
 
 
 @pytest.mark.parametrize("mode", [["--console"], ["--snapshot", "x.png"], []])

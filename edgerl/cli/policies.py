@@ -145,6 +145,18 @@ def play(
         click.echo(result.recording.describe())
 
 
+def export_interrupted(written: list[Path]) -> str:
+    """What a Ctrl-C during an export leaves: the files that were checked and named before it
+    (they are whole and usable), and that nothing half-made has a name."""
+    if not written:
+        return "interrupted: nothing was written (a file being made is removed, never named)"
+    names = ", ".join(str(p) for p in written)
+    return (
+        f"interrupted: {names} {'was' if len(written) == 1 else 'were'} written and checked "
+        "before it and can be used; the rest was not written"
+    )
+
+
 @cli.command()
 @click.option(
     "--run-dir",
@@ -218,18 +230,21 @@ def export(
         )
     source = _export_source(run_dir, checkpoint, last)
     threads, load = latency_threads()
-    rows = run_export(
-        ExportRequest(
-            checkpoint=source,
-            out=out,
-            trt=to_trt,
-            fp16=fp16,
-            int8=int8,
-            batch=batch,
-            workspace_mb=workspace_mb,
-            threads=threads,
-        )
+    request = ExportRequest(
+        checkpoint=source,
+        out=out,
+        trt=to_trt,
+        fp16=fp16,
+        int8=int8,
+        batch=batch,
+        workspace_mb=workspace_mb,
+        threads=threads,
     )
+    try:
+        rows = run_export(request)
+    except KeyboardInterrupt:
+        click.echo(export_interrupted(request.written), err=True)
+        raise click.exceptions.Exit(130) from None
     if as_json:
         measured = {"threads": threads, "load": load}
         click.echo(json.dumps([{**r.to_dict(), **measured} for r in rows], indent=1))

@@ -9,8 +9,10 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,13 +30,14 @@ BAR = (70, 130, 200)
 CHOSEN = (240, 170, 40)
 
 
-def import_pygame(purpose: str) -> Any:
-    """pygame with its greeting silenced; MissingDependencyError if the extra is not installed."""
+def import_pygame(purpose: str, instead: str = "") -> Any:
+    """pygame with its greeting silenced; MissingDependencyError if the extra is not installed
+    (``instead``: a way to the same end without it, said first)."""
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     try:
         import pygame
     except ImportError:
-        raise MissingDependencyError("pygame", "viewer", purpose) from None
+        raise MissingDependencyError("pygame", "viewer", purpose, instead) from None
     return pygame
 
 
@@ -207,9 +210,12 @@ def text_frame(
     status: str | None = None,
     rows: int | None = None,
     q_bars: bool = False,
+    width: int | None = None,
 ) -> str:
     """The frame as text (each character shows two pixels with a half block) plus a status line;
-    ``columns`` and ``rows`` bound the whole text, ``q_bars`` adds a bar per action."""
+    ``columns`` and ``rows`` bound the whole text, ``q_bars`` adds a bar per action. The status
+    is cut into lines of at most ``width`` characters (the terminal's, by default) between its
+    ``|``-separated parts, never inside a word."""
     lines: list[str] = []
     bars = q_bar_lines(meta, action_meanings, columns) if q_bars else []
     if frame is not None and frame.ndim == 2:
@@ -235,9 +241,23 @@ def text_frame(
     )
     if status is None:
         status = " | ".join([*overlay_lines(meta), f"action {action}"]).replace("   ", " ")
-    lines.append(status)
+    lines += fit_status(status, width or shutil.get_terminal_size((100, 40)).columns)
     lines += bars
     return "\n".join(lines)
+
+
+def fit_status(status: str, width: int) -> list[str]:
+    """``status`` ("a | b | c") as lines of at most ``width`` characters, cut between its parts
+    (a part longer than a line is cut between its words): a terminal's own wrap would cut
+    inside a word ("RIG" / "HT")."""
+    width = max(20, width)
+    lines: list[str] = []
+    for part in status.split(" | "):
+        pieces = textwrap.wrap(part, width, break_long_words=False) or [""]
+        if lines and len(lines[-1]) + 3 + len(pieces[0]) <= width:
+            lines[-1] += " | " + pieces.pop(0)
+        lines += pieces
+    return lines
 
 
 def q_bar_lines(meta: FrameMeta, action_meanings: list[str], columns: int) -> list[str]:
@@ -282,7 +302,10 @@ class PlayRenderer(Observer):
         self.screen: Any = None
         self.renderer: SurfaceRenderer | None = None
         if kind == "screen":
-            self.pg = import_pygame("edgerl play --render screen")
+            self.pg = import_pygame(
+                "edgerl play --render screen",
+                instead="draw in this terminal without it: edgerl play --render console",
+            )
             open_display(self.pg, console_flag="--render console")
             self.renderer = SurfaceRenderer(self.pg, action_meanings, frame_hw or (84, 84), scale)
             flags = self.pg.FULLSCREEN if fullscreen else 0

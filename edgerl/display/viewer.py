@@ -63,11 +63,23 @@ def _give_up(opts: ViewOptions, attach: Attachment) -> EdgerlError | None:
     return EdgerlError(f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {why}")
 
 
-def _no_frames(opts: ViewOptions, attach: Attachment) -> EdgerlError:
-    if attach.problem:
-        return EdgerlError(
-            f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {attach.problem}"
+def _say_waiting(opts: ViewOptions, attach: Attachment) -> bool:
+    """Say once, a second in, why no frame has come and how long the wait is (a trainer may be
+    starting there: the wait goes on); True once said."""
+    why = attach.idle()
+    if why is not None:
+        log.warning("%s; waiting up to %g s for a trainer to start there", why, opts.timeout_s)
+    else:
+        log.info(
+            "waiting up to %g s for the trainer in %s to show a frame", opts.timeout_s, opts.run_dir
         )
+    return True
+
+
+def _no_frames(opts: ViewOptions, attach: Attachment) -> EdgerlError:
+    why = attach.problem or attach.idle()
+    if why:
+        return EdgerlError(f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {why}")
     return EdgerlError(
         f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: is a trainer running there "
         "with display.enabled = true? (edgerl status shows it)"
@@ -136,6 +148,7 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
                         columns=size.columns,
                         rows=size.lines - 1,
                         q_bars=True,
+                        width=size.columns,
                     )
                     out.write(clear + text + "\nq quits\n")
                     out.flush()
@@ -173,12 +186,14 @@ def run_snapshot(opts: ViewOptions) -> int:
     assert opts.snapshot is not None
     pg = import_pygame("edgerl view")
     attach = Attachment(opts.run_dir)
-    deadline = time.monotonic() + opts.timeout_s
+    started = time.monotonic()
+    deadline, said = started + opts.timeout_s, False
     try:
         while time.monotonic() < deadline:
             frame = attach.latest()
             reader = attach.reader
-            if frame is not None and reader is not None:
+            if not said and frame is None and time.monotonic() - started >= PROBLEM_GRACE_S:
+                said = _say_waiting(opts, attach)
                 renderer = SurfaceRenderer(
                     pg, reader.action_meanings, (reader.height, reader.width), opts.scale
                 )
@@ -198,7 +213,9 @@ def run_snapshot(opts: ViewOptions) -> int:
 
 def run_window(opts: ViewOptions) -> int:
     """The interactive window (or fullscreen on the board's screen)."""
-    pg = import_pygame("edgerl view")
+    pg = import_pygame(
+        "edgerl view's window", instead="draw in this terminal without it: edgerl view --console"
+    )
     open_display(pg)
     attach = Attachment(opts.run_dir)
     scale, fullscreen, overlay = opts.scale, opts.fullscreen, True

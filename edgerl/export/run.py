@@ -104,6 +104,8 @@ class ExportRequest:
     workspace_mb: int = 1024
     observations: int = 96
     threads: int = 0  # CPU threads of ONNX Runtime's session (0: its own choice)
+    # Filled in as it goes: the files that have their names, checked (what a Ctrl-C leaves).
+    written: list[Path] = field(default_factory=list)
 
 
 def _out_dir(req: ExportRequest) -> Path:
@@ -190,6 +192,7 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
         ort_latency = latency_us(ort_policy.act, obs)
         base.agreement, base.latency_us = agreement.to_dict(), ort_latency
         publish(files, onnx_path, base)
+    req.written.append(onnx_path)
     rows.append(
         ExportRow(
             onnx_path, f"onnxruntime ({ort_policy.providers[0]})", "fp32", agreement, ort_latency
@@ -273,6 +276,7 @@ def _export_trt(
     latency = latency_us(engine_policy.act, obs)
     sidecar.agreement, sidecar.latency_us = agreement.to_dict(), latency
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
+    req.written.append(result.engine)
     if not agreement.ok:
         raise ExportError(
             f"the TensorRT engine {result.engine.name} disagrees with PyTorch: "

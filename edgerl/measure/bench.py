@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ from edgerl.memories.budget import bytes_per_transition
 from edgerl.run.autotune import calibrate
 from edgerl.run.balance import who_waits
 from edgerl.run.pipeline import resolve_pipeline
+from edgerl.words import duration
 
 log = logging.getLogger(__name__)
 
@@ -253,21 +255,27 @@ def _actor(cfg: Config, opts: BenchOptions, limit: float, gpu: bool) -> list[dic
     return out
 
 
+def _loop_plan(cfg: Config, opts: BenchOptions) -> list[tuple[str, int]]:
+    """The whole loops to measure, (pipeline, environments): sync at each of ``--loop-envs``,
+    async beside it where there are several; PQN's rollout at its own count, both pipelines."""
+    if learner_info(cfg.agent.algo).own_num_envs:
+        return [("sync", cfg.env.num_envs), ("async", cfg.env.num_envs)]
+    sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
+    return [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
+
+
 def _loops(
     cfg: Config, opts: BenchOptions, limit: float, warnings: list[str]
 ) -> list[dict[str, Any]]:
     """The whole loop in each pipeline, with its share of the limit."""
     out = []
-    sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
-    plan = [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
+    plan = _loop_plan(cfg, opts)
     cuda = resolve_device(cfg.perf.device).type == "cuda"
-    if learner_info(cfg.agent.algo).own_num_envs:  # PQN's rollout: its count, both pipelines
-        plan = [("sync", cfg.env.num_envs), ("async", cfg.env.num_envs)]
-        if opts.loop_envs != BenchOptions.loop_envs:
-            warnings.append(
-                f"--loop-envs is not used with {cfg.agent.algo}: its loop runs at its own "
-                f"env.num_envs ({cfg.env.num_envs})"
-            )
+    if learner_info(cfg.agent.algo).own_num_envs and opts.loop_envs != BenchOptions.loop_envs:
+        warnings.append(
+            f"--loop-envs is not used with {cfg.agent.algo}: its loop runs at its own "
+            f"env.num_envs ({cfg.env.num_envs})"
+        )
     for mode, n in plan:
         log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
         loop = whole_loop(cfg, mode, n, opts.seconds)
@@ -349,6 +357,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if learner_info(cfg.agent.algo).own_num_envs and cfg.env.num_envs not in opts.env_sizes:
         # the emulator's own speed at a rollout's many environments (PQN's loop row uses it)
         opts = dataclasses.replace(opts, env_sizes=(*opts.env_sizes, cfg.env.num_envs))
+    clock = time.monotonic()
+    log.info("bench: %s", plan_sentence(cfg, opts, spec.has_frames))
     result.update(_stages(cfg, opts, device, stage_s))
     lim = _limit(cfg, opts, device)
     limit = lim.pop("steps_per_s_raw")
@@ -380,7 +390,23 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     result["others_busy_cpus"] = others = others_busy(started, CpuSample.now())
     warnings += machine_warnings(result["cpus"], others, result["torch_threads"])
     result["warnings"] = warnings
+    result["elapsed_s"] = round(time.monotonic() - clock, 1)
     return result
+
+
+def plan_sentence(cfg: Config, opts: BenchOptions, frames: bool) -> str:
+    """What the bench is about to do, and that its set-up is not in ``--seconds``: the whole
+    loops and the actor-alone rows run ``--seconds`` each, every other stage a tenth of it, and
+    each one first builds its environments (and fills a replay, warms up) untimed."""
+    loops = len(_loop_plan(cfg, opts))
+    actors = len(opts.actor_envs) if frames else 0
+    timed = (loops + actors) * opts.seconds
+    return (
+        f"{loops + actors} measurements of {opts.seconds:g} s (the whole loop and the actor "
+        f"alone) and shorter stages, at least {duration(timed)} of measuring; each stage first "
+        "builds its environments and warms up, untimed, which on a small CPU can take as long "
+        "again or more (the report ends with the time it took)"
+    )
 
 
 def machine_warnings(cpus: int, others: float | None, threads: int) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgerl.measure.replay import render_replay_save
+from edgerl.words import duration
 
 ACTOR_GOAL = 0.9  # the actor loop should reach this share of the raw vector env
 
@@ -125,5 +126,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
     lines.append(result["pipeline_verdict"])
     lines.extend(render_replay_save(result["replay_save"]))
+    if "elapsed_s" in result:
+        lines.append(f"took:          {duration(result['elapsed_s'])} in all, set-up included")
     lines += [f"warning: {w}" for w in result.get("warnings", [])]
     return "\n".join(lines)
