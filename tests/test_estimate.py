@@ -89,3 +89,5 @@ def test_an_atari_run_on_a_cpu_says_its_measured_pace_once_and_that_it_is_long(
     assert len(said) == 1 and said[0] == hook.said
     assert "steps left take about" in said[0] and "days" in said[0]  # a billion steps
     assert "edgerl train --quick" in said[0]
+    # a second into learning no Pong game has ended: said, so that the run does not look dead
+    assert "no episode has ended yet: each of the 4 environments plays its first game" in said[0]

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # A stream problem that lasts this long ends --snapshot and --frames at once: a damaged header
 # stays damaged (a stream being made looks so only for a moment).
 PROBLEM_GRACE_S = 1.0
+PAUSE_NOTE_S = 2.0  # a live trainer's picture still for this long is said to be paused
 
 
 @dataclass
@@ -48,6 +49,15 @@ class ViewOptions:
     fps: float = 30.0
     frames: int = 0  # stop after this many frames drawn (0: until quit)
     timeout_s: float = 30.0  # --snapshot / --frames: how long to wait for frames
+
+
+def pause_note(seconds: float) -> str:
+    """What a still picture means while the trainer runs (PQN's update on a CPU takes seconds
+    with no step, and a frozen game looked like a hung trainer)."""
+    return (
+        f"no new frame for {seconds:.0f} s: the trainer is busy (an update, an evaluation or a "
+        "checkpoint) and alive; the game goes on after it"
+    )
 
 
 def _waiting_banner(run_dir: Path) -> str:
@@ -133,7 +143,7 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
     deadline = time.monotonic() + opts.timeout_s
     tty_out = out.isatty()
     clear = "\x1b[H\x1b[2J" if tty_out else ""
-    shown_wait = ""
+    shown_wait, text, last_at, noted = "", "", 0.0, 0.0
     try:
         with Keys() as keys:
             while True:
@@ -153,9 +163,21 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
                     out.write(clear + text + "\nq quits\n")
                     out.flush()
                     drawn, shown_wait = drawn + 1, ""
-                    deadline = time.monotonic() + opts.timeout_s
+                    last_at = time.monotonic()
+                    deadline = last_at + opts.timeout_s
                     if opts.frames and drawn >= opts.frames:
                         return 0
+                elif (
+                    reader is not None
+                    and text
+                    and tty_out
+                    and time.monotonic() - last_at >= PAUSE_NOTE_S
+                ):
+                    now = time.monotonic()
+                    if now - noted >= 1.0:  # the last picture, and why it stands still
+                        out.write(clear + text + "\n" + pause_note(now - last_at) + "\nq quits\n")
+                        out.flush()
+                        noted = now
                 elif reader is None:
                     wait = _waiting_banner(opts.run_dir)
                     if attach.problem:
@@ -222,6 +244,7 @@ def run_window(opts: ViewOptions) -> int:
     renderer: SurfaceRenderer | None = None
     screen = None
     last: Frame | None = None
+    last_at = noted = 0.0  # when the last frame came; when the pause note was last drawn
     drawn = 0
     clock = pg.time.Clock()
     pg.display.set_caption(f"edgerl view - {opts.run_dir}")
@@ -265,14 +288,19 @@ def run_window(opts: ViewOptions) -> int:
                 if not fullscreen:
                     screen = open_screen(renderer.size)
                 dirty = True
+            now = time.monotonic()
             if frame is not None:
-                last, dirty = frame, True
+                last, dirty, last_at = frame, True, now
                 drawn += 1
-                deadline = time.monotonic() + opts.timeout_s
+                deadline = now + opts.timeout_s
+            paused = reader is not None and last is not None and now - last_at >= PAUSE_NOTE_S
+            if paused and now - noted >= 1.0:  # the note's seconds count up
+                dirty, noted = True, now
             if dirty and renderer is not None and screen is not None:
-                banner = (
-                    "" if reader is not None else attach.problem or _waiting_banner(opts.run_dir)
-                )
+                if reader is None:
+                    banner = attach.problem or _waiting_banner(opts.run_dir)
+                else:
+                    banner = pause_note(now - last_at) if paused else ""
                 if last is not None:
                     renderer.draw(screen, last.pixels, last.meta, overlay, banner)
                 pg.display.flip()

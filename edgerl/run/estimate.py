@@ -116,6 +116,13 @@ class PaceEstimate(Hook):
         pace = (run.step - first) / (now - started)
         left = max(0, run.cfg.train.steps - run.step)
         self.said = pace_sentence(pace, left, now - started, cpu_load().describe())
+        if stats.episodes == 0:  # many environments, each in its first game: it looks dead
+            envs = run.cfg.env.num_envs
+            self.said += (
+                f"; no episode has ended yet: each of the {envs} environments plays its first "
+                f"game to the end before a return is counted ({run.step // envs:,} steps each "
+                "so far)"
+            )
         if self.frames and not self.gpu and pace > 0 and left / pace > LONG_RUN_S:
             self.said += (
                 "; for a first run that learns in minutes: edgerl train --quick (CartPole-v1 "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,41 +73,43 @@ CSV_COLUMNS = [
 
 
 RATE_WINDOW_S = 1.0  # steps/s is measured over at least this long
+SMOOTH_S = 30.0  # and over at most about this long: the pace, not a rollout or an update
 
 
 class Pace:
-    """Steps/s as training is judged by: over the window since the latest metrics row (a
-    shorter one holds a burst, PQN's rollouts or one vector step, so the rate before it is kept),
-    never across the start of learning; and this session's steps and seconds split into the
-    replay's filling and learning. The filling pace is no guide to the learning one: Breakout's
-    quick run filled its replay at hundreds of steps/s and learned at 28-30."""
+    """Steps/s as training is judged by: over the last :data:`SMOOTH_S` seconds (PQN on a CPU
+    alternates a rollout at 700 steps/s with an update of several seconds at none: a shorter
+    window swung between the two), never across the start of learning; and this session's
+    steps and seconds split into the replay's filling and learning. The filling pace is no guide
+    to the learning one: Breakout's quick run filled its replay at hundreds of steps/s and
+    learned at 28-30."""
 
     def __init__(self, step: int, now: float, learning_starts: int) -> None:
         self.start = (now, step)  # this session's
-        self.window = (now, step)  # the current window's
+        self.recent: deque[tuple[float, int]] = deque([(now, step)])  # (time, step) samples
         self.learning_from: tuple[float, int] | None = None  # when learning began, this session
         self.sps = 0.0
         self.follow(step, learning_starts, now)
 
     def follow(self, step: int, learning_starts: int, now: float) -> None:
         """After each step: once ``step`` reaches ``learning_starts``, learning runs from here
-        and the current window restarts."""
+        and the rate forgets the filling."""
         if self.learning_from is None and step >= learning_starts:
-            self.learning_from = self.window = (now, step)
+            self.learning_from = (now, step)
+            self.recent = deque([(now, step)])
             self.sps = 0.0  # the filling pace is no guide: the next rate is the learning one
 
     def rate(self, step: int, now: float) -> float:
-        """The steps/s to show now."""
-        t0, s0 = self.window
+        """The steps/s to show now: over the last SMOOTH_S seconds of samples (each call is
+        one), once they span RATE_WINDOW_S (until then the rate before stays)."""
+        recent = self.recent
+        recent.append((now, step))
+        while len(recent) > 2 and recent[1][0] <= now - SMOOTH_S:
+            recent.popleft()
+        t0, s0 = recent[0]
         if now - t0 >= RATE_WINDOW_S or (self.sps == 0.0 and now > t0):
             self.sps = (step - s0) / (now - t0)
         return self.sps
-
-    def new_window(self, step: int, now: float) -> None:
-        """A metrics row was written: the next window starts here, unless this one is still too
-        short to give a rate (rows more often than RATE_WINDOW_S)."""
-        if now - self.window[0] >= RATE_WINDOW_S:
-            self.window = (now, step)
 
     def phases(self, step: int, now: float) -> tuple[int, float, int, float]:
         """(filling steps, filling seconds, learning steps, learning seconds) this session."""

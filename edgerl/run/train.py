@@ -407,7 +407,6 @@ class Trainer:
             self._refresh_stats(now)
             self._write_row()
             clock["row"], self._row_step = now, self.step
-            self._pace.new_window(self.step, now)
         self.saver.after_step(now)
 
     def _start_step(
