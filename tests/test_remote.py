@@ -19,7 +19,7 @@ from edgerl.memories.replay import ReplayBuffer
 from edgerl.run.episodes import Episodes
 from edgerl.run.remote import write_chunk
 from edgerl.run.train import Trainer
-from edgerl.run.transport import apex_epsilons
+from edgerl.run.transport import Chunk, apex_epsilons, chunk_problem
 
 from .inproc_fleet import InProcessFleet
 
@@ -165,6 +165,46 @@ def test_one_exploration_schedule_for_learners_and_remote_actors():
     assert np.array_equal(epsilons_at(agent, 500, 500, 3, apex), apex)  # then Ape-X's, fixed
     assert epsilons_at(agent, 500, 500, 3).tolist() == [pytest.approx(0.55)] * 3
     assert epsilon_at(agent, 5000, 500) == 0.1
+
+
+def damaged_batches(good: Chunk) -> dict[str, object]:
+    """The ways a batch from across the network went wrong in the security review, and more."""
+    nan_rewards = good.rewards.copy()
+    nan_rewards[1, 0] = np.nan
+    wild = good.actions.copy()
+    wild[0, 1] = 300  # wrapped around in the replay's uint8, then stopped the learner
+    return {
+        "NaN rewards": good._replace(rewards=nan_rewards),
+        "an action out of range": good._replace(actions=wild),
+        "another frame size": good._replace(items=good.items[:, :, :42]),
+        "500 times the asked size": good._replace(
+            items=np.repeat(good.items, 500, axis=0),
+            actions=np.repeat(good.actions, 500, axis=0),
+            rewards=np.repeat(good.rewards, 500, axis=0),
+            terminated=np.repeat(good.terminated, 500, axis=0),
+            truncated=np.repeat(good.truncated, 500, axis=0),
+        ),
+        "episode ends without last frames": good._replace(
+            terminated=np.ones_like(good.terminated), final_items=good.final_items[:0]
+        ),
+        "float frames": good._replace(items=good.items.astype(np.float32)),
+        "weights never sent": good._replace(version=10**9),
+        "not a batch": {"rewards": [1.0]},
+    }
+
+
+def test_a_damaged_batch_from_an_actor_is_named_and_never_written(tmp_path):
+    cfg = config(tmp_path, "ALE/Pong-v5", "env.num_envs=2", "env.repeat_action_probability=0")
+    spec = probe(cfg.env.id)
+    actor = RemoteActor(cfg.to_dict(), spec.to_dict(), seed=3)
+    try:
+        good = actor.collect(8, np.ones(2), None, -1)
+    finally:
+        actor.close()
+    assert chunk_problem(good, spec, 8, 2, version=0) is None  # a real batch passes
+    for what, bad in damaged_batches(good).items():
+        problem = chunk_problem(bad, spec, 8, 2, version=0)
+        assert problem is not None and len(problem.splitlines()) == 1, what
 
 
 def test_apex_rates_run_from_the_base_down():

@@ -35,7 +35,7 @@ from edgerl.envs import EnvSpec
 from edgerl.errors import FleetError
 from edgerl.fleet.actor import RemoteActor
 from edgerl.fleet.cluster import Cluster, first_line
-from edgerl.run.transport import Chunk
+from edgerl.run.transport import Chunk, chunk_problem
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,11 @@ class RayFleet:
                 chunk = ray.get(ref)
             except Exception as e:  # the actor, its process or its node is gone
                 self._lose(slot, e)
+                continue
+            steps = self.cfg.fleet.batch_steps
+            problem = chunk_problem(chunk, self.spec, steps, self.per_actor, self.version)
+            if problem is not None:  # nothing of it reaches the replay; the actor starts anew
+                self._lose(slot, DamagedBatchError(problem))
                 continue
             chunks.append(self._delivered(slot, chunk))
             self._ask(slot)
@@ -319,8 +324,15 @@ def describe_where(where: dict[str, Any]) -> str:
     return text + (f", pid {where['pid']}" if where.get("pid") else "")
 
 
+class DamagedBatchError(Exception):
+    """An actor delivered a batch that must not reach the replay (see
+    :func:`edgerl.run.transport.chunk_problem`)."""
+
+
 def loss_reason(error: BaseException) -> str:
     """Why an actor call failed, in a few words."""
+    if isinstance(error, DamagedBatchError):
+        return f"it sent a damaged batch: {error}; none of it was kept"
     text = str(error)
     if "node has died" in text or "node is dead" in text:
         return "its node died"

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from edgerl.envs import EnvSpec
+
 
 class Chunk(NamedTuple):
     """``T`` vector steps of one actor's ``E`` environments, in order."""
@@ -77,3 +79,66 @@ def apex_epsilons(n: int, base: float, alpha: float) -> np.ndarray:
     if n == 1:
         return np.array([base])
     return base ** (1.0 + alpha * np.arange(n) / (n - 1))
+
+
+def chunk_problem(
+    chunk: Any, spec: EnvSpec, steps_asked: int, num_envs: int, version: int
+) -> str | None:
+    """Why ``chunk``, as an actor delivered it, must not reach the replay, or None when it may.
+
+    An actor's batch crosses a network from a process the learner does not control: NaN rewards
+    went through clipping into the weights, an out-of-range action wrapped around in the replay's
+    uint8 and stopped the learner, a wrong shape stopped it, a batch 500 times the asked size was
+    taken. So each part is checked against the game (``spec``), the ``steps_asked`` (at most),
+    the actor's ``num_envs`` and the newest weights ``version`` sent."""
+    if not isinstance(chunk, Chunk):
+        return f"a {type(chunk).__name__}, not a batch of steps"
+    item = spec.item_shape
+    expected = {
+        "items": (None, num_envs, *item),
+        "actions": (None, num_envs),
+        "rewards": (None, num_envs),
+        "terminated": (None, num_envs),
+        "truncated": (None, num_envs),
+    }
+    for name, shape in expected.items():
+        value = getattr(chunk, name)
+        if not isinstance(value, np.ndarray) or value.ndim != len(shape):
+            return f"its {name} are not an array of {len(shape)} dimensions"
+        if value.shape[1:] != shape[1:]:
+            rest = ", ".join(map(str, shape[1:]))
+            return f"its {name} have shape {value.shape}, not (steps, {rest})"
+    steps = len(chunk.actions)
+    if not 0 < steps <= steps_asked:
+        return f"it holds {steps:,} steps where at most {steps_asked:,} were asked for"
+    if any(len(getattr(chunk, n)) != steps for n in expected):
+        return "its parts hold different numbers of steps"
+    kinds = {"items": spec.obs_dtype, "terminated": "bool", "truncated": "bool"}
+    for name, dtype in kinds.items():
+        if getattr(chunk, name).dtype != np.dtype(dtype):
+            return f"its {name} are {getattr(chunk, name).dtype}, not {dtype}"
+    if chunk.actions.dtype.kind not in "iu" or chunk.rewards.dtype.kind != "f":
+        return "its actions are not whole numbers or its rewards not numbers"
+    if steps and (chunk.actions.min() < 0 or chunk.actions.max() >= spec.num_actions):
+        return f"it holds actions outside 0-{spec.num_actions - 1}"
+    if not np.isfinite(chunk.rewards).all():
+        return "it holds rewards that are not finite (NaN or infinite)"
+    if spec.obs_dtype != "uint8" and not np.isfinite(chunk.items).all():
+        return "it holds observations that are not finite"
+    if chunk.first is not None and (
+        not isinstance(chunk.first, np.ndarray)
+        or chunk.first.shape != (num_envs, *item)
+        or chunk.first.dtype != np.dtype(spec.obs_dtype)
+    ):
+        return "its first observations do not fit the game"
+    ended = int(np.count_nonzero(chunk.terminated | chunk.truncated))
+    final = chunk.final_items
+    if (
+        not isinstance(final, np.ndarray)
+        or final.shape != (ended, *item)
+        or final.dtype != np.dtype(spec.obs_dtype)
+    ):
+        return f"its last observations do not match its {ended:,} ended episodes"
+    if not isinstance(chunk.version, int | np.integer) or not -1 <= chunk.version <= version:
+        return f"it names weights version {chunk.version!r}, never sent (newest {version})"
+    return None
