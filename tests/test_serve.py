@@ -467,6 +467,25 @@ def raw_status(url: str, data: bytes) -> int:
         return int(conn.recv(4096).split(b" ")[1])
 
 
+def test_silent_and_half_sent_connections_are_closed(served):
+    """Before any token is asked for, a connection holds a socket: one that sends nothing, or
+    a request's first lines and no more, is closed after IDLE_S (aiohttp kept both an hour)."""
+    from edgerl.serve.server import IDLE_S
+
+    host, port = served.url.split("//")[1].strip("/").rsplit(":", 1)
+    silent = socket.create_connection((host, int(port)), timeout=10 * IDLE_S)
+    half = socket.create_connection((host, int(port)), timeout=10 * IDLE_S)
+    try:
+        half.sendall(b"GET /api/runs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        opened = time.monotonic()
+        assert silent.recv(1) == b"" and half.recv(1) == b""  # closed by the server
+        assert time.monotonic() - opened >= IDLE_S * 0.5  # by its rule, not at once
+    finally:
+        silent.close()
+        half.close()
+    assert served.get("/api/runs")[0] == 200  # and the page answers as before
+
+
 def test_a_trusted_network_answers_to_this_machines_names_and_the_allowed_ones(served):
     """--trusted-network wants no token, so its Host check is what keeps a web page elsewhere
     from reading the runs through a name of its own (DNS rebinding)."""

@@ -23,6 +23,11 @@ from edgerl.serve.app import make_app
 
 log = logging.getLogger(__name__)
 
+# A connection that has not sent a whole request within this long, or sits idle this long after
+# one, is closed (aiohttp keeps one for an hour by default: a thousand silent or half-sent
+# connections stopped the page and /metrics for everyone before any token was asked for).
+IDLE_S = 15.0
+
 
 def listen_error(host: str, port: int, error: OSError) -> str:
     """The sentence for a socket that cannot listen at ``host:port``."""
@@ -55,7 +60,11 @@ def serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
 async def _serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
     # Open frame streams are closed by the app itself; two seconds is plenty for the rest.
     runner = web.AppRunner(
-        make_app(opts), access_log=None, handle_signals=False, shutdown_timeout=2.0
+        make_app(opts),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=2.0,
+        keepalive_timeout=IDLE_S,
     )
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
