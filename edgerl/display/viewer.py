@@ -87,9 +87,15 @@ def _say_waiting(opts: ViewOptions, attach: Attachment) -> bool:
 
 
 def _no_frames(opts: ViewOptions, attach: Attachment) -> EdgerlError:
-    why = attach.problem or attach.idle()
-    if why:
-        return EdgerlError(f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {why}")
+    if attach.problem:
+        return EdgerlError(
+            f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {attach.problem}"
+        )
+    if why := attach.idle():
+        return EdgerlError(
+            f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: {why} (frames come "
+            "from a trainer running there with display.enabled = true)"
+        )
     return EdgerlError(
         f"no frame from {opts.run_dir} within {opts.timeout_s:g} s: is a trainer running there "
         "with display.enabled = true? (edgerl status shows it)"
@@ -216,6 +222,7 @@ def run_snapshot(opts: ViewOptions) -> int:
             reader = attach.reader
             if not said and frame is None and time.monotonic() - started >= PROBLEM_GRACE_S:
                 said = _say_waiting(opts, attach)
+            if frame is not None and reader is not None:
                 renderer = SurfaceRenderer(
                     pg, reader.action_meanings, (reader.height, reader.width), opts.scale
                 )
