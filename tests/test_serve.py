@@ -554,12 +554,17 @@ def test_the_page_follows_a_trainer_restarted_under_it(served):
                         return json.loads(message.data)["note"]
 
             before = await next_message(aiohttp.WSMsgType.BINARY)
-            await asyncio.to_thread(served.trainer.stop)
+            # The trainer stops and starts on a thread while this socket keeps receiving: the
+            # server's heartbeat wants its pongs, which aiohttp sends only from receive() (a
+            # loaded machine takes minutes to start a trainer).
+            stopping = asyncio.ensure_future(asyncio.to_thread(served.trainer.stop))
             note = ""
             while "no trainer is running" not in note:  # said on the same socket
                 note = await next_message(aiohttp.WSMsgType.TEXT)
-            await asyncio.to_thread(served.trainer.start)
+            await stopping
+            starting = asyncio.ensure_future(asyncio.to_thread(served.trainer.start))
             after = await next_message(aiohttp.WSMsgType.BINARY)
+            await starting
             return before, note, after
 
     before, note, after = asyncio.run(watch())

@@ -220,8 +220,9 @@ def run_snapshot(opts: ViewOptions) -> int:
         while time.monotonic() < deadline:
             frame = attach.latest()
             reader = attach.reader
-            if not said and frame is None and time.monotonic() - started >= PROBLEM_GRACE_S:
-                said = _say_waiting(opts, attach)
+            waited = time.monotonic() - started
+            if not said and frame is None and attach.problem is None and waited >= PROBLEM_GRACE_S:
+                said = _say_waiting(opts, attach)  # a problem ends the wait instead, said once
             if frame is not None and reader is not None:
                 renderer = SurfaceRenderer(
                     pg, reader.action_meanings, (reader.height, reader.width), opts.scale
