@@ -313,3 +313,28 @@ def test_the_fleet_units_pass_systemd_analyze(tmp_path):
     assert "Service has access to the host's network" in r.stdout  # the drop-in was read
     exposure = re.search(r"Overall exposure level for edgerl.service: (\d+\.\d+)", r.stdout)
     assert exposure and float(exposure[1]) <= 4.0, r.stdout
+    # The Ray node listens and runs what the token's holder sends: only localhost and the
+    # fleet's subnet get through, as for the learner; its sockets sit where others cannot go.
+    ray_unit = (units / "edgerl-ray.service").read_text()
+    assert "IPAddressDeny=any" in ray_unit and "IPAddressAllow=192.168.1.0/24" in ray_unit
+    assert "install -d -m 0700 /var/lib/edgerl/fleet" in ray_unit
+    assert "--temp-dir=/var/lib/edgerl/fleet/ray" in ray_unit
+    r = analyze("security", "--offline=yes", "edgerl-ray.service")
+    assert "defines IP address allow list with non-localhost entries" in r.stdout, r.stdout
+
+
+def test_the_ray_nodes_pinned_ports_are_flags_ray_start_takes():
+    """ray.env.example pins every port a node opens (so a firewall can name them): each flag
+    of both roles is one this Ray's `ray start` knows (a misspelt one stops the node)."""
+    ray = shutil.which("ray", path=str(Path(edgerl_cmd()[0]).parent))
+    if ray is None:
+        pytest.skip("Ray is not installed (the fleet extra)")
+    known = subprocess.run([ray, "start", "--help"], capture_output=True, text=True, timeout=120)
+    example = (REPO / "systemd/ray.env.example").read_text()
+    roles = re.findall(r"^#? ?RAY_START_ARGS=(.*)$", example, re.MULTILINE)
+    assert len(roles) == 2  # the head and a board of actors
+    for args in roles:
+        flags = re.findall(r"(--[a-z-]+)=", args)
+        assert "--node-manager-port" in flags and "--min-worker-port" in flags
+        for flag in flags:
+            assert re.search(rf"^\s+{flag}\b", known.stdout, re.MULTILINE), flag
