@@ -486,6 +486,25 @@ def test_silent_and_half_sent_connections_are_closed(served):
     assert served.get("/api/runs")[0] == 200  # and the page answers as before
 
 
+def test_malformed_requests_are_one_line_in_the_log_not_a_traceback_each(served):
+    """aiohttp answered each with 400 and logged a traceback at ERROR: anyone could fill the
+    journal. Now: 400, and one INFO line a minute with the count."""
+    proc, url = start_server(served.root)
+    try:
+        for junk in (
+            b"\x16\x03\x01 a TLS hello on the HTTP port\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: localhost\r\nBad Header\r\n\r\n",
+            b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ):
+            assert raw_status(url, junk) == 400
+        assert request(url, "/api/runs")[0] == 200
+    finally:
+        assert stop_server(proc) == 0
+    log = max(served.root.glob("serve-*.log"), key=lambda p: p.stat().st_mtime).read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log
+    assert log.count("malformed in the last minute, answered 400") == 1, log
+
+
 def test_a_trusted_network_answers_to_this_machines_names_and_the_allowed_ones(served):
     """--trusted-network wants no token, so its Host check is what keeps a web page elsewhere
     from reading the runs through a name of its own (DNS rebinding)."""

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -27,6 +28,51 @@ log = logging.getLogger(__name__)
 # one, is closed (aiohttp keeps one for an hour by default: a thousand silent or half-sent
 # connections stopped the page and /metrics for everyone before any token was asked for).
 IDLE_S = 15.0
+BAD_REQUEST_NOTE_S = 60.0  # malformed requests are said at most once a minute, with a count
+
+
+class BadRequestLines(logging.Filter):
+    """aiohttp logs every malformed request (a TLS hello on the HTTP port, a header that is no
+    header, a line over 8 KiB) at ERROR with a traceback, after answering it 400: anyone could
+    fill the journal. Such a record becomes one INFO line without the traceback, at most once a
+    minute with the count since the last; other records pass as they are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unsaid = 0
+        self.said_at = -BAD_REQUEST_NOTE_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        self.unsaid += 1
+        now = time.monotonic()
+        if now - self.said_at < BAD_REQUEST_NOTE_S:
+            return False
+        first = (error.message or type(error).__name__).strip().splitlines()[0]
+        record.msg, record.args = (
+            "%s (%s malformed in the last minute, answered 400): %s",
+            (
+                record.getMessage(),
+                self.unsaid,
+                first[:200],
+            ),
+        )
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info = record.exc_text = None
+        self.said_at, self.unsaid = now, 0
+        return True
+
+
+def http_logger() -> logging.Logger:
+    """The logger aiohttp's request handler writes to, malformed requests quieted."""
+    logger = logging.getLogger("edgerl.serve.http")
+    if not any(isinstance(f, BadRequestLines) for f in logger.filters):
+        logger.addFilter(BadRequestLines())
+    return logger
 
 
 def listen_error(host: str, port: int, error: OSError) -> str:
@@ -65,6 +111,7 @@ async def _serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
         handle_signals=False,
         shutdown_timeout=2.0,
         keepalive_timeout=IDLE_S,
+        logger=http_logger(),
     )
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
