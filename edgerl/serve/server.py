@@ -52,15 +52,9 @@ class BadRequestLines(logging.Filter):
         now = time.monotonic()
         if now - self.said_at < BAD_REQUEST_NOTE_S:
             return False
-        first = (error.message or type(error).__name__).strip().splitlines()[0]
-        record.msg, record.args = (
-            "%s (%s malformed in the last minute, answered 400): %s",
-            (
-                record.getMessage(),
-                self.unsaid,
-                first[:200],
-            ),
-        )
+        first = (error.message or type(error).__name__).strip().splitlines()[0][:200]
+        said = f"{record.getMessage()} ({self.unsaid} malformed in the last minute, answered 400)"
+        record.msg, record.args = "%s: %s", (said, first)
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.exc_info = record.exc_text = None
         self.said_at, self.unsaid = now, 0
