@@ -82,6 +82,18 @@ def test_ctrl_c_after_the_onnx_file_was_checked_names_it(cli, pong_run, tmp_path
     assert onnx.is_file() and (out / f"{onnx.name}.json").is_file()
 
 
+def test_an_interrupted_export_names_what_is_there_checked_or_not(tmp_path):
+    """A TensorRT engine is built under its name before it is checked: a Ctrl-C then says so."""
+    from edgerl.cli.policies import export_interrupted
+
+    onnx, engine = tmp_path / "p.onnx", tmp_path / "p.engine"
+    assert export_interrupted([], []).startswith("interrupted: nothing was written")
+    both = export_interrupted([onnx], [engine])
+    assert f"{onnx} was written and checked" in both
+    assert f"{engine} was written but not checked" in both
+    assert "no file was checked" in export_interrupted([], [engine])
+
+
 def test_sidecar_contents(pong_run):
     from edgerl.files.checkpoint import file_sha256
     from edgerl.policies import newest_checkpoint

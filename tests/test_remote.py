@@ -188,12 +188,13 @@ def damaged_batches(good: Chunk) -> dict[str, object]:
             terminated=np.ones_like(good.terminated), final_items=good.final_items[:0]
         ),
         "float frames": good._replace(items=good.items.astype(np.float32)),
+        "first frames of another size": good._replace(first=np.zeros((2, 42, 84), np.uint8)),
         "weights never sent": good._replace(version=10**9),
         "not a batch": {"rewards": [1.0]},
     }
 
 
-def test_a_damaged_batch_from_an_actor_is_named_and_never_written(tmp_path):
+def test_a_damaged_batch_from_an_actor_is_refused_in_one_sentence(tmp_path):
     cfg = config(tmp_path, "ALE/Pong-v5", "env.num_envs=2", "env.repeat_action_probability=0")
     spec = probe(cfg.env.id)
     actor = RemoteActor(cfg.to_dict(), spec.to_dict(), seed=3)
@@ -205,6 +206,25 @@ def test_a_damaged_batch_from_an_actor_is_named_and_never_written(tmp_path):
     for what, bad in damaged_batches(good).items():
         problem = chunk_problem(bad, spec, 8, 2, version=0)
         assert problem is not None and len(problem.splitlines()) == 1, what
+
+
+def test_a_vector_games_non_finite_last_observation_is_refused(tmp_path):
+    """A NaN last observation of an ended CartPole episode became a NaN target (a truncated
+    episode bootstraps from it): refused like any damaged part."""
+    cfg = config(tmp_path, "CartPole-v1", "env.num_envs=2")
+    spec = probe(cfg.env.id)
+    actor = RemoteActor(cfg.to_dict(), spec.to_dict(), seed=3)
+    try:
+        good = actor.collect(40, np.ones(2), None, -1)  # random CartPole ends within 40 steps
+    finally:
+        actor.close()
+    assert len(good.final_items) > 0 and chunk_problem(good, spec, 40, 2, version=0) is None
+    poisoned = good.final_items.copy()
+    poisoned[0, 0] = np.nan
+    problem = chunk_problem(good._replace(final_items=poisoned), spec, 40, 2, version=0)
+    assert problem is not None and "not finite" in problem
+    first = np.full((2, 4), np.inf, dtype=np.float32)
+    assert "not finite" in chunk_problem(good._replace(first=first), spec, 40, 2, version=0)
 
 
 def test_apex_rates_run_from_the_base_down():

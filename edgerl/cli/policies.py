@@ -145,16 +145,20 @@ def play(
         click.echo(result.recording.describe())
 
 
-def export_interrupted(written: list[Path]) -> str:
-    """What a Ctrl-C during an export leaves: the files that were checked and named before it
-    (they are whole and usable), and that nothing half-made has a name."""
-    if not written:
+def export_interrupted(written: list[Path], unchecked: list[Path] | None = None) -> str:
+    """What a Ctrl-C during an export leaves: the files checked and named before it (whole and
+    usable), and those written before their check (a TensorRT engine is built under its name)."""
+    if not written and not unchecked:
         return "interrupted: nothing was written (a file being made is removed, never named)"
-    names = ", ".join(str(p) for p in written)
-    return (
-        f"interrupted: {names} {'was' if len(written) == 1 else 'were'} written and checked "
-        "before it and can be used; the rest was not written"
-    )
+    said = "no file was checked"
+    if written:
+        names = ", ".join(str(p) for p in written)
+        said = f"{names} {'was' if len(written) == 1 else 'were'} written and checked before it"
+    if unchecked:
+        names = ", ".join(str(p) for p in unchecked)
+        said += f"; {names} {'was' if len(unchecked) == 1 else 'were'} written but not checked:"
+        said += " delete or export again"
+    return f"interrupted: {said}"
 
 
 @cli.command()
@@ -243,7 +247,7 @@ def export(
     try:
         rows = run_export(request)
     except KeyboardInterrupt:
-        click.echo(export_interrupted(request.written), err=True)
+        click.echo(export_interrupted(request.written, request.unchecked), err=True)
         raise click.exceptions.Exit(130) from None
     if as_json:
         measured = {"threads": threads, "load": load}

@@ -55,8 +55,8 @@ def pause_note(seconds: float) -> str:
     """What a still picture means while the trainer runs (PQN's update on a CPU takes seconds
     with no step, and a frozen game looked like a hung trainer)."""
     return (
-        f"no new frame for {seconds:.0f} s: the trainer is busy (an update, an evaluation or a "
-        "checkpoint) and alive; the game goes on after it"
+        f"no new frame for {seconds:.0f} s; the trainer runs (it may be learning, evaluating or "
+        "saving a checkpoint, or shows a frame only every display.every steps)"
     )
 
 

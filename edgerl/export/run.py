@@ -104,8 +104,10 @@ class ExportRequest:
     workspace_mb: int = 1024
     observations: int = 96
     threads: int = 0  # CPU threads of ONNX Runtime's session (0: its own choice)
-    # Filled in as it goes: the files that have their names, checked (what a Ctrl-C leaves).
+    # Filled in as it goes, for what a Ctrl-C leaves: the files that have their names, checked,
+    # and those written under their names before their check (TensorRT's engine, its FP16 ONNX).
     written: list[Path] = field(default_factory=list)
+    unchecked: list[Path] = field(default_factory=list)
 
 
 def _out_dir(req: ExportRequest) -> Path:
@@ -243,6 +245,7 @@ def _export_trt(
             dataclasses.replace(base, precision="fp16"),
             fp16=True,
         )
+        req.unchecked.append(onnx_fp16)
     calibration = None  # INT8 only: game frames to calibrate on (seconds of emulation)
     if precision == "int8":
         frames = collect_observations(torch_policy.env_config, max(256, req.batch * 32), seed=1)
@@ -258,9 +261,10 @@ def _export_trt(
         calibration,
         onnx_fp16,
     )
+    req.unchecked.append(result.engine)
     if req.out is not None and req.out.suffix in (".engine", ".plan"):
         result.engine.replace(req.out)
-        result.engine = req.out
+        result.engine = req.unchecked[-1] = req.out
     import torch
 
     sidecar = dataclasses.replace(
@@ -276,12 +280,13 @@ def _export_trt(
     latency = latency_us(engine_policy.act, obs)
     sidecar.agreement, sidecar.latency_us = agreement.to_dict(), latency
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
-    req.written.append(result.engine)
     if not agreement.ok:
         raise ExportError(
             f"the TensorRT engine {result.engine.name} disagrees with PyTorch: "
             f"{agreement.describe()}"
         )
+    req.unchecked.remove(result.engine)
+    req.written.append(result.engine)
     return ExportRow(
         result.engine,
         f"tensorrt {trt.__version__}",

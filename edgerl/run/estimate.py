@@ -18,6 +18,7 @@ import time
 from importlib import resources
 from typing import NamedTuple
 
+from edgerl.config.fleet import fleet_envs
 from edgerl.envs.scores import human_normalised
 from edgerl.hw.cpus import cpu_load
 from edgerl.run.hooks import Hook, Run
@@ -117,7 +118,7 @@ class PaceEstimate(Hook):
         left = max(0, run.cfg.train.steps - run.step)
         self.said = pace_sentence(pace, left, now - started, cpu_load().describe())
         if stats.episodes == 0:  # many environments, each in its first game: it looks dead
-            envs = run.cfg.env.num_envs
+            envs = fleet_envs(run.cfg)  # a fleet's: every actor's environments
             self.said += (
                 f"; no episode has ended yet: each of the {envs} environments plays its first "
                 f"game to the end before a return is counted ({run.step // envs:,} steps each "

@@ -124,13 +124,15 @@ def chunk_problem(
     if not np.isfinite(chunk.rewards).all():
         return "it holds rewards that are not finite (NaN or infinite)"
     if spec.obs_dtype != "uint8" and not np.isfinite(chunk.items).all():
-        return "it holds observations that are not finite"
+        return "it holds observations that are not finite"  # first and last ones: below
     if chunk.first is not None and (
         not isinstance(chunk.first, np.ndarray)
         or chunk.first.shape != (num_envs, *item)
         or chunk.first.dtype != np.dtype(spec.obs_dtype)
     ):
         return "its first observations do not fit the game"
+    if chunk.first is not None and spec.obs_dtype != "uint8" and not np.isfinite(chunk.first).all():
+        return "its first observations are not finite"
     ended = int(np.count_nonzero(chunk.terminated | chunk.truncated))
     final = chunk.final_items
     if (
@@ -139,6 +141,8 @@ def chunk_problem(
         or final.dtype != np.dtype(spec.obs_dtype)
     ):
         return f"its last observations do not match its {ended:,} ended episodes"
+    if spec.obs_dtype != "uint8" and not np.isfinite(final).all():
+        return "its episodes' last observations are not finite (a target would be NaN)"
     if not isinstance(chunk.version, int | np.integer) or not -1 <= chunk.version <= version:
         return f"it names weights version {chunk.version!r}, never sent (newest {version})"
     return None

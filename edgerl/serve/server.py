@@ -33,7 +33,7 @@ BAD_REQUEST_NOTE_S = 60.0  # malformed requests are said at most once a minute, 
 
 class BadRequestLines(logging.Filter):
     """aiohttp logs every malformed request (a TLS hello on the HTTP port, a header that is no
-    header, a line over 8 KiB) at ERROR with a traceback, after answering it 400: anyone could
+    header, a line over 8 KiB) at ERROR with a traceback, after refusing it: anyone could
     fill the journal. Such a record becomes one INFO line without the traceback, at most once a
     minute with the count since the last; other records pass as they are."""
 
@@ -53,7 +53,7 @@ class BadRequestLines(logging.Filter):
         if now - self.said_at < BAD_REQUEST_NOTE_S:
             return False
         first = (error.message or type(error).__name__).strip().splitlines()[0][:200]
-        said = f"{record.getMessage()} ({self.unsaid} malformed in the last minute, answered 400)"
+        said = f"{record.getMessage()} ({self.unsaid} malformed in the last minute, refused)"
         record.msg, record.args = "%s: %s", (said, first)
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.exc_info = record.exc_text = None
