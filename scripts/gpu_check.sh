@@ -17,12 +17,19 @@
 #   limit    limit.json: the learner alone with the GPU's time counted, at batch/train_freq 32/4,
 #            64/8, 128/16 and 256/32, and the DQN loop sync and async at 32 and 64 environments
 #            beside the emulator and the actor alone (`edgerl bench --json`; 140 s on an H100)
+#   pqnbench pqnbench.json: `edgerl bench --preset pong-gpu --json`: PQN's loop in both
+#            pipelines (taking turns, and learning beside the actor) against the learner alone,
+#            the emulator alone at 64 and 128 environments
 #   pong     pong.log and run/: `edgerl train --preset pong-gpu` (Pong with PQN, 18+ within
 #            5 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
-#            longer; then its policy exported to ONNX and played with torch on the GPU and ONNX
-#            Runtime (export.json, play-torch.json, play-onnx.json)
+#            longer (PONG_SECONDS, 330); PONG_SETS adds settings as DQN_SETS does; then its
+#            policy exported to ONNX and played with torch on the GPU and ONNX Runtime
+#            (export.json, play-torch.json, play-onnx.json)
 #   resume   resume.log and runs/<amp>-<pipeline>: DQN trained, stopped, resumed, for
-#            perf.amp=off|bf16 x perf.pipeline=sync|async
+#            perf.amp=off|bf16 x perf.pipeline=sync|async (RESUME_RUNS picks some, e.g.
+#            "bf16-async"; each about 65 s)
+#   cores    cores.json: `edgerl bench` of both learners' loops with the CPUs cut to 6 and to
+#            12 by taskset (an Orin Nano's and an AGX Orin's count), one JSON line each
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
@@ -39,7 +46,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench limit pong resume dqn)
+STEPS=(install machine tests doctor bench limit pqnbench pong resume dqn cores)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
 GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
@@ -48,7 +55,7 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # preset ends itself at 2,000,000 steps), export and play 16.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pong]=470 [resume]=330 [dqn]=270)
+    [pqnbench]=200 [pong]=470 [resume]=330 [dqn]=270 [cores]=300)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -136,12 +143,27 @@ step_limit() {
         --batch-shapes 64/8,128/16,256/32 >"$OUT/limit.json" 2>"$OUT/limit.err"
 }
 
+step_pqnbench() {
+    timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --preset pong-gpu --json \
+        --seconds "${BENCH_SECONDS:-8}" --envs 64,128 --actor-envs 128 \
+        >"$OUT/pqnbench.json" 2>"$OUT/pqnbench.err"
+}
+
+# "--set a=1 --set b=2" from "a=1 b=2".
+as_sets() {
+    local setting
+    for setting in $1; do
+        printf '%s\n' --set "$setting"
+    done
+}
+
 step_pong() {
-    local run="$OUT/run" status failed=0
+    local run="$OUT/run" status failed=0 extra=()
+    mapfile -t extra < <(as_sets "${PONG_SETS:-}")
     {
-        echo "=== edgerl train --preset pong-gpu, stopped by SIGTERM after $PONG_SECONDS s at most"
+        echo "=== edgerl train --preset pong-gpu ${PONG_SETS:-}, stopped by SIGTERM after $PONG_SECONDS s at most"
         timeout -k 30 -s TERM "$PONG_SECONDS" "$PY" -m edgerl.cli train --preset pong-gpu \
-            --set display.enabled=false --set replay.persist=false --run-dir "$run"
+            --set display.enabled=false --set replay.persist=false --run-dir "$run" "${extra[@]}"
         status=$?
         echo "exit $status (124: stopped by the time limit)"
         cat "$run/eval.csv"
@@ -164,6 +186,10 @@ step_resume() {
     # checkpoint (and replay) on the way out, the second resumes from them.
     for amp in off bf16; do
         for pipeline in sync async; do
+            case " ${RESUME_RUNS:-off-sync off-async bf16-sync bf16-async} " in
+                *" $amp-$pipeline "*) ;;
+                *) continue ;;
+            esac
             dir="$OUT/runs/$amp-$pipeline"
             local sets=(--set "perf.amp=$amp" --set "perf.pipeline=$pipeline"
                 --set agent.learning_starts=2000 --set replay.capacity=50000
@@ -190,10 +216,8 @@ step_resume() {
 }
 
 step_dqn() {
-    local run="$OUT/run" status setting extra=()
-    for setting in ${DQN_SETS:-}; do
-        extra+=(--set "$setting")
-    done
+    local run="$OUT/run" status extra=()
+    mapfile -t extra < <(as_sets "${DQN_SETS:-}")
     {
         echo "=== edgerl train --preset pong-gpu-dqn ${DQN_SETS:-}, stopped by SIGTERM after $DQN_SECONDS s at most"
         timeout -k 30 -s TERM "$DQN_SECONDS" "$PY" -m edgerl.cli train --preset pong-gpu-dqn \
@@ -204,6 +228,22 @@ step_dqn() {
         cat "$run/eval.csv"
     } >"$OUT/dqn.log" 2>&1
     [ "$status" = 0 ] || [ "$status" = 124 ]
+}
+
+step_cores() {
+    local cores preset status=0
+    for cores in 6 12; do
+        for preset in pong-gpu pong-gpu-dqn; do
+            echo "=== $preset on CPUs 0-$((cores - 1))" >>"$OUT/cores.err"
+            # --loop-envs: DQN's preset count; PQN runs its own.
+            timeout -k 10 -s INT 140 taskset -c "0-$((cores - 1))" "$PY" -m edgerl.cli bench \
+                --preset "$preset" --json --seconds "${BENCH_SECONDS:-6}" --envs 32 \
+                --actor-envs 32 --loop-envs 32 2>>"$OUT/cores.err" |
+                "$PY" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' \
+                    >>"$OUT/cores.json" || status=1
+        done
+    done
+    return $status
 }
 
 # Checkpoints and replay files are too large to bring back: list them, then remove them.

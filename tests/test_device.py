@@ -4,6 +4,7 @@ the grad scaler on old torch, and PyTorch's CPU threads against the machine's lo
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -93,6 +94,33 @@ def test_auto_threads_are_the_cpus_the_load_leaves_free(monkeypatch):
     assert resolve_threads(3, CpuLoad(2, 3.0)) == 3  # a number is what the user asked for
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert 1 <= resolve_threads(0, CpuLoad(64, 0.0)) <= 64  # the physical cores
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_process_held_to_one_cpu_counts_one_for_threads_and_emulators():
+    """Under taskset (or a container's cpuset) the machine's CPU count is not this process's:
+    PyTorch's threads, the emulator's threads and the load's CPUs follow the affinity."""
+    code = (
+        "from edgerl.config import EnvConfig\n"
+        "from edgerl.envs.ale import AleVecEnv\n"
+        "from edgerl.hw.cpus import cpu_load, usable_cpus\n"
+        "from edgerl.hw.device import torch_default_threads\n"
+        "import os\n"
+        "os.environ.pop('OMP_NUM_THREADS', None)\n"
+        "env = AleVecEnv(EnvConfig(id='ALE/Pong-v5', num_envs=4), 'pong')\n"
+        "print(usable_cpus(), torch_default_threads(), cpu_load().cpus, env.threads)\n"
+        "env.close()\n"
+    )
+    one = sorted(os.sched_getaffinity(0))[:1]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.sched_setaffinity(0, one),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1", "1", "1"]
 
 
 def test_other_programs_cpu_use_is_the_machines_less_this_process_over_the_window():

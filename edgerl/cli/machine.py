@@ -48,7 +48,7 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
 
 
 @cli.command()
-@click.option("--env", "env_id", default="ALE/Pong-v5", show_default=True)
+@click.option("--env", "env_id", help="The game  [default: the preset's, else ALE/Pong-v5]")
 @click.option(
     "--seconds",
     type=click.FloatRange(min=1),
@@ -82,7 +82,7 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
     help="Also measure the learner alone at these agent.batch_size/agent.train_freq pairs, "
     "e.g. 64/8,128/16 (a replay learner; the same samples per env step in fewer updates).",
 )
-@config_options()
+@config_options("preset")
 @click.option("--autotune", is_flag=True, help="Also run the num_envs calibration.")
 @click.option(
     "--compile",
@@ -100,6 +100,7 @@ def bench(
     batch_shapes: str,
     config_file: Path | None,
     overrides: tuple[str, ...],
+    preset: str | None,
     autotune: bool,
     compile_: bool,
     as_json: bool,
@@ -116,9 +117,21 @@ def bench(
         raise click.BadParameter(
             "give at least one number of environments", param_hint="--loop-envs"
         )
+    if preset is not None:
+        import torch
+
+        from edgerl.config.presets import check_preset_device
+
+        check_preset_device(preset, torch.cuda.is_available())
+    if env_id is None:  # the preset's game, or Pong
+        from edgerl.config.presets import NAMED_PRESETS
+
+        chosen = NAMED_PRESETS[preset].values if preset else {}
+        env_id = str(chosen.get("env.id", BenchOptions.env_id))
     result = run_bench(
         BenchOptions(
             env_id=env_id,
+            preset=preset,
             seconds=seconds,
             config_file=config_file,
             overrides=overrides,

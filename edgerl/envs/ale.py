@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import re
 from typing import Any
 
@@ -25,6 +24,7 @@ from edgerl.envs.spec import (
     VecEnv,
 )
 from edgerl.errors import EnvError
+from edgerl.hw.cpus import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class AleVecEnv(VecEnv):
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
 
-        threads = cfg.threads or min(cfg.num_envs, os.cpu_count() or 1)
+        threads = cfg.threads or min(cfg.num_envs, usable_cpus())
+        self.threads = threads  # the emulator's threads
         batch = cfg.batch_size if 0 < cfg.batch_size < cfg.num_envs else 0
         self._batched = batch > 0
         common: dict[str, Any] = {

@@ -15,13 +15,12 @@ been seen and splits a batch into the two kinds.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
 from edgerl.config import EnvConfig
 from edgerl.envs import Step
+from edgerl.hw.cpus import usable_cpus
 
 
 def overlaps_emulation(env: EnvConfig, frames: bool, device: torch.device) -> bool:
@@ -30,7 +29,7 @@ def overlaps_emulation(env: EnvConfig, frames: bool, device: torch.device) -> bo
         return False  # gymnasium's environments step in the loop's own thread
     if device.type == "cuda":
         return True
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     return cpus > (env.threads or min(env.num_envs, cpus))
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from edgerl.config.fleet import FleetConfig, parse_resource
 from edgerl.errors import ConfigError, FleetError, MissingDependencyError
+from edgerl.hw.cpus import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Cluster:
             namespace="edgerl",
             # The actors' reservations, not the cores: trying a fleet on one machine may
             # oversubscribe it, as the user chose.
-            num_cpus=max(os.cpu_count() or 1, math.ceil(fleet.actors * fleet.cpus_per_actor)),
+            num_cpus=max(usable_cpus(), math.ceil(fleet.actors * fleet.cpus_per_actor)),
             num_gpus=gpus,
             resources={k: v * fleet.actors for k, v in resources.items()} or None,
             object_store_memory=self.fleet.object_store_mb << 20,

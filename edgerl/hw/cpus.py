@@ -81,14 +81,20 @@ class CpuLoad:
         return f"{self.cpus} CPUs, load average {self.load:.1f}"
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: fewer than the machine has under ``taskset``, a
+    container's cpuset or systemd's ``CPUAffinity=``."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def cpu_load() -> CpuLoad:
     """The CPUs this process may use and how busy other work keeps them now: measured since
     :func:`mark` where it was called at least ``MIN_WINDOW_S`` ago, else the load average (0
     where the OS has none)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if _mark is not None:
         try:
             end = CpuSample.now()

@@ -20,7 +20,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.errors import ConfigError, DeviceError
-from edgerl.hw.cpus import CpuLoad, cpu_load
+from edgerl.hw.cpus import CpuLoad, cpu_load, usable_cpus
 from edgerl.hw.versions import check_torch
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def torch_default_threads() -> int:
     try:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        return min(psutil.cpu_count(logical=False) or usable_cpus(), usable_cpus())
 
 
 def resolve_threads(setting: int, load: CpuLoad | None = None) -> int:
@@ -177,7 +177,7 @@ def learner_threads(cfg: Config) -> int:
     if cfg.perf.threads or not fleet.actors or fleet.address:
         return cfg.perf.threads
     taken = math.ceil(fleet.actors * fleet.cpus_per_actor)
-    return max(1, (os.cpu_count() or 1) - taken)
+    return max(1, usable_cpus() - taken)
 
 
 def configure_for_training(device: torch.device, cfg: Config) -> int:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +37,10 @@ import torch
 
 from edgerl.config import Config, build_layers, resolve
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets, check_consistency
+from edgerl.config.presets import apply_presets, check_consistency, named_preset_layer
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
-from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy
+from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
 from edgerl.learners.factory import q_network
 from edgerl.learners.nets import NatureCNN
@@ -107,6 +106,7 @@ def share_of_limit(steps_per_s: float, limit: float) -> tuple[float, str]:
 @dataclass
 class BenchOptions:
     env_id: str = "ALE/Pong-v5"
+    preset: str | None = None  # a named preset's settings, under BENCH_SETTINGS and --set
     seconds: float = 20.0  # per whole-loop measurement; stages take a fraction of it
     config_file: Path | None = None
     overrides: tuple[str, ...] = ()
@@ -124,11 +124,11 @@ class BenchOptions:
 
 def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
-    cfg = resolve(
-        build_layers(
-            opts.config_file, [*sets, *opts.overrides], {"env.id": opts.env_id}, use_system=False
-        )
-    )
+    layers = build_layers(opts.config_file, use_system=False)
+    if opts.preset is not None:  # over the file, under what the bench and --set say
+        layers.append(named_preset_layer(opts.preset))
+    layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
+    cfg = resolve(layers)
     cfg = apply_presets(cfg, probe(opts.env_id).kind)
     check_consistency(cfg)
     return cfg
@@ -243,7 +243,7 @@ def _actor(cfg: Config, opts: BenchOptions, limit: float, gpu: bool) -> list[dic
     """The actor alone against the raw vector env, at each of ``opts.actor_envs``, and its
     CPU/GPU ratio: the env steps/s it supplies over the learner-bound ``limit``."""
     out = []
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     for n in opts.actor_envs:
         threads = cfg.env.threads or min(n, cpus)
         log.info("bench: the actor alone, %d envs x %d threads, %.0f s", n, threads, opts.seconds)
@@ -344,10 +344,11 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     stage_s = max(0.5, opts.seconds / 10)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-        "cpus": os.cpu_count() or 1,
+        "cpus": usable_cpus(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "env": opts.env_id,
+        "preset": opts.preset,
         "algo": cfg.agent.algo,
         "train_freq": cfg.agent.train_freq,
         "batch_size": cfg.agent.batch_size,

@@ -58,6 +58,7 @@ def render(result: dict[str, Any]) -> str:
         f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
         f"torch threads), {result['env']}, {result.get('algo', 'dqn')}, train_freq "
         f"{result['train_freq']}, batch {result['batch_size']}, n_step {result['n_step']}"
+        + (f", --preset {result['preset']}" if result.get("preset") else "")
     ]
     lines.append(f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition")
     lines.append(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 
 from edgerl.config import Config, EnvConfig, with_values
 from edgerl.envs import EnvSpec, make_env
+from edgerl.hw.cpus import usable_cpus
 from edgerl.memories.replay.sampling import example_batch
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def calibrate(
 
     learner = build_learner(cfg, spec, device)
     actor_net = copy.deepcopy(learner.q).eval()
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     measurements = []
     for n in sizes:
         for threads in sorted({1, min(n, cpus)}):
