@@ -4,10 +4,14 @@ limit."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import threading
 import time
 
 import pytest
 
+from .conftest import edgerl_cmd
 from .helpers import CUDA
 
 # The Nature CNN's multiply-adds per 84x84x4 observation, by hand: three convolutions
@@ -108,6 +112,41 @@ def test_bench_json(cli):
     assert saved["restore_s"] > 0 and "zlib-1" in saved["codecs"]
 
 
+def test_ctrl_c_prints_what_the_bench_measured_so_far_and_exits_130():
+    """A bench stopped by Ctrl-C (or SIGINT from a time limit) keeps what it measured: the
+    JSON document has the stages before the interrupt, marked interrupted."""
+    args = ["bench", "--env", "CartPole-v1", "--seconds", "60", "--envs", "1"]
+    proc = subprocess.Popen(
+        edgerl_cmd(*args, "--actor-envs", "", "--loop-envs", "1", "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    err: list[str] = []
+    reached = threading.Event()
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if "bench: the learner alone" in line:  # env steps, actions, updates measured
+                reached.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(600), "".join(err)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    reader.join(60)
+    assert proc.returncode == 130, "".join(err)
+    doc = json.loads(out)
+    assert doc["interrupted"] is True and "1" in doc["env_steps_per_s"]
+    assert "loops" not in doc and any("interrupted" in w for w in doc["warnings"])
+
+
 @pytest.mark.parametrize(
     ("sps", "limit", "share", "says"),
     [
@@ -183,20 +222,20 @@ def test_the_whole_loop_runs_at_the_environments_asked_for(monkeypatch):
 
     monkeypatch.setattr(bench, "whole_loop", whole_loop)
     opts = bench.BenchOptions(loop_envs=(4, 32))
-    loops = bench._loops(Config(), opts, 1e6, [])
+    bench._loops(Config(), opts, 1e6, [], loops := [])
     assert ran == [("sync", 4), ("async", 4), ("sync", 32), ("async", 32)]
     assert all(lp["vs_sync_1_env"] is None for lp in loops)  # no 1-env loop to compare with
     ran.clear()
-    bench._loops(Config(), bench.BenchOptions(), 1e6, [])
+    bench._loops(Config(), bench.BenchOptions(), 1e6, [], [])
     assert ran == [("sync", 1), ("sync", 4), ("async", 4)]  # the default
     ran.clear()  # each number once; the 1-env baseline wherever it is in the list
-    loops = bench._loops(Config(), bench.BenchOptions(loop_envs=(4, 1, 4)), 1e6, [])
+    bench._loops(Config(), bench.BenchOptions(loop_envs=(4, 1, 4)), 1e6, [], loops := [])
     assert ran == [("sync", 4), ("async", 4), ("sync", 1)]
     assert [lp["vs_sync_1_env"] for lp in loops] == [4.0, 4.0, 1.0]
     ran.clear()  # a rollout learner runs its loops at its own environments, and says so
     pqn = with_values(Config(), {"agent.algo": "pqn", "env.num_envs": 16})
     warnings: list[str] = []
-    bench._loops(pqn, bench.BenchOptions(loop_envs=(4, 32)), 1e6, warnings)
+    bench._loops(pqn, bench.BenchOptions(loop_envs=(4, 32)), 1e6, warnings, [])
     assert ran == [("sync", 16), ("async", 16)]  # the plain loop and the lagged one
     assert warnings == [
         "--loop-envs is not used with pqn: its loop runs at its own env.num_envs (16)"

@@ -144,6 +144,8 @@ def bench(
         )
     )
     click.echo(json.dumps(result, indent=1) if as_json else render(result))
+    if result.get("interrupted"):  # what was measured is printed, the exit says it is not all
+        raise click.exceptions.Exit(130)
 
 
 def _shapes(text: str) -> tuple[tuple[int, int], ...]:

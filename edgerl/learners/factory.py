@@ -48,6 +48,12 @@ def uses_replay(cfg: Config) -> bool:
     return learner_info(cfg.agent.algo).memory == "replay"
 
 
+def memory_keeps_steps(cfg: Config) -> bool:
+    """Whether the memory of ``cfg``'s learner keeps its steps to learn from again and again (a
+    replay, saved beside a checkpoint where asked), see :attr:`Memory.keeps_steps`."""
+    return (ReplayBuffer if uses_replay(cfg) else RolloutBuffer).keeps_steps
+
+
 def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
     """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
     layer_norm = learner_info(cfg.agent.algo).layer_norm

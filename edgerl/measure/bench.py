@@ -42,7 +42,7 @@ from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
-from edgerl.learners.factory import q_network
+from edgerl.learners.factory import memory_keeps_steps, q_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
     forward_gflops,
@@ -265,10 +265,10 @@ def _loop_plan(cfg: Config, opts: BenchOptions) -> list[tuple[str, int]]:
 
 
 def _loops(
-    cfg: Config, opts: BenchOptions, limit: float, warnings: list[str]
-) -> list[dict[str, Any]]:
-    """The whole loop in each pipeline, with its share of the limit."""
-    out = []
+    cfg: Config, opts: BenchOptions, limit: float, warnings: list[str], out: list[dict[str, Any]]
+) -> None:
+    """The whole loop in each pipeline, with its share of the limit, into ``out`` as each one
+    ends."""
     plan = _loop_plan(cfg, opts)
     cuda = resolve_device(cfg.perf.device).type == "cuda"
     if learner_info(cfg.agent.algo).own_num_envs and opts.loop_envs != BenchOptions.loop_envs:
@@ -290,11 +290,11 @@ def _loops(
             loop["share_note"] = note
             if "disturbed" in note:
                 warnings.append(f"loop {mode} with {n} env(s): {note}")
+        loop["vs_sync_1_env"] = None  # until every loop is measured
         out.append(loop)
     base = next((lp["steps_per_s"] for lp in out if lp["num_envs"] == 1), 0.0)
     for loop in out:  # None when the baseline made no step (a stalled machine)
         loop["vs_sync_1_env"] = round(loop["steps_per_s"] / base, 3) if base > 0 else None
-    return out
 
 
 def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.device) -> str:
@@ -334,15 +334,38 @@ def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.devic
 
 
 def run_bench(opts: BenchOptions) -> dict[str, Any]:
-    """Measure everything; returns the JSON document (see README "Performance")."""
+    """Measure everything; returns the JSON document (see README "Performance"). A Ctrl-C
+    (SIGINT) ends the measuring: what was measured by then is returned, marked interrupted."""
     started = CpuSample.now()
+    clock = time.monotonic()
+    result: dict[str, Any] = {}
+    warnings: list[str] = []
+    try:
+        _measure(opts, result, warnings)
+    except KeyboardInterrupt:
+        result["interrupted"] = True
+        warnings.append(
+            "interrupted: the measurements above are complete, what would have followed was not "
+            "measured"
+        )
+    if "cpus" in result:
+        others = others_busy(started, CpuSample.now())
+        result["others_busy_cpus"] = others
+        warnings += machine_warnings(result["cpus"], others, result["torch_threads"])
+    result["warnings"] = warnings
+    result["elapsed_s"] = round(time.monotonic() - clock, 1)
+    return result
+
+
+def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) -> None:
+    """Each measurement in turn, into ``result`` as it ends (a Ctrl-C keeps those before)."""
     cfg = _config(opts)
     device = resolve_device(cfg.perf.device)
     configure_for_training(device, cfg)
     spec = probe(opts.env_id)
     concurrent = learner_info(cfg.agent.algo).concurrent  # may it learn beside the actor?
     stage_s = max(0.5, opts.seconds / 10)
-    result: dict[str, Any] = {
+    result |= {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
         "cpus": usable_cpus(),
         "torch_threads": torch.get_num_threads(),
@@ -358,14 +381,12 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if learner_info(cfg.agent.algo).own_num_envs and cfg.env.num_envs not in opts.env_sizes:
         # the emulator's own speed at a rollout's many environments (PQN's loop row uses it)
         opts = dataclasses.replace(opts, env_sizes=(*opts.env_sizes, cfg.env.num_envs))
-    clock = time.monotonic()
     log.info("bench: %s", plan_sentence(cfg, opts, spec.has_frames))
     result.update(_stages(cfg, opts, device, stage_s))
     lim = _limit(cfg, opts, device)
     limit = lim.pop("steps_per_s_raw")
     result["learner_bound_limit"] = lim
     result["compute"] = _compute(cfg, opts, device, lim["updates_per_s"], stage_s)
-    warnings: list[str] = []
     if opts.seconds < MIN_MEANINGFUL_S:
         warnings.append(
             f"--seconds {opts.seconds:g} is too short for steady figures (start-up and other "
@@ -383,16 +404,13 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         }
     if spec.has_frames and opts.actor_envs:
         result["actor"] = _actor(cfg, opts, limit, device.type == "cuda")
-    result["loops"] = _loops(cfg, opts, limit, warnings)
+    result["loops"] = []
+    _loops(cfg, opts, limit, warnings, result["loops"])
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
-    log.info("bench: the replay save of a checkpoint")
-    result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
-    result["others_busy_cpus"] = others = others_busy(started, CpuSample.now())
-    warnings += machine_warnings(result["cpus"], others, result["torch_threads"])
-    result["warnings"] = warnings
-    result["elapsed_s"] = round(time.monotonic() - clock, 1)
-    return result
+    if memory_keeps_steps(cfg):  # a rollout is never saved
+        log.info("bench: the replay save of a checkpoint")
+        result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
 
 
 def plan_sentence(cfg: Config, opts: BenchOptions, frames: bool) -> str:

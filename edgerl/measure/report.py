@@ -54,13 +54,46 @@ def render_compute(c: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     """The bench result as a short text report."""
-    lines = [
+    lines: list[str] = []
+    if "device" in result:  # an interrupted bench may have measured nothing
+        lines += _header(result)
+    if "updates_per_s" in result:
+        lines += _stage_lines(result)
+    if "learner_bound_limit" in result:
+        lines += _limit_lines(result["learner_bound_limit"])
+    if "compute" in result:
+        lines.append(render_compute(result["compute"]))
+    for a in result.get("actor", []):
+        lines.append(actor_row(a))
+        if a.get("who_waits"):
+            lines.append(f"  against the learner alone: {a['who_waits']}")
+    for loop in result.get("loops", []):
+        lines += _loop_lines(loop, result.get("env_steps_per_s", {}).get(str(loop["num_envs"])))
+    if "autotune" in result:
+        a = result["autotune"]
+        lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
+    if "pipeline_verdict" in result:
+        lines.append(result["pipeline_verdict"])
+    if "replay_save" in result:
+        lines.extend(render_replay_save(result["replay_save"]))
+    if "elapsed_s" in result:
+        lines.append(f"took:          {duration(result['elapsed_s'])} in all, set-up included")
+    lines += [f"warning: {w}" for w in result.get("warnings", [])]
+    return "\n".join(lines)
+
+
+def _header(result: dict[str, Any]) -> list[str]:
+    return [
         f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
         f"torch threads), {result['env']}, {result.get('algo', 'dqn')}, train_freq "
         f"{result['train_freq']}, batch {result['batch_size']}, n_step {result['n_step']}"
-        + (f", --preset {result['preset']}" if result.get("preset") else "")
+        + (f", --preset {result['preset']}" if result.get("preset") else ""),
+        f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition",
     ]
-    lines.append(f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition")
+
+
+def _stage_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
     lines.append(
         "env steps/s:   "
         + ", ".join(f"{n} envs {v:,.0f}" for n, v in result["env_steps_per_s"].items())
@@ -72,7 +105,11 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         "updates/s:     " + ", ".join(f"{k} {v:,.1f}" for k, v in result["updates_per_s"].items())
     )
-    lim = result["learner_bound_limit"]
+    return lines
+
+
+def _limit_lines(lim: dict[str, Any]) -> list[str]:
+    lines = []
     lines.append(
         f"learner alone: {lim['updates_per_s']:,.1f} updates/s ({lim['ms_per_update']} ms per "
         f"update, {lim['host_us_per_update']:,.0f} us of host CPU per update, "
@@ -85,49 +122,38 @@ def render(result: dict[str, Any]) -> str:
             f"{shape['updates_per_s']:,.1f} updates/s ({shape['ms_per_update']} ms each): a limit "
             f"of {shape['steps_per_s']:,.0f} env steps/s"
         )
-    if "compute" in result:
-        lines.append(render_compute(result["compute"]))
-    for a in result.get("actor", []):
-        lines.append(actor_row(a))
-        if a.get("who_waits"):
-            lines.append(f"  against the learner alone: {a['who_waits']}")
-    for loop in result["loops"]:
-        note = f" ({loop['share_note']})" if loop.get("share_note") else ""
-        in_loop = loop.get("ms_per_update_in_loop")
-        vs = loop["vs_sync_1_env"]
-        lines.append(
-            f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
-            f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
-            + (f"{vs:.2f}x the sync 1-env loop" if vs is not None else "no sync 1-env baseline")
-            + f", learner busy {loop['learner_busy']:.0%}"
-            + (f", {in_loop} ms per update" if in_loop is not None else "")
-        )
-        raw = result["env_steps_per_s"].get(str(loop["num_envs"]))
-        if loop.get("us_per_env_step") is not None:
-            act, learn = loop["act_us_per_env_step"], loop["learn_us_per_env_step"]
-            alone = f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else ""
-            if loop["mode"] == "sync":  # one thread does it all: the parts add up
-                rest = loop["us_per_env_step"] - act - learn
-                split = (
-                    f"acting {act:,.0f} + learning {learn:,.0f} + emulation and the loop "
-                    f"{rest:,.0f}"
-                )
-            else:  # the learner works on a thread of its own, beside the step
-                split = f"acting {act:,.0f} + the rest; the learner thread {learn:,.0f} beside it"
-            lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
-        if loop.get("who_waits"):
-            lines.append(f"  balance: {loop['who_waits']}")
-        if loop.get("mj_per_env_step") is not None:
-            lines.append(
-                f"  energy: {loop['mj_per_env_step']:,.3g} mJ per env step (the power the "
-                "machine reports over the window)"
+    return lines
+
+
+def _loop_lines(loop: dict[str, Any], raw: float | None) -> list[str]:
+    """One whole loop's row and what it adds (``raw``: the emulator alone at its count)."""
+    lines = []
+    note = f" ({loop['share_note']})" if loop.get("share_note") else ""
+    in_loop = loop.get("ms_per_update_in_loop")
+    vs = loop["vs_sync_1_env"]
+    lines.append(
+        f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): {loop['steps_per_s']:>7,.1f} "
+        f"steps/s = {loop['share_of_limit']:.0%} of the limit{note}, "
+        + (f"{vs:.2f}x the sync 1-env loop" if vs is not None else "no sync 1-env baseline")
+        + f", learner busy {loop['learner_busy']:.0%}"
+        + (f", {in_loop} ms per update" if in_loop is not None else "")
+    )
+    if loop.get("us_per_env_step") is not None:
+        act, learn = loop["act_us_per_env_step"], loop["learn_us_per_env_step"]
+        alone = f" (the emulator alone: {1e6 / raw:,.0f} us)" if raw else ""
+        if loop["mode"] == "sync":  # one thread does it all: the parts add up
+            rest = loop["us_per_env_step"] - act - learn
+            split = (
+                f"acting {act:,.0f} + learning {learn:,.0f} + emulation and the loop {rest:,.0f}"
             )
-    if "autotune" in result:
-        a = result["autotune"]
-        lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")
-    lines.append(result["pipeline_verdict"])
-    lines.extend(render_replay_save(result["replay_save"]))
-    if "elapsed_s" in result:
-        lines.append(f"took:          {duration(result['elapsed_s'])} in all, set-up included")
-    lines += [f"warning: {w}" for w in result.get("warnings", [])]
-    return "\n".join(lines)
+        else:  # the learner works on a thread of its own, beside the step
+            split = f"acting {act:,.0f} + the rest; the learner thread {learn:,.0f} beside it"
+        lines.append(f"  per env step: {loop['us_per_env_step']:,.0f} us = {split}{alone}")
+    if loop.get("who_waits"):
+        lines.append(f"  balance: {loop['who_waits']}")
+    if loop.get("mj_per_env_step") is not None:
+        lines.append(
+            f"  energy: {loop['mj_per_env_step']:,.3g} mJ per env step (the power the "
+            "machine reports over the window)"
+        )
+    return lines
