@@ -52,7 +52,9 @@ GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
 # Seconds each step may take in all, set-up included. Measured on an H200 with 16 cores
 # (2026-11-26): install 1, machine 6, tests 39, doctor 22, bench 69 (--seconds 3), pong 289 (the
-# preset ends itself at 2,000,000 steps), export and play 16.
+# preset ends itself at 2,000,000 steps), export and play 16. On an H100 (2026-11-27): tests 51,
+# pong 252 (PONG_SECONDS=230), resume 66 (one run), pqnbench more than 180 (building 128
+# environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
     [pqnbench]=200 [pong]=470 [resume]=330 [dqn]=270 [cores]=300)
@@ -144,7 +146,7 @@ step_limit() {
 }
 
 step_pqnbench() {
-    timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --preset pong-gpu --json \
+    timeout -k 60 -s INT 180 "$PY" -m edgerl.cli bench --preset pong-gpu --json \
         --seconds "${BENCH_SECONDS:-8}" --envs 64,128 --actor-envs 128 \
         >"$OUT/pqnbench.json" 2>"$OUT/pqnbench.err"
 }
@@ -236,7 +238,7 @@ step_cores() {
         for preset in pong-gpu pong-gpu-dqn; do
             echo "=== $preset on CPUs 0-$((cores - 1))" >>"$OUT/cores.err"
             # --loop-envs: DQN's preset count; PQN runs its own.
-            timeout -k 10 -s INT 140 taskset -c "0-$((cores - 1))" "$PY" -m edgerl.cli bench \
+            timeout -k 60 -s INT 140 taskset -c "0-$((cores - 1))" "$PY" -m edgerl.cli bench \
                 --preset "$preset" --json --seconds "${BENCH_SECONDS:-6}" --envs 32 \
                 --actor-envs 32 --loop-envs 32 2>>"$OUT/cores.err" |
                 "$PY" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' \
