@@ -91,6 +91,23 @@ class _Staging:
         self.used[i] = True
 
 
+FILL_CHUNK_BYTES = 64 << 20
+
+
+def fill_in_chunks(items: torch.Tensor) -> None:
+    """Zero ``items`` (committing its memory) a chunk at a time, on a thread of its own that
+    the interpreter waits for at exit: it gives up between chunks once the main thread has
+    ended (a stop during set-up), so the process never exits with PyTorch's threads still
+    inside a fill (which aborted it: "terminate called without an active exception")."""
+    flat = items.view(-1)
+    step = max(1, FILL_CHUNK_BYTES // max(1, items.element_size()))
+    main = threading.main_thread()
+    for start in range(0, flat.numel(), step):
+        if not main.is_alive():
+            return
+        flat[start : start + step].fill_(0)
+
+
 class ReplayBuffer:
     """Frame-deduplicated circular replay for ``num_envs`` interleaved environments.
 
@@ -141,7 +158,7 @@ class ReplayBuffer:
         self.items = torch.empty(shape, dtype=item_dtype, device=self.device)
         self._filling: threading.Thread | None = None
         if self.device.type == "cpu":
-            self._filling = threading.Thread(target=self.items.fill_, args=(0,), daemon=True)
+            self._filling = threading.Thread(target=fill_in_chunks, args=(self.items,))
             self._filling.start()
         else:
             self.items.fill_(0)
