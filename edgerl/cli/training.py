@@ -193,7 +193,7 @@ def config_cmd(
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)
         return
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick, preset=preset)
-    cfg = apply_presets(cfg, probe(cfg.env.id).kind)
+    cfg = apply_presets(cfg, probe(cfg.env).kind)
     check_consistency(cfg)
     click.echo(cfg.to_toml(), nl=False)
 

@@ -79,6 +79,11 @@ class EnvConfig:
     max_episode_frames: int = setting(
         108_000, "emulator frames before an Atari episode is cut", min=1, max=1_000_000_000
     )
+    make_kwargs: dict[str, Any] = setting(  # noqa: RUF009 (setting() copies a table per config)
+        {},
+        "a gymnasium id's keyword arguments for gymnasium.make, a TOML table: "
+        "{continuous = false} gives CarRacing-v3 the discrete actions DQN needs",
+    )
 
 
 @dataclass

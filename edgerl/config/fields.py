@@ -22,4 +22,6 @@ def setting(
     ``live`` marks a key the service can change without restarting (SIGHUP).
     """
     meta = {"doc": doc, "choices": choices, "min": min, "max": max, "live": live}
+    if isinstance(default, dict):  # a table: each config gets its own copy
+        return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)

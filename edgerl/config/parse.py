@@ -71,6 +71,15 @@ def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
         raise bad("a string")
+    if typ == dict[str, Any]:  # a TOML table, or its inline text from the command line
+        if isinstance(value, str):
+            try:
+                value = tomllib.loads(f"table = {value.strip() or '{}'}")["table"]
+            except tomllib.TOMLDecodeError:
+                raise bad("a TOML inline table such as {continuous = false}") from None
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise bad("a TOML inline table such as {continuous = false}")
     if typ == tuple[int, ...]:
         if isinstance(value, (list, tuple)) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value

@@ -201,7 +201,7 @@ def check_game(ctx: Context) -> Check:
     from edgerl.config.presets import apply_presets, check_consistency
     from edgerl.envs import probe
 
-    spec = probe(ctx.cfg.env.id)
+    spec = probe(ctx.cfg.env)
     cfg = apply_presets(ctx.cfg, spec.kind)
     check_consistency(cfg)
     ctx.spec, ctx.cfg = spec, cfg

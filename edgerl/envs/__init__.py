@@ -1,15 +1,19 @@
 """Environments: ALE's C++ vector env for Atari, gymnasium's vector env for anything else.
 
 One module per family, each with its class: ``ale.py`` (``ALE/<Game>-v5``: :class:`AleVecEnv`),
-``gym_vector.py`` (gymnasium games with flat vector observations: :class:`GymVecEnv`); what they
-share is ``spec.py`` (:class:`EnvSpec`, :class:`Step`, :class:`VecEnv`). This module picks the
-family for an id (:func:`probe`, :func:`make_env`).
+``gym_image.py`` (gymnasium games that show pictures, made into ALE's frame stacks:
+:class:`GymImageVecEnv`), ``gym_vector.py`` (gymnasium games with flat vector observations:
+:class:`GymVecEnv`, and what both gymnasium families read: the registry, ``env.make_kwargs``);
+what they share is ``spec.py`` (:class:`EnvSpec`, :class:`Step`, :class:`VecEnv`). This module
+picks the family for an id (:func:`probe`, :func:`make_env`).
 
-Both are wrapped in :class:`VecEnv`, which has one contract the trainer relies on:
+All are wrapped in :class:`VecEnv`, which has one contract the trainer relies on:
 
 * observations are batched numpy arrays: uint8 ``(N, 4, 84, 84)`` frame stacks for Atari (84x84
   grey, frame skip 4, max-pool over the last two frames, noop starts, fire reset; the frames before
-  an episode's first are zeros), float32 ``(N, D)`` for vector observations;
+  an episode's first are zeros) and for picture games (the same, without noops and fire; a new
+  stack starts with its first picture in every place), float32 ``(N, D)`` for vector
+  observations;
 * rewards are the environment's real rewards (the trainer clips them for learning, so that episode
   returns are reported in game points);
 * environments reset themselves in the same step that ends an episode: ``obs`` is then the first
@@ -35,6 +39,7 @@ from collections.abc import Callable
 
 from edgerl.config import EnvConfig
 from edgerl.envs.ale import AleVecEnv, ale_game, canonical_id, known_ids, rom_exists, unknown_id
+from edgerl.envs.gym_image import GymImageVecEnv
 from edgerl.envs.gym_vector import GymVecEnv, gym_spec
 from edgerl.envs.spec import (
     ALE_HZ,
@@ -48,7 +53,7 @@ from edgerl.envs.spec import (
     VecEnv,
     short_env_name,
 )
-from edgerl.errors import EnvError
+from edgerl.errors import ConfigError, EnvError
 
 __all__ = [
     "ALE_HZ",
@@ -59,6 +64,7 @@ __all__ = [
     "SCREEN_WIDTH",
     "AleVecEnv",
     "EnvSpec",
+    "GymImageVecEnv",
     "GymVecEnv",
     "Step",
     "VecEnv",
@@ -70,8 +76,12 @@ __all__ = [
 ]
 
 
-def probe(env_id: str) -> EnvSpec:
-    """Describe an environment without keeping it; raises EnvError if it is unknown or unusable."""
+def probe(env: str | EnvConfig) -> EnvSpec:
+    """Describe an environment (an id, or ``[env]`` settings where ``env.make_kwargs`` matters)
+    without keeping it; raises EnvError if it is unknown or unusable, ConfigError for
+    ``env.make_kwargs`` it cannot take."""
+    cfg = env if isinstance(env, EnvConfig) else EnvConfig(id=env)
+    env_id = cfg.id
     game = ale_game(env_id)
     if game is not None:
         if not rom_exists(game):
@@ -83,12 +93,23 @@ def probe(env_id: str) -> EnvSpec:
                 f"{env_id} is a game ALE ships but cannot play with one agent (gymnasium "
                 "registers no environment for it); pick another ALE/<Game>-v5 game"
             )
-        env = make_env(EnvConfig(id=env_id, num_envs=1, threads=1))
+        check_no_kwargs(cfg)
+        made = make_env(EnvConfig(id=env_id, num_envs=1, threads=1))
         try:
-            return env.spec
+            return made.spec
         finally:
-            env.close()
-    return gym_spec(env_id)
+            made.close()
+    return gym_spec(env_id, cfg.make_kwargs)
+
+
+def check_no_kwargs(cfg: EnvConfig) -> None:
+    """Raise ConfigError where ``env.make_kwargs`` is given for an ALE game (its settings are
+    ``[env]`` keys)."""
+    if cfg.make_kwargs:
+        raise ConfigError(
+            f"env.make_kwargs is for gymnasium ids; {cfg.id} is set by the [env] keys "
+            "(repeat_action_probability, noop_max, max_episode_frames)"
+        )
 
 
 def make_env(
@@ -108,6 +129,11 @@ def make_env(
     if game is not None:
         if not rom_exists(game):
             raise unknown_id(cfg.id)
+        check_no_kwargs(cfg)
         check_stop()
         return AleVecEnv(cfg, game, screens)
-    return GymVecEnv(cfg, spec or gym_spec(cfg.id), check_stop, screens)
+    kwargs = cfg.make_kwargs
+    spec = spec or gym_spec(cfg.id, kwargs)
+    if spec.has_frames:
+        return GymImageVecEnv(cfg, spec, kwargs, check_stop, screens)
+    return GymVecEnv(cfg, spec, kwargs, check_stop, screens)

@@ -1,6 +1,6 @@
-"""Any other discrete-action gymnasium game with flat vector observations (CartPole-v1, ...):
-its description read from the registry, and :class:`GymVecEnv` around gymnasium's
-``SyncVectorEnv``."""
+"""Any other discrete-action gymnasium game: its description read from the registry with
+``env.make_kwargs`` (pictures go to :mod:`edgerl.envs.gym_image`), and :class:`GymVecEnv` around
+gymnasium's ``SyncVectorEnv`` for flat vector observations (CartPole-v1, ...)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import numpy as np
 
 from edgerl.config import EnvConfig
 from edgerl.envs.ale import import_ale, unknown_id
+from edgerl.envs.gym_image import image_spec, is_image
 from edgerl.envs.gym_warnings import gym_warnings_logged
 from edgerl.envs.screens import keep_screens
 from edgerl.envs.spec import EnvSpec, Step, VecEnv
-from edgerl.errors import EnvError
+from edgerl.errors import ConfigError, EnvError
 
 
-def gym_spec(env_id: str) -> EnvSpec:
+def gym_spec(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvSpec:
     import gymnasium as gym
     from gymnasium import spaces
 
@@ -28,27 +29,33 @@ def gym_spec(env_id: str) -> EnvSpec:
         raise unknown_id(env_id) from None
     try:
         with gym_warnings_logged():
-            env = gym.make(spec)
+            env = gym.make(spec, **(kwargs or {}))
     except gym.error.DependencyNotInstalled as e:
         raise EnvError(f"environment '{env_id}' needs a package that is missing: {e}") from None
+    except TypeError as e:  # a keyword the game does not take
+        raise ConfigError(f"env.make_kwargs does not suit {env_id}: {e}") from None
     try:
         act, obs = env.action_space, env.observation_space
         if not isinstance(act, spaces.Discrete):
             raise EnvError(
                 f"environment '{env_id}' has a continuous action space ({act}); "
-                "DQN needs a discrete one (e.g. CartPole-v1 or an ALE/<Game>-v5 id)"
-            )
-        if not isinstance(obs, spaces.Box) or len(obs.shape) != 1:
-            hint = ""
-            game = spec.kwargs.get("game") if "ale_py" in str(spec.entry_point) else None
-            if isinstance(game, str):
-                camel = "".join(part.capitalize() for part in game.split("_"))
-                hint = f" (use ALE/{camel}-v5 for Atari with DQN preprocessing)"
-            raise EnvError(
-                f"environment '{env_id}' has observations of shape {getattr(obs, 'shape', obs)}; "
-                f"edgerl handles Atari frames and flat vectors{hint}"
+                "DQN needs a discrete one (e.g. CartPole-v1 or an ALE/<Game>-v5 id; some games "
+                "take one in env.make_kwargs, as CarRacing-v3 does with '{continuous = false}')"
             )
         meanings = tuple(str(i) for i in range(int(act.n)))
+        game = spec.kwargs.get("game") if "ale_py" in str(spec.entry_point) else None
+        atari = ""  # an Atari game through gymnasium's id: ALE's own family plays it properly
+        if isinstance(game, str):
+            camel = "".join(part.capitalize() for part in game.split("_"))
+            atari = f" (use ALE/{camel}-v5 for Atari with DQN preprocessing)"
+        if is_image(obs) and not atari:
+            return image_spec(env_id, int(act.n), meanings)
+        if atari or not isinstance(obs, spaces.Box) or len(obs.shape) != 1:
+            raise EnvError(
+                f"environment '{env_id}' has observations of shape {getattr(obs, 'shape', obs)}; "
+                f"edgerl handles pictures (uint8, height x width x 1 or 3) and flat "
+                f"vectors{atari}"
+            )
         return EnvSpec(env_id, "vector", (int(obs.shape[0]),), "float32", int(act.n), meanings)
     finally:
         env.close()
@@ -61,6 +68,7 @@ class GymVecEnv(VecEnv):
         self,
         cfg: EnvConfig,
         spec: EnvSpec,
+        kwargs: dict[str, Any],
         check_stop: Callable[[], None] = lambda: None,
         screens: bool = False,
     ) -> None:
@@ -71,8 +79,9 @@ class GymVecEnv(VecEnv):
             check_stop()  # many environments take minutes to build: a stop must not wait
             with gym_warnings_logged():
                 if screens:
-                    return keep_screens(gym.make(cfg.id, render_mode="rgb_array"), cfg.id)
-                return gym.make(cfg.id)
+                    env = gym.make(cfg.id, render_mode="rgb_array", **kwargs)
+                    return keep_screens(env, cfg.id)
+                return gym.make(cfg.id, **kwargs)
 
         self._env = SyncVectorEnv([one] * cfg.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = cfg.num_envs

@@ -129,7 +129,7 @@ def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
         layers.append(named_preset_layer(opts.preset))
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)
-    cfg = apply_presets(cfg, probe(opts.env_id).kind)
+    cfg = apply_presets(cfg, probe(cfg.env).kind)
     check_consistency(cfg)
     return cfg
 
@@ -138,7 +138,7 @@ def _stages(
     cfg: Config, opts: BenchOptions, device: torch.device, stage_s: float
 ) -> dict[str, Any]:
     """Each stage alone: the vector env, batched action selection, the update variants."""
-    spec = probe(opts.env_id)
+    spec = probe(cfg.env)
     out: dict[str, Any] = {}
     log.info("bench: env steps/s")
     out["env_steps_per_s"] = {
@@ -172,7 +172,7 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
     )
     limit_s = max(LIMIT_MIN_S, opts.seconds / 2)
     log.info("bench: the learner alone (the learner-bound limit), %.0f s", limit_s)
-    learner = learner_limit(cfg, probe(opts.env_id), device, limit_s)
+    learner = learner_limit(cfg, probe(cfg.env), device, limit_s)
     ups = learner["updates_per_s"]
     limit = learner["steps_per_s"]
     return {
@@ -196,9 +196,7 @@ def _shape_limit(
     """The learner-bound limit with ``agent.batch_size=batch, agent.train_freq=freq``."""
     log.info("bench: the learner alone at batch %d / train_freq %d", batch, freq)
     agent = dataclasses.replace(cfg.agent, batch_size=batch, train_freq=freq)
-    learner = learner_limit(
-        dataclasses.replace(cfg, agent=agent), probe(opts.env_id), device, seconds
-    )
+    learner = learner_limit(dataclasses.replace(cfg, agent=agent), probe(cfg.env), device, seconds)
     return {
         "batch_size": batch,
         "train_freq": freq,
@@ -214,7 +212,7 @@ def _compute(
 ) -> dict[str, Any]:
     """FLOPs per env step of the configured learner, the GFLOP/s its update made in the
     learner-alone measurement, and this machine's peak measured now (:mod:`compute`)."""
-    spec = probe(opts.env_id)
+    spec = probe(cfg.env)
     net = q_network(cfg, spec).to(device).eval()
     if isinstance(net, NatureCNN):
         net.use_channels_last()
@@ -362,7 +360,7 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
     cfg = _config(opts)
     device = resolve_device(cfg.perf.device)
     configure_for_training(device, cfg)
-    spec = probe(opts.env_id)
+    spec = probe(cfg.env)
     concurrent = learner_info(cfg.agent.algo).concurrent  # may it learn beside the actor?
     stage_s = max(0.5, opts.seconds / 10)
     result |= {

@@ -59,7 +59,7 @@ def replay_save_cost(cfg: Config, device: torch.device, steps: int) -> dict[str,
     from edgerl.memories.replay import ReplayBuffer
     from edgerl.memories.replay.store import ReplayStore
 
-    spec = probe(cfg.env.id)
+    spec = probe(cfg.env)
     num_envs = cfg.env.num_envs
     replay_device = device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
     replay = ReplayBuffer(spec, cfg.replay.capacity, num_envs, replay_device, out_device=device)

@@ -49,7 +49,7 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     Raises ConfigError, EnvError or ReplayMemoryError with one sentence that names the keys to
     change, DeviceError when the device asked for is not usable.
     """
-    spec = probe(requested.env.id)
+    spec = probe(requested.env)
     cfg = apply_presets(requested, spec.kind)
     device = resolve_device(cfg.perf.device)
     cfg = settle_deterministic(cfg)
