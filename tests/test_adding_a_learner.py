@@ -4,6 +4,8 @@ registry names it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from edgerl.config.learners import LEARNERS, LearnerInfo
@@ -40,3 +42,31 @@ def test_a_learner_registered_in_one_line_trains_resumes_plays_and_exports(
 def test_an_unregistered_learner_is_refused_with_the_ones_there_are(cli, tmp_path):
     r = cli("train", *TOY, "--run-dir", tmp_path / "x", "--steps", "100")
     assert r.code == 2 and "agent.algo" in r.err and "dqn, pqn" in r.err, r.err
+
+
+def test_a_new_kind_of_memory_is_a_class_and_a_registry_line(monkeypatch, cli, tmp_path):
+    """A learner's memory comes from its kind (edgerl/memories/kinds.py): a kind registered in
+    one line is planned, checked and built by everything that trains, and nothing else asks
+    which kind it is."""
+    from edgerl.memories.kinds import MEMORY_KINDS, RolloutKind
+
+    built: list[int] = []
+
+    class CountingRollouts(RolloutKind):
+        def build(self, cfg, spec, device, available, num_envs):  # type: ignore[no-untyped-def]
+            built.append(num_envs)
+            return super().build(cfg, spec, device, available, num_envs)
+
+        def fix(self, cfg, plan):  # type: ignore[no-untyped-def]
+            return "make the counting rollout smaller"
+
+    monkeypatch.setitem(MEMORY_KINDS, "counting", CountingRollouts())
+    monkeypatch.setitem(
+        LEARNERS, "toy", LearnerInfo("tests.toy_learner", memory="counting", beside_actor="")
+    )
+    r = cli("train", *TOY, *SMALL, "--run-dir", tmp_path / "toy", "--steps", "500", "--quiet")
+    assert r.code == 0, r.err[-3000:]
+    assert built == [4]  # the trainer's memory, for its 4 environments
+    r = cli("doctor", "--json", "--set", "agent.algo=toy", "--set", "env.id=CartPole-v1")
+    checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
+    assert "a rollout of 32 steps" in checks["replay memory"]["found"]  # planned by the kind

@@ -59,7 +59,7 @@ def test_a_fleet_is_checked_and_its_local_actors_leave_the_learner_the_other_cpu
     fleet = ("fleet.actors=2", "env.num_envs=4")
     found = settle.settle_config(requested(tmp_path, *fleet, "replay.capacity=128"))
     assert found.cfg.env.batch_size == 0  # remote actors step their environments together
-    monkeypatch.setattr(device.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(device, "usable_cpus", lambda: 6)
     assert learner_threads(found.cfg) == 4  # a Ray instance here: 2 actors, 1 CPU each
     assert learner_threads(requested(tmp_path, *fleet, "fleet.cpus_per_actor=4")) == 1
     elsewhere = requested(tmp_path, *fleet, "fleet.address=10.0.0.1:6379")

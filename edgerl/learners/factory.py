@@ -18,40 +18,32 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.config.learners import learner_info, rollouts_held
+from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec
-from edgerl.errors import ConfigError, ReplayMemoryError
-from edgerl.hw.device import resolve_device
+from edgerl.errors import ConfigError
 from edgerl.learners import Learner
 from edgerl.learners.fast_update import Decisions, may_compile, spare_dynamo_import
 from edgerl.learners.nets import build_q_network
 from edgerl.memories import Memory
-from edgerl.memories.budget import (
-    MEMORY_SHARE,
-    MemoryPlan,
-    available_memory,
-    check_env_memory,
-    fmt_bytes,
-    plan_memory,
-)
-from edgerl.memories.replay import ReplayBuffer
-from edgerl.memories.rollout import RolloutBuffer, rollout_bytes
+from edgerl.memories.budget import MEMORY_SHARE, MemoryPlan, check_env_memory, fmt_bytes
+from edgerl.memories.kinds import MEMORY_KINDS, MemoryKind
 
 
-def replay_device(cfg: Config, device: torch.device) -> torch.device:
-    """Where the replay lives: ``replay.device``, by default the learner's device."""
-    return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+def memory_kind(cfg: Config) -> MemoryKind:
+    """What the memory of ``cfg``'s learner is (its line in edgerl.config.learners names it)."""
+    return MEMORY_KINDS[learner_info(cfg.agent.algo).memory]
 
 
 def uses_replay(cfg: Config) -> bool:
-    """The learner ``cfg`` names learns from a replay (else from a rollout)."""
+    """The learner ``cfg`` names learns from a replay (``edgerl doctor --deep`` exercises each
+    memory itself; everything else asks :func:`memory_kind` what it needs)."""
     return learner_info(cfg.agent.algo).memory == "replay"
 
 
 def memory_keeps_steps(cfg: Config) -> bool:
     """Whether the memory of ``cfg``'s learner keeps its steps to learn from again and again (a
     replay, saved beside a checkpoint where asked), see :attr:`Memory.keeps_steps`."""
-    return (ReplayBuffer if uses_replay(cfg) else RolloutBuffer).keeps_steps
+    return memory_kind(cfg).keeps_steps
 
 
 def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
@@ -73,7 +65,7 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
             f"perf.pipeline=async needs a learner that learns beside the actor, and "
             f"agent.algo={algo} learns in the actor's loop (set perf.pipeline to auto or sync)"
         )
-    if not uses_replay(cfg):
+    if memory_kind(cfg).lockstep:
         if cfg.perf.autotune:
             preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
             raise ConfigError(
@@ -112,7 +104,8 @@ def resolve_env_batch(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     if cfg.env.batch_size >= 0:
         return cfg.env.batch_size
     n = cfg.env.num_envs
-    if device.type == "cuda" and uses_replay(cfg) and spec.has_frames and n >= AUTO_BATCH_MIN_ENVS:
+    acting_bound = device.type == "cuda" and not memory_kind(cfg).lockstep
+    if acting_bound and spec.has_frames and n >= AUTO_BATCH_MIN_ENVS:
         return n // 2
     return 0
 
@@ -120,54 +113,25 @@ def resolve_env_batch(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
 def memory_plan(cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
     """What the learner's memory (DQN's replay, PQN's rollout) needs against what is free on the
     device it lives on, and a sentence saying so (``edgerl doctor``'s memory line)."""
-    if uses_replay(cfg):
-        available, where = available_memory(replay_device(cfg, device))
-        plan = plan_memory(spec, cfg.replay.capacity, available, where)
-        what = (
-            f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
-            f"({plan.bytes_per_transition:,} bytes per transition)"
-        )
-    else:
-        available, where = available_memory(device)
-        held = rollouts_held(cfg.perf.pipeline, device.type, cfg.agent.algo)
-        size = held * rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
-        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
-        what = (
-            f"{'two PQN rollouts' if held == 2 else 'a PQN rollout'} of "
-            f"{cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} environments "
-            f"need{'' if held == 2 else 's'} {fmt_bytes(size)} (no replay"
-            + ("; one learned while the next is collected)" if held == 2 else ")")
-        )
+    plan, what = memory_kind(cfg).plan(cfg, spec, device)
     return plan, (
-        f"{what}; {fmt_bytes(available)} of {where} memory is free, edgerl uses up to "
-        f"{MEMORY_SHARE:.0%}"
+        f"{what}; {fmt_bytes(plan.available_bytes)} of {plan.where} memory is free, edgerl uses "
+        f"up to {MEMORY_SHARE:.0%}"
     )
 
 
 def memory_fix(cfg: Config, plan: MemoryPlan) -> str:
     """What to change when ``plan`` does not fit."""
-    if uses_replay(cfg):
-        return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
-    return "lower env.num_envs or pqn.rollout_steps, or free memory"
+    return memory_kind(cfg).fix(cfg, plan)
 
 
 def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     """Refuse a memory or environments that do not fit (ReplayMemoryError, EnvMemoryError,
     one sentence each, before anything is allocated); returns the memory available."""
-    plan, _ = memory_plan(cfg, spec, device)
-    if uses_replay(cfg):
-        plan.check()
-    elif not plan.fits:
-        held = rollouts_held(cfg.perf.pipeline, device.type, cfg.agent.algo)
-        raise ReplayMemoryError(
-            f"{'two PQN rollouts' if held == 2 else 'a PQN rollout'} of "
-            f"{cfg.pqn.rollout_steps} steps x {cfg.env.num_envs:,} "
-            f"environments need{'' if held == 2 else 's'} {fmt_bytes(plan.total_bytes)} but only "
-            f"{fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of which "
-            f"edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or pqn.rollout_steps"
-        )
-    where_to = replay_device(cfg, device) if uses_replay(cfg) else device
-    check_env_memory(spec, cfg.env.num_envs, plan, where_to)
+    kind = memory_kind(cfg)
+    plan, _ = kind.plan(cfg, spec, device)
+    kind.check(cfg, device, plan)
+    check_env_memory(spec, cfg.env.num_envs, plan, kind.where(cfg, device))
     return plan.available_bytes
 
 
@@ -203,17 +167,4 @@ def build_memory(
 ) -> Memory:
     """What the learner learns from: DQN's replay (on its device, feeding the learner on
     ``device``) or PQN's rollout, for ``num_envs`` environments (default ``env.num_envs``)."""
-    num_envs = num_envs or cfg.env.num_envs
-    if not uses_replay(cfg):
-        return RolloutBuffer(spec, num_envs, cfg.pqn.rollout_steps, device)
-    return ReplayBuffer(
-        spec,
-        cfg.replay.capacity,
-        num_envs,
-        replay_device(cfg, device),
-        cfg.env.seed + 1,
-        available,
-        out_device=device,
-        n_step=cfg.agent.n_step,
-        gamma=cfg.agent.gamma,
-    )
+    return memory_kind(cfg).build(cfg, spec, device, available, num_envs or cfg.env.num_envs)

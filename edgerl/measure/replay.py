@@ -20,7 +20,6 @@ import torch
 
 from edgerl.config import Config
 from edgerl.envs import make_env, probe
-from edgerl.hw.device import resolve_device
 
 
 def _codecs(frames: np.ndarray) -> dict[str, dict[str, float]]:
@@ -56,12 +55,13 @@ def replay_save_cost(cfg: Config, device: torch.device, steps: int) -> dict[str,
     and of ``steps`` changed env steps, each while an actor keeps writing recorded observations
     (its longest write is the actor's longest pause, snapshot included), and the restore.
     """
+    from edgerl.memories.kinds import ReplayKind
     from edgerl.memories.replay import ReplayBuffer
     from edgerl.memories.replay.store import ReplayStore
 
     spec = probe(cfg.env)
     num_envs = cfg.env.num_envs
-    replay_device = device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+    replay_device = ReplayKind().where(cfg, device)
     replay = ReplayBuffer(spec, cfg.replay.capacity, num_envs, replay_device, out_device=device)
     env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), spec)
     rng = np.random.default_rng(0)

@@ -1,0 +1,148 @@
+"""What each kind of memory says before it exists: where it lives, what it needs against what
+is free (and the fix when it does not fit), how it is built, and how the environments must step
+for it. A learner names its kind in :mod:`edgerl.config.learners` (``memory``); everything else
+asks the kind, never which kind it is. A new kind is a buffer with the :class:`Memory` members,
+a class here and a line in :data:`MEMORY_KINDS`."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from edgerl.config import Config
+from edgerl.config.learners import rollouts_held
+from edgerl.envs import EnvSpec
+from edgerl.errors import ReplayMemoryError
+from edgerl.hw.device import resolve_device
+from edgerl.memories import Memory
+from edgerl.memories.budget import (
+    MEMORY_SHARE,
+    MemoryPlan,
+    available_memory,
+    fmt_bytes,
+    plan_memory,
+)
+from edgerl.memories.replay import ReplayBuffer
+from edgerl.memories.rollout import RolloutBuffer, rollout_bytes
+from edgerl.words import plural
+
+
+class MemoryKind(Protocol):
+    # Learning samples what it holds and the steps stay (see Memory.keeps_steps).
+    keeps_steps: bool
+    # Every environment steps together, each step's rows in order: no ALE async mode (rows
+    # of some environments) and no autotune of the environments (its unit is all of them).
+    lockstep: bool
+
+    def where(self, cfg: Config, device: torch.device) -> torch.device:
+        """The device it lives on, for a learner on ``device``."""
+        ...
+
+    def plan(self, cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+        """What it needs against what is free where it lives, and a sentence saying so."""
+        ...
+
+    def fix(self, cfg: Config, plan: MemoryPlan) -> str:
+        """What to change when ``plan`` does not fit."""
+        ...
+
+    def check(self, cfg: Config, device: torch.device, plan: MemoryPlan) -> None:
+        """Raise ReplayMemoryError (one sentence) when ``plan`` does not fit."""
+        ...
+
+    def build(
+        self, cfg: Config, spec: EnvSpec, device: torch.device, available: int | None, num_envs: int
+    ) -> Memory:
+        """The memory, for ``num_envs`` environments and a learner on ``device``."""
+        ...
+
+
+class ReplayKind:
+    """DQN's replay: ``replay.capacity`` transitions, sampled again and again."""
+
+    keeps_steps = ReplayBuffer.keeps_steps
+    lockstep = False
+
+    def where(self, cfg: Config, device: torch.device) -> torch.device:
+        return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
+
+    def plan(self, cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+        available, where = available_memory(self.where(cfg, device))
+        plan = plan_memory(spec, cfg.replay.capacity, available, where)
+        return plan, (
+            f"replay.capacity={plan.capacity:,} needs {fmt_bytes(plan.total_bytes)} "
+            f"({plan.bytes_per_transition:,} bytes per transition)"
+        )
+
+    def fix(self, cfg: Config, plan: MemoryPlan) -> str:
+        return f"set replay.capacity to at most {plan.max_capacity:,}, or free memory"
+
+    def check(self, cfg: Config, device: torch.device, plan: MemoryPlan) -> None:
+        plan.check()
+
+    def build(
+        self, cfg: Config, spec: EnvSpec, device: torch.device, available: int | None, num_envs: int
+    ) -> Memory:
+        return ReplayBuffer(
+            spec,
+            cfg.replay.capacity,
+            num_envs,
+            self.where(cfg, device),
+            cfg.env.seed + 1,
+            available,
+            out_device=device,
+            n_step=cfg.agent.n_step,
+            gamma=cfg.agent.gamma,
+        )
+
+
+class RolloutKind:
+    """PQN's rollout: the last ``pqn.rollout_steps`` steps of every environment, learned once
+    (two of them where the learner learns one while the next is collected)."""
+
+    keeps_steps = RolloutBuffer.keeps_steps
+    lockstep = True
+
+    def where(self, cfg: Config, device: torch.device) -> torch.device:
+        return device
+
+    def _held(self, cfg: Config, device: torch.device) -> int:
+        return rollouts_held(cfg.perf.pipeline, device.type, cfg.agent.algo)
+
+    def _what(self, cfg: Config, held: int) -> str:
+        return (
+            f"{'two rollouts' if held == 2 else 'a rollout'} of {cfg.pqn.rollout_steps} steps x "
+            f"{plural(cfg.env.num_envs, 'environment')} need{'' if held == 2 else 's'}"
+        )
+
+    def plan(self, cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+        available, where = available_memory(device)
+        held = self._held(cfg, device)
+        size = held * rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
+        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        return plan, (
+            f"{self._what(cfg, held)} {fmt_bytes(size)} (no replay"
+            + ("; one learned while the next is collected)" if held == 2 else ")")
+        )
+
+    def fix(self, cfg: Config, plan: MemoryPlan) -> str:
+        return "lower env.num_envs or pqn.rollout_steps, or free memory"
+
+    def check(self, cfg: Config, device: torch.device, plan: MemoryPlan) -> None:
+        if plan.fits:
+            return
+        raise ReplayMemoryError(
+            f"{self._what(cfg, self._held(cfg, device))} {fmt_bytes(plan.total_bytes)} but "
+            f"only {fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of "
+            f"which edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or "
+            "pqn.rollout_steps"
+        )
+
+    def build(
+        self, cfg: Config, spec: EnvSpec, device: torch.device, available: int | None, num_envs: int
+    ) -> Memory:
+        return RolloutBuffer(spec, num_envs, cfg.pqn.rollout_steps, device)
+
+
+MEMORY_KINDS: dict[str, MemoryKind] = {"replay": ReplayKind(), "rollout": RolloutKind()}
