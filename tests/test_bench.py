@@ -115,7 +115,7 @@ def test_bench_json(cli):
 def test_ctrl_c_prints_what_the_bench_measured_so_far_and_exits_130():
     """A bench stopped by Ctrl-C (or SIGINT from a time limit) keeps what it measured: the
     JSON document has the stages before the interrupt, marked interrupted."""
-    args = ["bench", "--env", "CartPole-v1", "--seconds", "60", "--envs", "1"]
+    args = ["bench", "--env", "CartPole-v1", "--seconds", "10", "--envs", "1"]
     proc = subprocess.Popen(
         edgerl_cmd(*args, "--actor-envs", "", "--loop-envs", "1", "--json"),
         stdout=subprocess.PIPE,

@@ -137,7 +137,7 @@ def test_carracing_trains_from_pixels_and_is_watched_played_and_exported(cli, tm
         while time.monotonic() < deadline:  # learning has started and made updates
             metrics = run / "metrics.csv"
             if metrics.exists() and any(
-                line.split(",")[0].isdigit() and int(line.split(",")[0]) >= 1000
+                line.split(",")[0].isdigit() and int(line.split(",")[0]) >= 600
                 for line in metrics.read_text().splitlines()[1:]
             ):
                 break
