@@ -129,7 +129,7 @@ def test_the_async_learners_captured_sampler_keeps_the_pipelines_guard(monkeypat
     would."""
     import numpy as np
 
-    import edgerl.memories.replay as replay_module
+    import edgerl.memories.replay.buffer as replay_module
     from edgerl.config import build_layers, resolve
     from edgerl.envs import EnvSpec
     from edgerl.learners.factory import build_learner, build_memory

@@ -11,7 +11,7 @@ import numpy as np
 class Memory(Protocol):
     """A learner's memory as the rest of a run sees it: the actor writes every vector step into
     it, a learner reads it (a replay's samples, a rollout in order), checkpoints keep its random
-    state. :class:`~edgerl.memories.replay.ReplayBuffer` and
+    state. :class:`~edgerl.memories.replay.buffer.ReplayBuffer` and
     :class:`~edgerl.memories.rollout.RolloutBuffer` are the two; which one a learner learns from
     is its line in :mod:`edgerl.config.learners`."""
 
