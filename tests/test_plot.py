@@ -135,6 +135,27 @@ def test_curves_skip_repeated_headers_and_rows_a_resume_replaced(tmp_path):
     assert read_curves(tmp_path / "missing.csv", {"return_mean": Series()}) == 0
 
 
+def test_the_pages_curves_read_only_the_end_of_a_huge_file(tmp_path, monkeypatch):
+    """A run file far larger than any run writes (damaged, or a hostile local user's) would
+    hold edgerl serve's reader threads for seconds per poll: the page's curves read its end
+    and say so; edgerl plot, the user's own command, reads it all."""
+    from edgerl.display.curves import load_run
+    from edgerl.serve import runs as served
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = "".join(f"{s},{s / 100},{s % 7}\n" for s in range(0, 200_000, 10))
+    (run / "metrics.csv").write_text("step,wall_s,return_mean\n" + rows)
+    size = (run / "metrics.csv").stat().st_size
+    whole = load_run(run)
+    assert min(whole.returns.steps) < 1_000 and not whole.damage  # from the start
+    monkeypatch.setattr(served, "CURVE_FILE_BYTES", 4096)
+    page = served.RunFiles([tmp_path]).curves(run)
+    steps = page["returns"]["steps"]
+    assert page["problem"] is None and min(steps) > 190_000 and max(steps) > 199_000
+    assert page["damage"] == [f"metrics.csv is {size / 1024:.1f} KiB: its last 4.0 KiB shown"]
+
+
 def test_plot_writes_into_the_run_directory_and_says_where(cli, cartpole_run):
     r = cli("plot", "--run-dir", cartpole_run)
     assert r.code == 0, r.err

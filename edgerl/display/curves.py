@@ -30,6 +30,7 @@ import numpy as np
 
 from edgerl.errors import RunDirError
 from edgerl.files.csvread import CsvReader
+from edgerl.memories.budget import fmt_bytes
 
 log = logging.getLogger(__name__)
 
@@ -217,11 +218,13 @@ def read_curves(
     curves: dict[str, Sink],
     wall: Callable[[float], float] | None = None,
     damage: list[str] | None = None,
+    max_bytes: int | None = None,
 ) -> int:
     """Add the rows of the CSV file at ``path`` to ``curves`` (column name -> series); returns
     the rows read. A row's x is its ``step`` and its ``wall_s`` (or ``wall(step)`` for files
     without one, such as load.csv: a file with neither has no rows); cells that are empty or no
-    finite number are left out.
+    finite number are left out. ``max_bytes``: of a larger file, only the rows of its last
+    ``max_bytes`` (said in ``damage``), so one huge file cannot hold up a reader serving others.
 
     A missing file has no rows; damage is skipped and logged once (and named in ``damage``, as
     ``"metrics.csv has ..."``, when given). Raises RunDirError when the file cannot be read.
@@ -231,7 +234,13 @@ def read_curves(
     wall_of = wall if wall is not None else _no_wall
     try:
         columns: list[tuple[int, Sink]] | None = None
-        for cells in reader.rows():
+        size = path.stat().st_size if max_bytes is not None else 0
+        cut = max_bytes is not None and size > max_bytes
+        if cut and damage is not None:
+            damage.append(
+                f"{path.name} is {fmt_bytes(size)}: its last {fmt_bytes(max_bytes or 0)} shown"
+            )
+        for cells in reader.tail(max_bytes or 0) if cut else reader.rows():
             if columns is None:
                 header = reader.header or []
                 if "step" not in header:
@@ -293,9 +302,10 @@ def wall_at(clock: Series) -> Callable[[float], float]:
     return at
 
 
-def load_run(run_dir: Path) -> RunCurves:
-    """The curves of the run in ``run_dir``; raises RunDirError when it is not a run directory,
-    a file cannot be read, or it has no row yet."""
+def load_run(run_dir: Path, max_bytes: int | None = None) -> RunCurves:
+    """The curves of the run in ``run_dir`` (of each file larger than ``max_bytes``, its end);
+    raises RunDirError when it is not a run directory, a file cannot be read, or it has no row
+    yet."""
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a run directory; give one with --run-dir")
     mean_returns, sps, clock = Series(), Series(), Series()
@@ -304,9 +314,11 @@ def load_run(run_dir: Path) -> RunCurves:
         run_dir / "metrics.csv",
         {"return_mean": mean_returns, "sps": sps, "wall_s": clock},
         damage=damage,
+        max_bytes=max_bytes,
     )
     returns = Series(smooth=True)
-    per_episode = read_curves(run_dir / "episodes.csv", {"return": returns}, damage=damage) > 0
+    episodes = run_dir / "episodes.csv"
+    per_episode = read_curves(episodes, {"return": returns}, damage=damage, max_bytes=max_bytes) > 0
     if not per_episode:
         returns = mean_returns
     if not returns.count and not metric_rows:
@@ -316,8 +328,8 @@ def load_run(run_dir: Path) -> RunCurves:
         )
     cpu, gpu, evals = Series(), Series(), Series()
     load = {"cpu_mean": cpu, "gr3d": gpu}
-    read_curves(run_dir / "load.csv", load, wall=wall_at(clock.finish()), damage=damage)
-    read_curves(run_dir / "eval.csv", {"return_mean": evals}, damage=damage)
+    read_curves(run_dir / "load.csv", load, wall_at(clock.finish()), damage, max_bytes)
+    read_curves(run_dir / "eval.csv", {"return_mean": evals}, damage=damage, max_bytes=max_bytes)
     return RunCurves(
         name=run_dir.name,
         returns=returns.finish(),

@@ -38,6 +38,10 @@ RUN_FILES = (STATUS_FILE, "metrics.csv")  # a directory holding one of them is a
 CURVES_EVERY_S = 5.0  # curves read whole files: at most this often, or ten times their read time
 LOAD_TAIL_BYTES = 96 * 1024  # load.csv's rows are 40-90 bytes: the last ~20 minutes at 1 Hz
 METRICS_TAIL_BYTES = 4096  # metrics.csv's rows are under 300 bytes
+# The curves read at most this much of each file: a metrics.csv row every 5 s is under 300
+# bytes, so about six days of training; a larger file (a damaged or hostile one) shows its end
+# and cannot hold the reader threads for seconds while other viewers wait.
+CURVE_FILE_BYTES = 32 << 20
 LOAD_COLUMNS = [c for c in LOAD_CSV_COLUMNS if c not in ("time", "step", "gr3d_mhz")]
 
 T = TypeVar("T")
@@ -297,7 +301,7 @@ class RunFiles:
 
         def read() -> dict[str, Any]:
             try:
-                curves = load_run(run_dir)
+                curves = load_run(run_dir, max_bytes=CURVE_FILE_BYTES)
             except EdgerlError as e:
                 return {"problem": str(e), "damage": []}
             return {
