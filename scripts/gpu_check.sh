@@ -28,8 +28,9 @@
 #   resume   resume.log and runs/<amp>-<pipeline>: DQN trained, stopped, resumed, for
 #            perf.amp=off|bf16 x perf.pipeline=sync|async (RESUME_RUNS picks some, e.g.
 #            "bf16-async"; each about 65 s)
-#   cores    cores.json: `edgerl bench` of both learners' loops with the CPUs cut to 6 and to
-#            12 by taskset (an Orin Nano's and an AGX Orin's count), one JSON line each
+#   cores    cores.json: `edgerl bench` of both learners' loops with the CPUs cut by taskset to
+#            CORES (default 6, an Orin Nano's count; "6 12" adds an AGX Orin's), one JSON line
+#            each
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
@@ -57,7 +58,7 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pqnbench]=200 [pong]=470 [resume]=330 [dqn]=270 [cores]=300)
+    [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -151,10 +152,11 @@ step_pqnbench() {
         >"$OUT/pqnbench.json" 2>"$OUT/pqnbench.err"
 }
 
-# "--set a=1 --set b=2" from "a=1 b=2".
+# "--set a=1 --set b=2" from "a=1 b=2" (split on spaces only: agent.hidden=[256] stays as it is).
 as_sets() {
-    local setting
-    for setting in $1; do
+    local setting settings
+    read -r -a settings <<<"$1"
+    for setting in "${settings[@]}"; do
         printf '%s\n' --set "$setting"
     done
 }
@@ -234,14 +236,15 @@ step_dqn() {
 
 step_cores() {
     local cores preset status=0
-    for cores in 6 12; do
+    # CORES="6 12" (default 6: the Orin Nano's count); each bench ends within 4 minutes, two fit
+    for cores in ${CORES:-6}; do
         for preset in pong-gpu pong-gpu-dqn; do
             echo "=== $preset on CPUs 0-$((cores - 1))" >>"$OUT/cores.err"
-            # --loop-envs: DQN's preset count; PQN runs its own.
-            timeout -k 60 -s INT 140 taskset -c "0-$((cores - 1))" "$PY" -m edgerl.cli bench \
+            # --loop-envs: DQN's preset count; PQN runs its own. One JSON document per line.
+            timeout -k 60 -s INT 170 taskset -c "0-$((cores - 1))" "$PY" -m edgerl.cli bench \
                 --preset "$preset" --json --seconds "${BENCH_SECONDS:-6}" --envs 32 \
                 --actor-envs 32 --loop-envs 32 2>>"$OUT/cores.err" |
-                "$PY" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' \
+                "$PY" -c 'import json, sys; t = sys.stdin.read(); print(json.dumps(json.loads(t)) if t.strip() else "{}")' \
                     >>"$OUT/cores.json" || status=1
         done
     done

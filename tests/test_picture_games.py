@@ -75,7 +75,7 @@ def test_make_kwargs_mistakes_are_one_sentence():
 def test_stacks_shift_and_a_new_episode_starts_its_own():
     with make_env(car(2, SHORT_CAR), screens=True) as env:
         obs = env.reset(seed=0)
-        assert (obs == obs[:, :1]).all()  # the first picture in every place
+        assert not obs[:, :-1].any() and obs[:, -1].any()  # zeros before the first picture
         assert env.screen(0).shape == (96, 96, 3)
         before = obs
         ended = None
@@ -90,7 +90,7 @@ def test_stacks_shift_and_a_new_episode_starts_its_own():
         assert ended is not None and ended.truncated.all(), "no episode ended in 20 steps"
         assert ended.final_obs is not None
         assert (ended.final_obs[:, :-1] == before[:, 1:]).all()  # the old episode, shifted
-        assert (ended.obs == ended.obs[:, :1]).all()  # the new one: its first picture
+        assert not ended.obs[:, :-1].any()  # the new one: zeros before its first picture
         assert env.screen(0, final=True).shape == (96, 96, 3)
 
 
@@ -158,3 +158,39 @@ def test_carracing_trains_from_pixels_and_is_watched_played_and_exported(cli, tm
     r = cli("play", "--model", onnx, "--episodes", "1", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["returns"] == played["returns"]  # the same policy, the same game
+
+
+def test_ales_async_batches_and_overlap_are_for_ale_only():
+    """A picture game steps every environment in Python: env.batch_size auto stays 0 there
+    even where a GPU learns from a replay, and a number given is refused in one sentence."""
+    import torch
+
+    from edgerl.config import Config, with_values
+    from edgerl.envs.batches import overlaps_emulation
+    from edgerl.learners.factory import check_setup, resolve_env_batch
+
+    spec = probe(car(16))
+    cfg = with_values(Config(), {"env.id": "CarRacing-v3", "env.num_envs": 16})
+    assert resolve_env_batch(cfg, spec, torch.device("cuda")) == 0
+    assert not overlaps_emulation(cfg.env, spec.has_frames, torch.device("cuda"))
+    with pytest.raises(ConfigError, match=r"env.batch_size .* is for Atari ids"):
+        check_setup(with_values(cfg, {"env.batch_size": 8}), spec)
+
+
+def test_a_picture_run_resumes_with_its_make_kwargs_and_is_no_vector_run(cli, tmp_path):
+    """`edgerl train --run-dir DIR` resumes a run's game with the gymnasium.make arguments it
+    was made with; the viewer does not take it for a run without frames."""
+    from edgerl.files.checkpoint import list_checkpoints
+    from edgerl.run.status import game_without_frames
+
+    run = tmp_path / "car"
+    small = ["--set", "env.num_envs=2", "--set", "agent.learning_starts=50", "--quiet"]
+    first = ["--env", "CarRacing-v3", "--set", f"env.make_kwargs={CAR}", *small]
+    r = cli("train", *first, "--steps", "100", "--run-dir", run)
+    assert r.code == 0, r.err
+    assert game_without_frames(run) is None  # status.json says it has frames
+    r = cli("train", *small, "--steps", "200", "--run-dir", run)
+    assert r.code == 0, r.err  # no --env, no make_kwargs: the run's own
+    assert max(c.step for c in list_checkpoints(run / "checkpoints")) == 200
+    r = cli("train", "--env", "CarRacing-v3", *small, "--steps", "300", "--run-dir", run)
+    assert r.code == 0, r.err  # the same game named again: its arguments still go with it

@@ -48,7 +48,9 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
 
 
 @cli.command()
-@click.option("--env", "env_id", help="The game  [default: the preset's, else ALE/Pong-v5]")
+@click.option(
+    "--env", "env_id", help="The game  [default: the preset's or the config's, else ALE/Pong-v5]"
+)
 @click.option(
     "--seconds",
     type=click.FloatRange(min=1),
@@ -92,7 +94,7 @@ def doctor(deep: bool, as_json: bool, config_file: Path | None, overrides: tuple
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
 def bench(
-    env_id: str,
+    env_id: str | None,
     seconds: float,
     envs: str,
     actor_envs: str,
@@ -123,11 +125,6 @@ def bench(
         from edgerl.config.presets import check_preset_device
 
         check_preset_device(preset, torch.cuda.is_available())
-    if env_id is None:  # the preset's game, or Pong
-        from edgerl.config.presets import NAMED_PRESETS
-
-        chosen = NAMED_PRESETS[preset].values if preset else {}
-        env_id = str(chosen.get("env.id", BenchOptions.env_id))
     result = run_bench(
         BenchOptions(
             env_id=env_id,

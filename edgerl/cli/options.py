@@ -160,17 +160,23 @@ def with_game(cfg: Config) -> Config:
     game was given but the run directory holds a run, that run's game: resuming needs no --env."""
     from edgerl.config import with_values
     from edgerl.envs import canonical_id
+    from edgerl.run.rundir import run_env
 
+    env = run_env(Path(cfg.train.run_dir)) if cfg.train.run_dir else {}
+    saved = env.get("id") if isinstance(env.get("id"), str) and env.get("id") else None
+    values: dict[str, Any] = {}
     if "env.id" in cfg.explicit:
         canonical = canonical_id(cfg.env.id)
-        return cfg if canonical == cfg.env.id else with_values(cfg, {"env.id": canonical})
-    from edgerl.run.rundir import run_game
-
-    saved = run_game(Path(cfg.train.run_dir)) if cfg.train.run_dir else None
-    if saved is None or saved == cfg.env.id:
-        return cfg
-    log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
-    return with_values(cfg, {"env.id": saved})
+        if canonical != cfg.env.id:
+            values["env.id"] = canonical
+    elif saved is not None and saved != cfg.env.id:
+        log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
+        values["env.id"] = saved
+    game = values.get("env.id", cfg.env.id)
+    kwargs = env.get("make_kwargs")  # the run's gymnasium.make arguments go with its game
+    if game == saved and "env.make_kwargs" not in cfg.explicit and isinstance(kwargs, dict):
+        values["env.make_kwargs"] = kwargs
+    return with_values(cfg, values) if values else cfg
 
 
 def default_status_dir() -> Path:

@@ -30,7 +30,7 @@ import numpy as np
 
 from edgerl.errors import RunDirError
 from edgerl.files.csvread import CsvReader
-from edgerl.memories.budget import fmt_bytes
+from edgerl.words import fmt_bytes
 
 log = logging.getLogger(__name__)
 

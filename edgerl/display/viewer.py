@@ -26,9 +26,8 @@ from typing import Any, TextIO
 
 from edgerl.display.attach import Attachment, NoFramesToShow
 from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
-from edgerl.envs import ale_game
 from edgerl.errors import EdgerlError
-from edgerl.run.rundir import run_game
+from edgerl.run.status import game_without_frames
 from edgerl.stream.reader import Frame, no_frames
 
 log = logging.getLogger(__name__)
@@ -339,8 +338,8 @@ def run_window(opts: ViewOptions) -> int:
 def check_has_frames(run_dir: Path) -> None:
     """Raise NoFramesToShow at once for a run whose game has no screen (vector observations),
     running or not: no trainer of it will ever publish a frame."""
-    game = run_game(run_dir)
-    if game is not None and ale_game(game) is None:
+    game = game_without_frames(run_dir)
+    if game is not None:
         raise NoFramesToShow(no_frames(run_dir, game))
 
 

@@ -157,7 +157,9 @@ def _deep_spec(ctx: Context) -> Any:
     cfg = (
         ctx.cfg
         if spec is ctx.spec
-        else apply_presets(with_values(ctx.cfg, {"env.id": spec.id}), "frames")
+        else apply_presets(
+            with_values(ctx.cfg, {"env.id": spec.id, "env.make_kwargs": {}}), "frames"
+        )
     )
     return spec, cfg
 
@@ -166,8 +168,8 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
     """A replay on the device, filled from the real game, and batches sampled from it."""
     from edgerl.envs import make_env
     from edgerl.hw.device import indexed
-    from edgerl.memories.budget import fmt_bytes
     from edgerl.memories.replay import ReplayBuffer
+    from edgerl.words import fmt_bytes
 
     started = time.monotonic()
     state.spec, state.cfg = spec, cfg = _deep_spec(ctx)

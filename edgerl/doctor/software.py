@@ -108,7 +108,7 @@ def check_gpu(ctx: Context) -> Check:
     import torch
 
     from edgerl.hw.device import fast_fp16
-    from edgerl.memories.budget import fmt_bytes
+    from edgerl.words import fmt_bytes
 
     device = ctx.device
     if device is None or device.type != "cuda":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from edgerl.doctor.core import Check, Context
 from edgerl.errors import EdgerlError, MissingDependencyError
-from edgerl.memories.budget import fmt_bytes
+from edgerl.words import fmt_bytes
 
 SERVICE_UNIT = Path("/etc/systemd/system/edgerl.service")  # where scripts/install.sh puts it
 HIDDEN_SDL_DRIVERS = ("dummy", "offscreen")  # SDL opens these, but nobody sees the window

@@ -11,9 +11,8 @@ All are wrapped in :class:`VecEnv`, which has one contract the trainer relies on
 
 * observations are batched numpy arrays: uint8 ``(N, 4, 84, 84)`` frame stacks for Atari (84x84
   grey, frame skip 4, max-pool over the last two frames, noop starts, fire reset; the frames before
-  an episode's first are zeros) and for picture games (the same, without noops and fire; a new
-  stack starts with its first picture in every place), float32 ``(N, D)`` for vector
-  observations;
+  an episode's first are zeros) and for picture games (the same, without noops and fire),
+  float32 ``(N, D)`` for vector observations;
 * rewards are the environment's real rewards (the trainer clips them for learning, so that episode
   returns are reported in game points);
 * environments reset themselves in the same step that ends an episode: ``obs`` is then the first

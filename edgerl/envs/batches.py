@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 from edgerl.config import EnvConfig
-from edgerl.envs import Step
+from edgerl.envs import Step, ale_game
 from edgerl.hw.cpus import usable_cpus
 
 
 def overlaps_emulation(env: EnvConfig, frames: bool, device: torch.device) -> bool:
     """Whether the loop's host work should overlap emulation (see the module docstring)."""
-    if not frames:
+    if not frames or ale_game(env.id) is None:
         return False  # gymnasium's environments step in the loop's own thread
     if device.type == "cuda":
         return True

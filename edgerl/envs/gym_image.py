@@ -5,8 +5,9 @@ averaging, and the last :data:`FRAME_STACK` pictures stacked. :class:`GymImageVe
 for a batch of environments at once; :func:`is_image` says which observation spaces it takes.
 
 Grey is ITU-R 601 luma (0.299 R + 0.587 G + 0.114 B), as most Atari preprocessing computes it.
-A new episode's stack starts with its first picture in every place (no black frames the game
-never showed). The colour observation itself is the screen a recording or the viewer shows."""
+A new episode's stack starts as ALE's does, zeros before its first picture: the replay rebuilds
+stacks the same way from single frames, so the learner sees what the actor saw. The colour
+observation itself is the screen a recording or the viewer shows."""
 
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class GymImageVecEnv(VecEnv):
     def reset(self, seed: int) -> np.ndarray:
         pictures, _ = self._env.reset(seed=int(seed))
         self._pictures, self._final_pictures = pictures, {}
-        self._stack[:] = to_frames(pictures)[:, None]
+        self._stack[:] = 0
+        self._stack[:, -1] = to_frames(pictures)
         return self._stack.copy()
 
     def send(self, actions: np.ndarray) -> None:
@@ -115,7 +117,7 @@ class GymImageVecEnv(VecEnv):
             self._final_pictures = {int(i): info["final_obs"][i] for i in ended}
         self._stack[:, :-1] = self._stack[:, 1:]
         self._stack[:, -1] = frames
-        self._stack[done] = frames[done, None]  # a new episode: its first picture throughout
+        self._stack[done, :-1] = 0  # a new episode: zeros before its first picture
         self._pictures = pictures
         return Step(
             self._stack.copy(),

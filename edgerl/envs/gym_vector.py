@@ -23,6 +23,11 @@ def gym_spec(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvSpec:
     from gymnasium import spaces
 
     import_ale()  # registers the Atari ids (Pong-v4, ...) so they are found and explained
+    if kwargs and "render_mode" in kwargs:
+        raise ConfigError(
+            "env.make_kwargs cannot set render_mode: edgerl asks for the screen itself where it "
+            "shows or records one"
+        )
     try:
         spec = gym.spec(env_id)
     except gym.error.Error:
@@ -32,7 +37,9 @@ def gym_spec(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvSpec:
             env = gym.make(spec, **(kwargs or {}))
     except gym.error.DependencyNotInstalled as e:
         raise EnvError(f"environment '{env_id}' needs a package that is missing: {e}") from None
-    except TypeError as e:  # a keyword the game does not take
+    except (TypeError, ValueError) as e:  # a keyword the game does not take, or a value
+        if not kwargs:
+            raise EnvError(f"environment '{env_id}' cannot be made: {e}") from None
         raise ConfigError(f"env.make_kwargs does not suit {env_id}: {e}") from None
     try:
         act, obs = env.action_space, env.observation_space

@@ -19,14 +19,15 @@ from torch import nn
 
 from edgerl.config import Config
 from edgerl.config.learners import learner_info
-from edgerl.envs import EnvSpec
+from edgerl.envs import EnvSpec, ale_game
 from edgerl.errors import ConfigError
 from edgerl.learners import Learner
 from edgerl.learners.fast_update import Decisions, may_compile, spare_dynamo_import
 from edgerl.learners.nets import build_q_network
 from edgerl.memories import Memory
-from edgerl.memories.budget import MEMORY_SHARE, MemoryPlan, check_env_memory, fmt_bytes
+from edgerl.memories.budget import MEMORY_SHARE, MemoryPlan, check_env_memory
 from edgerl.memories.kinds import MEMORY_KINDS, MemoryKind
+from edgerl.words import fmt_bytes
 
 
 def memory_kind(cfg: Config) -> MemoryKind:
@@ -78,7 +79,7 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
                 f"env.batch_size needs a replay learner: an agent.algo={algo} rollout steps every "
                 "environment together (set env.batch_size to 0)"
             )
-    if cfg.env.batch_size > 0 and not spec.has_frames:
+    if cfg.env.batch_size > 0 and ale_game(spec.id) is None:
         raise ConfigError(
             f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
             f"{cfg.env.id}; set it to 0"
@@ -105,7 +106,7 @@ def resolve_env_batch(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
         return cfg.env.batch_size
     n = cfg.env.num_envs
     acting_bound = device.type == "cuda" and not memory_kind(cfg).lockstep
-    if acting_bound and spec.has_frames and n >= AUTO_BATCH_MIN_ENVS:
+    if acting_bound and ale_game(spec.id) is not None and n >= AUTO_BATCH_MIN_ENVS:
         return n // 2
     return 0
 

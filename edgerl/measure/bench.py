@@ -105,7 +105,7 @@ def share_of_limit(steps_per_s: float, limit: float) -> tuple[float, str]:
 
 @dataclass
 class BenchOptions:
-    env_id: str = "ALE/Pong-v5"
+    env_id: str | None = None  # --env; None: the preset's, the config's, else Pong
     preset: str | None = None  # a named preset's settings, under BENCH_SETTINGS and --set
     seconds: float = 20.0  # per whole-loop measurement; stages take a fraction of it
     config_file: Path | None = None
@@ -127,6 +127,7 @@ def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     layers = build_layers(opts.config_file, use_system=False)
     if opts.preset is not None:  # over the file, under what the bench and --set say
         layers.append(named_preset_layer(opts.preset))
+    # --env when given (a shortcut of None is left out: the game of the layers below)
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)
     cfg = apply_presets(cfg, probe(cfg.env).kind)
@@ -368,7 +369,7 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         "cpus": usable_cpus(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "env": opts.env_id,
+        "env": cfg.env.id,
         "preset": opts.preset,
         "algo": cfg.agent.algo,
         "train_freq": cfg.agent.train_freq,

@@ -17,6 +17,7 @@ import torch
 from edgerl.envs import EnvSpec
 from edgerl.errors import DeviceError, EnvMemoryError, ReplayMemoryError
 from edgerl.hw.device import integrated_gpu
+from edgerl.words import fmt_bytes
 
 # Share of the available memory the replay may take; the rest is for the process, torch and the OS.
 MEMORY_SHARE = 0.8
@@ -27,15 +28,6 @@ MEMORY_SHARE = 0.8
 # 4.4 KiB per env at 2,000 and 8,000. Rounded up for games and ids with more state than these.
 ATARI_ENV_BYTES = 1792 << 10
 VECTOR_ENV_BYTES = 16 << 10
-
-
-def fmt_bytes(n: float) -> str:
-    """``1.3 GiB``: a size the way a user reads it (errors, `edgerl doctor`)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)

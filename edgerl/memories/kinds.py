@@ -20,12 +20,11 @@ from edgerl.memories.budget import (
     MEMORY_SHARE,
     MemoryPlan,
     available_memory,
-    fmt_bytes,
     plan_memory,
 )
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.rollout import RolloutBuffer, rollout_bytes
-from edgerl.words import plural
+from edgerl.words import fmt_bytes, plural
 
 
 class MemoryKind(Protocol):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edgerl.envs import EnvSpec
-from edgerl.memories.budget import fmt_bytes
+from edgerl.words import fmt_bytes
 
 
 def rollout_bytes(spec: EnvSpec, num_envs: int, steps: int) -> int:

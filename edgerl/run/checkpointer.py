@@ -299,6 +299,15 @@ class Checkpointer:
                     f"({path.name}), not {new!r}; use another --run-dir, or --fresh to move "
                     "the old run aside"
                 )
+        saved = checkpoint.env  # the game's shape: env.make_kwargs can change it
+        now = (list(run.spec.obs_shape), run.spec.num_actions)
+        if (saved.get("obs_shape"), saved.get("num_actions")) not in ((None, None), now):
+            raise RunDirError(
+                f"run directory {run.run_dir} holds a run of {run.spec.id} with observations "
+                f"{saved.get('obs_shape')} and {saved.get('num_actions')} actions ({path.name}), "
+                f"not {now[0]} and {now[1]} (is env.make_kwargs the run's?); use another "
+                "--run-dir, or --fresh to move the old run aside"
+            )
 
     def resume(self, checkpoint: Checkpoint) -> None:
         run = self.run

@@ -53,11 +53,15 @@ def quick_layer(cfg: Config) -> Layer:
     """The settings of ``--quick`` for a config resolved without it: the game by the device
     unless one was given, and the quick values of the game's kind (never over a key the
     command line sets, since those layers come after this one)."""
-    from edgerl.envs import ale_game
+    from edgerl.envs import ale_game, probe
+    from edgerl.errors import EdgerlError
 
     values: dict[str, Any] = {}
     if "env.id" in cfg.explicit:
-        frames = ale_game(cfg.env.id) is not None
+        try:  # a picture game takes the frames' values too
+            frames = probe(cfg.env).has_frames
+        except EdgerlError:  # said when training starts; here, the kind its id suggests
+            frames = ale_game(cfg.env.id) is not None
     else:
         frames = uses_cuda(cfg.perf.device)
         values["env.id"] = PONG if frames else CARTPOLE

@@ -19,6 +19,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
@@ -193,15 +194,21 @@ class RunDir:
             self._lock_fd = None
 
 
-def run_game(run_dir: Path) -> str | None:
-    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
+def run_env(run_dir: Path) -> dict[str, Any]:
+    """The ``[env]`` table of the run kept in ``run_dir`` (from its config.toml); empty when
+    there is none or it is damaged."""
     from edgerl.config.parse import parse_toml_file
     from edgerl.errors import ConfigError
 
     try:
         saved = parse_toml_file(run_dir / "config.toml")
     except ConfigError:  # missing or damaged: the game is not known
-        return None
+        return {}
     env = saved.get("env")
-    game = env.get("id") if isinstance(env, dict) else None  # the file may be damaged
+    return env if isinstance(env, dict) else {}  # the file may be damaged
+
+
+def run_game(run_dir: Path) -> str | None:
+    """The game of the run kept in ``run_dir`` (from its config.toml), or None."""
+    game = run_env(run_dir).get("id")
     return game if isinstance(game, str) and game else None

@@ -74,6 +74,7 @@ class StatusWriter(Hook):
             "state": self.state,
             "message": self.message,
             "env": run.cfg.env.id,
+            "frames": run.spec.has_frames,  # whether a viewer will ever see a frame of it
             "run_dir": str(run.run_dir),
             "pid": os.getpid(),
             "step": run.step,
@@ -276,6 +277,24 @@ def _printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def game_without_frames(run_dir: Path) -> str | None:
+    """The game of the run in ``run_dir`` when it has no frames to show (vector observations),
+    else None (pictures, or nothing known yet). Its status.json says so; one written before it
+    did (no ``frames``) is read as before: any game that is not ALE's is vectors."""
+    from edgerl.envs import ale_game
+    from edgerl.run.rundir import run_game
+
+    try:
+        status = read_status(run_dir)
+    except RunDirError:
+        status = {}
+    frames = status.get("frames")
+    game = run_game(run_dir)
+    if isinstance(frames, bool):
+        return None if frames else (game or str(status.get("env", "")) or None)
+    return game if game is not None and ale_game(game) is None else None
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

@@ -27,10 +27,8 @@ from typing import Any
 import numpy as np
 
 from edgerl.display.attach import Attachment, NoFramesToShow
-from edgerl.envs import ale_game
 from edgerl.errors import EdgerlError
-from edgerl.run.rundir import run_game
-from edgerl.run.status import read_status
+from edgerl.run.status import game_without_frames, read_status
 from edgerl.stream.reader import Frame, no_frames
 
 log = logging.getLogger(__name__)
@@ -174,8 +172,8 @@ class FrameHub:
             return note_message(str(e))
 
     def _why_none(self, attach: Attachment) -> str:
-        game = run_game(self.run_dir)
-        if game is not None and ale_game(game) is None:
+        game = game_without_frames(self.run_dir)
+        if game is not None:
             return no_frames(self.run_dir, game)
         why = attach.problem or attach.idle()
         if why is not None:

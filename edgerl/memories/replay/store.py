@@ -57,7 +57,6 @@ import torch
 from edgerl.errors import EdgerlError
 from edgerl.files.atomic import fsync_dir, write_atomic
 from edgerl.files.regular import read_regular
-from edgerl.memories.budget import fmt_bytes
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.restore import (
     DELTA,
@@ -70,6 +69,7 @@ from edgerl.memories.replay.restore import (
 )
 from edgerl.memories.replay.sampling import VALID
 from edgerl.memories.replay.saving import Part, SaveAbandoned, SaveJob, SaveResult
+from edgerl.words import fmt_bytes
 
 log = logging.getLogger(__name__)
 
