@@ -123,6 +123,29 @@ def test_a_process_held_to_one_cpu_counts_one_for_threads_and_emulators():
     assert out.stdout.split() == ["1", "1", "1", "1"]
 
 
+def test_other_programs_on_cpus_this_process_may_not_use_take_nothing_from_it(monkeypatch):
+    """Under taskset the busy time edgerl counts is its own CPUs': a program busy on another
+    CPU is not load for it. (The arithmetic over psutil's per-CPU records: on a shared machine
+    which CPU another job lands on cannot be arranged.)"""
+    from collections import namedtuple
+
+    from edgerl.hw import cpus
+
+    Times = namedtuple("Times", "user system idle iowait guest guest_nice")
+    per_cpu = [Times(10.0, 0.0, 90.0, 0.0, 0.0, 0.0), Times(80.0, 10.0, 10.0, 0.0, 0.0, 0.0)]
+
+    def cpu_times(percpu: bool = False):  # type: ignore[no-untyped-def]
+        if percpu:
+            return per_cpu
+        return Times(*(sum(t[i] for t in per_cpu) for i in range(6)))
+
+    monkeypatch.setattr(cpus.psutil, "cpu_times", cpu_times)
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0})
+    assert cpus.CpuSample.now().busy == 10.0  # CPU 0 alone
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cpus.CpuSample.now().busy == 100.0  # every CPU
+
+
 def test_other_programs_cpu_use_is_the_machines_less_this_process_over_the_window():
     """Over 2 s the machine was busy 3.5 CPU-seconds, 1.5 of them this process's own."""
     start, end = CpuSample(10.0, 100.0, 5.0), CpuSample(12.0, 103.5, 6.5)

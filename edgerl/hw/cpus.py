@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -32,13 +33,28 @@ class CpuSample:
 
     @classmethod
     def now(cls) -> CpuSample:
-        times = psutil.cpu_times()
-        total = sum(times)
-        # Linux counts guest time inside user time too (psutil's cpu_percent does the same).
-        total -= getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
-        busy = total - times.idle - getattr(times, "iowait", 0.0)
+        """Busy time over the CPUs this process may run on (all of them unless ``taskset``, a
+        cpuset or ``CPUAffinity=`` holds it to some): other programs on CPUs it cannot use take
+        nothing from it."""
+        per_cpu = psutil.cpu_times(percpu=True)
+        try:
+            allowed = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            allowed = set()
+        if allowed and len(allowed) < len(per_cpu) and max(allowed) < len(per_cpu):
+            busy = sum(_busy(per_cpu[i]) for i in allowed)
+        else:
+            busy = _busy(psutil.cpu_times())
         mine = psutil.Process().cpu_times()
         return cls(time.monotonic(), busy, mine.user + mine.system)
+
+
+def _busy(times: Any) -> float:
+    """The busy seconds in one of psutil's cpu_times records."""
+    total = sum(times)
+    # Linux counts guest time inside user time too (psutil's cpu_percent does the same).
+    total -= getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
+    return float(total - times.idle - getattr(times, "iowait", 0.0))
 
 
 def others_busy(start: CpuSample, end: CpuSample) -> float | None:
