@@ -17,6 +17,8 @@
 #   limit    limit.json: the learner alone with the GPU's time counted, at batch/train_freq 32/4,
 #            64/8, 128/16 and 256/32, and the DQN loop sync and async at 32 and 64 environments
 #            beside the emulator and the actor alone (`edgerl bench --json`; 140 s on an H100)
+#   pqnlimit pqnlimit.json: PQN's learner alone (the pong-gpu preset) with its pass over a rollout
+#            eager and as one CUDA graph launch (perf.cuda_graphs=off, on), one JSON line each
 #   pqnbench pqnbench.json: `edgerl bench --preset pong-gpu --json`: PQN's loop in both
 #            pipelines (taking turns, and learning beside the actor) against the learner alone,
 #            the emulator alone at 64 and 128 environments
@@ -47,7 +49,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench limit pqnbench pong resume dqn cores)
+STEPS=(install machine tests doctor bench limit pqnlimit pqnbench pong resume dqn cores)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
 GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
@@ -58,7 +60,7 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470)
+    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -150,6 +152,22 @@ step_pqnbench() {
     timeout -k 60 -s INT 180 "$PY" -m edgerl.cli bench --preset pong-gpu --json \
         --seconds "${BENCH_SECONDS:-8}" --envs 64,128 --actor-envs 128 \
         >"$OUT/pqnbench.json" 2>"$OUT/pqnbench.err"
+}
+
+step_pqnlimit() {
+    local graphs
+    for graphs in off on; do
+        timeout -k 10 -s INT 70 "$PY" - "$graphs" >>"$OUT/pqnlimit.json" 2>>"$OUT/pqnlimit.err" <<'EOF'
+import json, sys
+import torch
+from edgerl.envs import probe
+from edgerl.measure.bench import BenchOptions, _config
+from edgerl.measure.learner import learner_limit
+cfg = _config(BenchOptions(preset="pong-gpu", overrides=(f"perf.cuda_graphs={sys.argv[1]}",)))
+found = learner_limit(cfg, probe(cfg.env), torch.device("cuda"), 8.0)
+print(json.dumps({"perf.cuda_graphs": sys.argv[1], **found}))
+EOF
+    done
 }
 
 # "--set a=1 --set b=2" from "a=1 b=2" (split on spaces only: agent.hidden=[256] stays as it is).

@@ -1,16 +1,19 @@
-"""PQN (pqn.py, rollout.py): Q(lambda) returns written out by hand, the rollout's writes, and a
-learning step that moves the weights."""
+"""PQN (pqn.py, rollout.py): Q(lambda) returns written out by hand, the rollout's writes, a
+learning step that moves the weights, and on a GPU the captured pass that learns what the eager
+one does."""
 
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pytest
 import torch
 
-from edgerl.config import AgentConfig, PQNConfig
+from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.envs import EnvSpec
 from edgerl.learners.nets import MLP
-from edgerl.learners.pqn import PQN
+from edgerl.learners.pqn import PQN, minibatch_shape, prepare
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
@@ -149,3 +152,67 @@ def test_a_pqn_run_computes_only_the_values_its_actor_did_not(tmp_path, monkeypa
     # Episodes that end by truncation add their final observations; CartPole's 320 steps
     # truncate none, so each rollout evaluates its 4 last observations and nothing else.
     assert rows == [4] * 10
+
+
+def test_a_pass_makes_the_minibatches_asked_for():
+    assert minibatch_shape(12, 3) == (4, 3)
+    assert minibatch_shape(12, 5) == (2, 5)  # 2 rows wait for the next pass's order
+    assert minibatch_shape(4, 32) == (1, 4)  # fewer transitions than minibatches
+
+
+def random_rollout(buffer: RolloutBuffer, rng: np.random.Generator) -> None:
+    """A full rollout of random observations, actions and rewards, one truncation."""
+    n = buffer.num_envs
+    buffer.add_first(rng.normal(size=(n, 4)).astype(np.float32))
+    for t in range(buffer.steps):
+        nxt = rng.normal(size=(n, 4)).astype(np.float32)
+        trunc = np.arange(n) == t % n
+        done = rng.random(n) < 0.2
+        final = rng.normal(size=(n, 4)).astype(np.float32)
+        buffer.add(rng.integers(0, 2, n), rng.normal(size=n), done, trunc, nxt, final)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_captured_pass_learns_what_the_eager_one_does():
+    """On a GPU a pass over the rollout is one CUDA graph launch: three rollouts later, with the
+    learning rate annealed inside the graph, its weights are the eager update's; its checkpoint
+    (a capturable optimizer's) loads into a CPU learner, which learns on."""
+    cuda = torch.device("cuda")
+    pqn_cfg = PQNConfig(rollout_steps=4, epochs=2, minibatches=3)
+    agent = AgentConfig(lr=1e-2, lr_end=1e-3)
+    learners = []
+    for graphs in ("on", "off"):
+        torch.manual_seed(0)
+        net = MLP(4, 2, (16,), layer_norm=True)
+        perf = PerfConfig(amp="off", cuda_graphs=graphs, compile="off")
+        learner = PQN(net, agent, pqn_cfg, num_envs=3, device=cuda, perf=perf, total_steps=36)
+        buffer = RolloutBuffer(VEC, 3, 4, cuda)
+        prepare(learner, Config(), VEC, buffer, remaining_updates=0)
+        rng = np.random.default_rng(1)
+        for rollout in range(3):
+            random_rollout(buffer, rng)
+            learner.learn(buffer, 12 * (rollout + 1))
+        learners.append(learner)
+    graphed, eager = learners
+    assert graphed.cuda_graphs and not eager.cuda_graphs
+    assert "CUDA graph" in graphed.describe()
+    assert graphed.updates == eager.updates == 3 * 2 * 3
+    for a, b in zip(graphed.q.parameters(), eager.q.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    graphed.losses.flush()
+    eager.losses.flush()
+    assert graphed.losses.take() == pytest.approx(eager.losses.take(), rel=1e-4)
+
+    saved = io.BytesIO()
+    torch.save(graphed.state_dict(), saved)
+    saved.seek(0)
+    state = torch.load(saved, map_location="cpu", weights_only=False)
+    cpu = PQN(MLP(4, 2, (16,), layer_norm=True), agent, pqn_cfg, 3, CPU, total_steps=36)
+    cpu.load_state_dict(state)
+    assert not torch.is_tensor(cpu.optimizer.param_groups[0]["lr"])
+    buffer = RolloutBuffer(VEC, 3, 4, CPU)
+    random_rollout(buffer, np.random.default_rng(2))
+    before = [p.detach().clone() for p in cpu.q.parameters()]
+    cpu.learn(buffer, 48)
+    assert any(not torch.equal(a, b) for a, b in zip(before, cpu.q.parameters(), strict=True))

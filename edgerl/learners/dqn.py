@@ -40,6 +40,7 @@ from edgerl.learners.shared import (
     anneal_lr,
     autocast,
     epsilon_at,
+    loadable_optimizer_state,
 )
 from edgerl.memories.replay.sampling import Batch, example_batch
 
@@ -300,28 +301,9 @@ class DQN:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state[POLICY_KEY])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(self._adapt_optimizer_state(state["optimizer"]))
+        saved = loadable_optimizer_state(state["optimizer"], self.optimizer, self.device)
+        self.optimizer.load_state_dict(saved)
         self.updates = int(state["updates"])
-
-    def _adapt_optimizer_state(self, saved: dict[str, Any]) -> dict[str, Any]:
-        """Saved optimizer state made loadable here: the checkpoint may come from a machine whose
-        Adam was fused (CPU) or capturable (CUDA graphs)."""
-        groups = [
-            _adapt(g, cur, self.device)
-            for g, cur in zip(saved["param_groups"], self.optimizer.param_groups, strict=True)
-        ]
-        return {"state": saved["state"], "param_groups": groups}
-
-
-def _adapt(group: dict[str, Any], current: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A saved param group with this optimizer's implementation flags and lr type."""
-    out = dict(group)
-    for key in ("capturable", "fused", "foreach", "differentiable"):
-        if key in current:
-            out[key] = current[key]
-    lr = float(out["lr"])
-    out["lr"] = torch.tensor(lr, device=device) if isinstance(current["lr"], torch.Tensor) else lr
-    return out
 
 
 AUTO_PER_LAUNCH = 4  # a CUDA-graph launch costs the host tens of microseconds: share it

@@ -198,7 +198,7 @@ class FastUpdate:
         self._sampling_graph.replay()
         return self._sampling_loss.clone()  # the next replay overwrites the graph's own
 
-    def prepare_sampling(self, sample: Callable[[], Batch], per_launch: int) -> None:
+    def prepare_sampling(self, sample: Callable[[], Any], per_launch: int) -> None:
         """Capture ``per_launch`` steps, each on a fresh ``sample()``, as one CUDA graph.
 
         The warm-up steps draw real batches (an empty replay gives batches of weight 0); the

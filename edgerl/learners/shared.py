@@ -1,5 +1,6 @@
 """What DQN and PQN share: the mean loss read without stalling the GPU, linear schedules (the
-exploration rate, the learning rate) and the mixed-precision region of an update."""
+exploration rate, the learning rate), the mixed-precision region of an update and optimizer
+state loadable across devices."""
 
 from __future__ import annotations
 
@@ -56,6 +57,24 @@ def anneal_lr(
             group["lr"].fill_(lr)  # a capturable optimizer reads it inside the CUDA graph
         else:
             group["lr"] = lr
+
+
+def loadable_optimizer_state(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer, device: torch.device
+) -> dict[str, Any]:
+    """Saved optimizer state made loadable into ``optimizer``: the checkpoint may come from a
+    machine whose optimizer was fused (CPU) or capturable (CUDA graphs, learning rate a tensor),
+    and this one keeps its own implementation flags and kind of learning rate."""
+    groups = []
+    for group, current in zip(saved["param_groups"], optimizer.param_groups, strict=True):
+        out = dict(group)
+        for key in ("capturable", "fused", "foreach", "differentiable"):
+            if key in current:
+                out[key] = current[key]
+        lr = float(out["lr"])
+        out["lr"] = torch.tensor(lr, device=device) if torch.is_tensor(current["lr"]) else lr
+        groups.append(out)
+    return {"state": saved["state"], "param_groups": groups}
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
