@@ -137,6 +137,17 @@ def test_an_evaluation_plays_greedily_with_eval_epsilon_random_actions():
     assert same.lengths == randomly.lengths  # seeded
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_evaluation_on_the_gpu_plays_the_episodes_the_cpu_does():
+    """A GPU run evaluates on its GPU (the CPU's cores are the emulators'): same seed, same
+    policy, the same episodes as on the CPU."""
+    settings = EvalConfig(episodes=4, epsilon=0.5)
+    on_gpu = evaluate(always_left(), settings, seed=5, device="cuda")
+    on_cpu = evaluate(always_left(), settings, seed=5, device="cpu")
+    assert on_gpu.lengths == on_cpu.lengths and len(on_gpu.returns) == 4
+
+
 @pytest.fixture
 def batches(monkeypatch) -> list[int]:
     """The number of observations of each forward pass a TorchPolicy makes to act."""

@@ -112,7 +112,8 @@ def training_session(
         trainer.add_hook(PaceEstimate(trainer.spec.has_frames, gpu))
         period = eval_period(trainer.cfg)
         if period:
-            evaluator = Evaluator(trainer.run_dir, period, trainer.cfg.eval, side)
+            device = trainer.device.type  # cpu or cuda
+            evaluator = Evaluator(trainer.run_dir, period, trainer.cfg.eval, side, device)
             stack.callback(evaluator.close)  # also when the loop fails: the thread ends first
             trainer.add_hook(evaluator)
         yield session
