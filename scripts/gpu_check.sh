@@ -23,7 +23,7 @@
 #            pipelines (taking turns, and learning beside the actor) against the learner alone,
 #            the emulator alone at 64 and 128 environments
 #   pong     pong.log and run/: `edgerl train --preset pong-gpu` (Pong with PQN, 18+ within
-#            5 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
+#            2 minutes on an H200), stopped by SIGTERM as systemd stops the service if it runs
 #            longer (PONG_SECONDS, 330); PONG_SETS adds settings as DQN_SETS does; then its
 #            policy exported to ONNX and played with torch on the GPU and ONNX Runtime
 #            (export.json, play-torch.json, play-onnx.json)
