@@ -103,6 +103,53 @@ def test_the_gpu_actor_agrees_with_the_network(use_graph):
     assert np.array_equal(explored, repeated)  # the actor's seed decides, as on the CPU
 
 
+class ByEnvironment(torch.nn.Module):
+    """A network per environment, as a population learner's: environment e's greedy action is
+    e % 3 whatever it sees."""
+
+    per_env = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, obs: torch.Tensor, envs: torch.Tensor) -> torch.Tensor:
+        q = torch.nn.functional.one_hot(envs % 3, 3).float() * self.scale
+        return q + 0.0 * obs.float().sum(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "device, use_graph",
+    [
+        ("cpu", False),
+        pytest.param(
+            "cuda", False, marks=[pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no GPU")]
+        ),
+        pytest.param(
+            "cuda", True, marks=[pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no GPU")]
+        ),
+    ],
+)
+def test_a_network_per_environment_is_given_the_rows_environments(device, use_graph):
+    """The rows of one step may be some environments in any order (ALE's async batches): a
+    per-environment network is told which, on the CPU and through the GPU's staged buffers and
+    graph, and with none given the rows are every environment in order."""
+    net = ByEnvironment().to(device)
+    rng = np.random.default_rng(0)
+    actor = Actor(ActorWeights(net, False), 3, 4, rng, OBS, "float32", use_graph=use_graph)
+    obs = np.zeros((4, 4), np.float32)
+    envs = np.array([5, 0, 7, 4])
+    actions, q_shown = actor.act(obs, 0.0, shown=2, envs=envs)
+    assert actions.tolist() == (envs % 3).tolist()
+    assert q_shown.tolist() == [0.0, 1.0, 0.0]  # row 2 is environment 7
+    assert actor.act(obs, 0.0)[0].tolist() == [0, 1, 2, 0]
+    if device == "cpu":  # what the GPU's graph captures, run here: the ids staged as inputs
+        actor._make_buffers(OBS, "float32", pin=False)
+        actor._stage(obs, 0.0, 2, envs)
+        actor._body(net)
+        assert actor._out[:4].tolist() == (envs % 3).tolist()
+
+
 def test_what_the_actors_graph_captures_explores_with_the_actors_generator_and_no_torch_one():
     """The body of the actor's CUDA graph, run on CPU tensors standing in for its device
     buffers: where it explores comes from the actor's numpy generator through the input

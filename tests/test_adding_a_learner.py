@@ -70,3 +70,46 @@ def test_a_new_kind_of_memory_is_a_class_and_a_registry_line(monkeypatch, cli, t
     r = cli("doctor", "--json", "--set", "agent.algo=toy", "--set", "env.id=CartPole-v1")
     checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
     assert "a rollout of 32 steps" in checks["replay memory"]["found"]  # planned by the kind
+
+
+def test_a_population_learner_acts_per_environment_and_learns_from_finished_episodes(
+    monkeypatch, cli, tmp_path
+):
+    """The seams a genetic algorithm needs (tests/toy_population.py): its acting network takes
+    each row's environment, so environments act with different members in one forward pass; it
+    is owed work when its memory holds finished episodes, which only it and its memory (a kind
+    registered in one line) know about; the best member is the policy that resumes, plays and
+    exports."""
+    import torch
+
+    from edgerl.files.checkpoint import load
+    from edgerl.memories.kinds import MEMORY_KINDS
+    from edgerl.policies import newest_checkpoint
+    from tests import toy_population
+
+    monkeypatch.setitem(MEMORY_KINDS, "episodes", toy_population.EpisodesKind())
+    monkeypatch.setitem(
+        LEARNERS, "toy-pop", LearnerInfo("tests.toy_population", memory="episodes", beside_actor="")
+    )
+    toy_population.FORWARDS.clear()
+    run = tmp_path / "pop"
+    args = ["--env", "CartPole-v1", "--set", "agent.algo=toy-pop", "--set", "env.num_envs=4"]
+    args += ["--set", "eval.every_steps=1000", "--run-dir", run, "--quiet"]
+    r = cli("train", *args, "--steps", "3000")
+    assert r.code == 0, r.err[-3000:]
+    assert "a population of 6" in r.err
+    # Every acting pass had all four environments, several members among them.
+    assert toy_population.FORWARDS and all(len(f) == 4 for f in toy_population.FORWARDS)
+    assert any(len(set(f)) > 1 for f in toy_population.FORWARDS)
+    assert len({m for f in toy_population.FORWARDS for m in f}) == toy_population.MEMBERS
+    first = load(newest_checkpoint(run))
+    generations = first.learner["updates"]
+    assert generations >= 2  # each member played an episode, more than once
+    assert torch.equal(  # the policy is the best member, which the next generation starts from
+        first.learner["q"]["net.0.weight"], first.learner["population"]["members.0.net.0.weight"]
+    )
+    r = cli("train", *args, "--steps", "4000")
+    assert r.code == 0 and "step 4,000/4,000" in r.err, r.err[-3000:]
+    assert load(newest_checkpoint(run)).learner["updates"] > generations
+    r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
+    assert r.code == 0 and '"episodes"' in r.out, r.err

@@ -38,7 +38,11 @@ class OneStepQ:
     def epsilon(self, step: int) -> float:
         return epsilon_at(self.cfg, step, self.learn_from[0])
 
-    def owed(self, step: int) -> int:
+    @property
+    def acting_net(self) -> nn.Module:
+        return self.q
+
+    def owed(self, step: int, memory: object = None) -> int:
         start_step, start_rollouts = self.learn_from
         return start_rollouts + max(0, step - start_step) // self.steps_per_unit - self.rollouts
 

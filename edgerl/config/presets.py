@@ -81,8 +81,9 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
     # The same recipe on a desktop GPU with 16 CPU cores (about 8,000 env steps/s on an H200 in
     # the plain loop; 18,000 with the lagged pipeline and the graphed update: 18+ at 1 min 16 s,
     # docs/results.md): evaluations every 500,000 steps, since ten good Pong episodes took 15-68 s
-    # of CPU beside training (they run on the GPU now). bf16 as in the measured run (perf.amp=auto chose it then): an fp32 run of the
-    # same settings was 1.19x as fast but at 13.7 at step 1,500,032 (one run each).
+    # of CPU beside training (they run on the GPU now). bf16 as in the measured run (perf.amp=auto
+    # chose it then): an fp32 run of the same settings was 1.19x as fast but at 13.7 at step
+    # 1,500,032 (one run each).
     "pong-gpu": NamedPreset(
         "Pong with PQN on a desktop GPU with 16 CPU cores: greedy 18+ within 2 minutes",
         {

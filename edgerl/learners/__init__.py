@@ -1,9 +1,12 @@
 """What the rest of edgerl knows of a learning algorithm: the :class:`Learner` interface.
 
 A learner owns its network (the policy that exports and plays: greedy actions are the argmax of
-its output), its optimizer and its schedules: how much exploration at an env step, and how much
+its output), the network its environments act with while it trains (:attr:`Learner.acting_net`:
+the same one for DQN and PQN; a population learner's acts with a different member in each
+environment), its optimizer and its schedules: how much exploration at an env step, and how much
 learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradient updates,
-PQN's rollouts). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a
+PQN's rollouts; it sees the memory, so a learner can owe work for what it holds, such as
+finished episodes). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a
 rollout) what is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
 :class:`edgerl.learners.dqn.DQN` and :class:`edgerl.learners.pqn.PQN`, built by
 :mod:`edgerl.learners.factory`; a new one is a module with a class that has these members and a
@@ -24,7 +27,7 @@ from edgerl.memories import Memory
 class Learner(Protocol):
     kind: str  # "dqn", "pqn": checkpoints record it
     device: torch.device
-    q: nn.Module  # the policy network
+    q: nn.Module  # the policy network: what checkpoints keep under POLICY_KEY, play and export
     updates: int  # gradient updates so far
     per_launch: int  # units learn() makes at a time (the rest waits for the end of a run)
     losses: LossMeter
@@ -40,8 +43,17 @@ class Learner(Protocol):
         """The exploration rate at env step ``step``."""
         ...
 
-    def owed(self, step: int) -> int:
-        """Units of learning due at env step ``step`` and not made yet."""
+    @property
+    def acting_net(self) -> nn.Module:
+        """The network the actor acts with while training: ``q`` itself where one network acts
+        for every environment. A module with ``per_env = True`` is called as
+        ``forward(obs, envs)``, ``envs`` the rows' environment ids (a long tensor on its device),
+        so that each environment can act with a network of its own."""
+        ...
+
+    def owed(self, step: int, memory: Memory) -> int:
+        """Units of learning due at env step ``step``, with ``memory`` as the actor has written
+        it so far, and not made yet."""
         ...
 
     def learn(self, memory: Memory, step: int, n: int) -> None:

@@ -42,6 +42,7 @@ from edgerl.learners.shared import (
     epsilon_at,
     loadable_optimizer_state,
 )
+from edgerl.memories import Memory
 from edgerl.memories.replay.sampling import Batch, example_batch
 
 
@@ -150,8 +151,13 @@ class DQN:
     def cuda_graphs(self) -> bool:
         return self.fast.cuda_graphs
 
-    def owed(self, step: int) -> int:
-        """Updates due at ``step`` and not made yet."""
+    @property
+    def acting_net(self) -> nn.Module:
+        """The online network acts for every environment."""
+        return self.q
+
+    def owed(self, step: int, memory: Memory | None = None) -> int:
+        """Updates due at ``step`` and not made yet (the replay ratio: the step alone says)."""
         return self.updates_due(step) - self.updates
 
     def updates_due(self, step: int) -> int:

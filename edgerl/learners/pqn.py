@@ -51,6 +51,7 @@ from edgerl.learners.shared import (
     epsilon_at,
     loadable_optimizer_state,
 )
+from edgerl.memories import Memory
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,14 @@ class PQN:
         rollout learner learns from its first rollout on: nothing to wait for)."""
         return epsilon_at(self.cfg, step, self.learn_from[0])
 
-    def owed(self, step: int) -> int:
-        """Rollouts complete at env step ``step`` and not learned from yet."""
+    @property
+    def acting_net(self) -> nn.Module:
+        """The network acts for every environment."""
+        return self.q
+
+    def owed(self, step: int, memory: Memory | None = None) -> int:
+        """Rollouts complete at env step ``step`` and not learned from yet (every environment
+        steps together: the step alone says)."""
         start_step, start_rollouts = self.learn_from
         done = start_rollouts + max(0, step - start_step) // self.steps_per_unit
         return done - self.rollouts

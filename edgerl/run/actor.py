@@ -19,11 +19,15 @@ viewer shows). At epsilon 1 (the replay still filling) no forward pass runs at a
   so the two threads' draws could repeat or correlate. On the host they cost the same few
   microseconds as on the CPU, and a seeded run explores as it does on the CPU.
 
-The actor acts with :class:`ActorWeights`: the learner's own network (the sync pipeline), or two
+The actor acts with :class:`ActorWeights`: the learner's acting network (the sync pipeline), or two
 copies of it that the learner refreshes in turn (the async pipeline): the learner writes the copy
 the actor is not using, after the actor's last forward pass on it (a wait on the GPU, not on the
 host), and the actor switches to it once the copy is done, which it checks with an event query.
 Neither side ever blocks the other.
+
+An acting network with ``per_env = True`` (a population learner's: each environment acts with a
+member of its own) is called with the rows' environment ids as well, ``net(obs, envs)``; on CUDA
+the ids are staged into a static tensor like the observations, and the graph captures the call.
 """
 
 from __future__ import annotations
@@ -149,6 +153,7 @@ class Actor:
         self.rng = rng
         self.device = next(weights.source.parameters()).device
         self.cuda = self.device.type == "cuda"
+        self.per_env = bool(getattr(weights.source, "per_env", False))  # net(obs, envs)
         self.waits = 0  # host waits for its own forward passes (CUDA): one per forward
         # max_a Q of each row of the last CPU forward pass (None: none ran, or on CUDA, where
         # only the actions come back): a rollout learner reuses them instead of computing again.
@@ -178,16 +183,28 @@ class Actor:
         self._obs = torch.zeros((n, *obs_shape), dtype=dtype, device=device)
         self._explore_host = torch.full((n,), -1, dtype=torch.int64, pin_memory=pin)
         self._explore = torch.full((n,), -1, dtype=torch.int64, device=device)
+        self._envs_host = torch.arange(n, dtype=torch.int64, pin_memory=pin)
+        self._envs = torch.arange(n, dtype=torch.int64, device=device)
         self._shown = torch.zeros((), dtype=torch.long, device=device)
         # actions (as float32, exact for any action id) then the shown environment's Q-values
         self._out = torch.zeros(n + self.num_actions, device=device)
         self._out_host = torch.zeros(n + self.num_actions, pin_memory=pin)
 
-    def _stage(self, obs: np.ndarray, epsilon: float, shown: int | None) -> None:
+    def _stage(
+        self,
+        obs: np.ndarray,
+        epsilon: float,
+        shown: int | None,
+        envs: np.ndarray | None = None,
+    ) -> None:
         """Put one step's input on the device: the observations, where each environment
-        explores (drawn here, from the actor's generator) and the environment shown."""
+        explores (drawn here, from the actor's generator), the environment shown and, for a
+        network per environment, the rows' environment ids."""
         self._obs_host.numpy()[...] = obs
         self._obs.copy_(self._obs_host, non_blocking=True)
+        if self.per_env:
+            self._envs_host.numpy()[...] = np.arange(len(obs)) if envs is None else envs
+            self._envs.copy_(self._envs_host, non_blocking=True)
         self._explore_host.numpy()[...] = exploration(
             epsilon, self.num_actions, self.num_envs, self.rng
         )
@@ -198,7 +215,7 @@ class Actor:
         """Forward, argmax and the staged exploration on the static tensors (what a graph
         captures; it draws no random numbers)."""
         with torch.no_grad():
-            q = net(self._obs).float()
+            q = (net(self._obs, self._envs) if self.per_env else net(self._obs)).float()
             n = self.num_envs
             actions = torch.where(self._explore >= 0, self._explore, q.argmax(dim=1))
             self._out[:n].copy_(actions)
@@ -219,10 +236,15 @@ class Actor:
         return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None
+        self,
+        obs: np.ndarray,
+        epsilon: float,
+        shown: int | None = None,
+        envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Actions for ``obs`` and the Q-values of environment ``shown`` (None when not asked
-        for, or at epsilon 1, where no forward pass runs)."""
+        """Actions for ``obs`` (the rows of environments ``envs``; None: all, in order) and the
+        Q-values of row ``shown`` (None when not asked for, or at epsilon 1, where no forward
+        pass runs)."""
         n = len(obs)
         self.greedy_values = None
         if epsilon >= 1.0:
@@ -230,12 +252,17 @@ class Actor:
         index, net = self.weights.current()
         if not self.cuda:
             with torch.no_grad():
-                q = net(torch.from_numpy(obs)).float().numpy()
+                x = torch.from_numpy(obs)
+                if self.per_env:
+                    ids = np.arange(n) if envs is None else np.asarray(envs, dtype=np.int64)
+                    q = net(x, torch.from_numpy(ids)).float().numpy()
+                else:
+                    q = net(x).float().numpy()
             self.greedy_values = q.max(axis=1)
             actions = epsilon_greedy(q, epsilon, self.num_actions, n, self.rng)
             return actions, (None if shown is None else q[shown])
         with torch.cuda.stream(self.stream):
-            self._stage(obs, epsilon, shown)
+            self._stage(obs, epsilon, shown, envs)
             if self._graphs:
                 self._graphs[index].replay()
             else:

@@ -83,13 +83,18 @@ class LaggedRollouts(Pipeline):
     # -- the actor's side ------------------------------------------------------------------------
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
+        self,
+        obs: np.ndarray,
+        epsilon: float,
+        shown: int | None = None,
+        stored: bool = False,
+        envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Epsilon-greedy actions with the weights of one rollout before (``stored`` is ignored:
         the actor's values come from older weights than the learner's)."""
         rollout = self.acts // self.vector_steps  # the rollout this step belongs to
         self._adopt(rollout)
-        out = super().act(obs, epsilon, shown)
+        out = super().act(obs, epsilon, shown, stored, envs)
         if rollout > 0:
             self.lags_seen.add(rollout - self.weights_learned)
         self.acts += 1

@@ -146,12 +146,17 @@ class AsyncLearning(Pipeline):
         self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
+        self,
+        obs: np.ndarray,
+        epsilon: float,
+        shown: int | None = None,
+        stored: bool = False,
+        envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Epsilon-greedy actions with the actor's weights; records how many updates old they
         were (:attr:`max_lag_seen`). ``stored`` is ignored: the actor's copy of the weights lags
         the learner's, so its values are not the learner's."""
-        out = super().act(obs, epsilon, shown)
+        out = super().act(obs, epsilon, shown, stored, envs)
         self.max_lag_seen = max(self.max_lag_seen, self.learner.updates - self.weights.version)
         return out
 
@@ -334,7 +339,7 @@ def build_learning(
         memory.set_guard(True)
     prepare_learner(cfg, spec, learner, memory, remaining_updates, decisions)
     actor = Actor(
-        ActorWeights(learner.q, concurrent),
+        ActorWeights(learner.acting_net, concurrent),
         spec.num_actions,
         cfg.env.batch_size or cfg.env.num_envs,  # the rows of one step
         actor_rng,

@@ -35,13 +35,19 @@ class Pipeline:
         self._cpu = learner.device.type == "cpu"
 
     def act(
-        self, obs: np.ndarray, epsilon: float, shown: int | None = None, stored: bool = False
+        self,
+        obs: np.ndarray,
+        epsilon: float,
+        shown: int | None = None,
+        stored: bool = False,
+        envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions for ``obs`` and the Q-values of environment ``shown``.
-        ``stored``: ``obs`` are the memory's newest observations (every environment, in order),
-        whose greedy values a memory that keeps them (PQN's rollout) is given."""
+        """Epsilon-greedy actions for ``obs`` (the rows of environments ``envs``; None: all, in
+        order) and the Q-values of row ``shown``. ``stored``: ``obs`` are the memory's newest
+        observations (every environment, in order), whose greedy values a memory that keeps
+        them (PQN's rollout) is given."""
         started = time.perf_counter()
-        out = self.actor.act(obs, epsilon, shown)
+        out = self.actor.act(obs, epsilon, shown, envs)
         self.act_s += time.perf_counter() - started
         values = self.actor.greedy_values
         if stored and values is not None and self._note_values is not None:
@@ -59,7 +65,7 @@ class Pipeline:
         self.host_s += time.thread_time() - cpu
 
     def _owed(self, step: int) -> int:
-        return self.learner.owed(step)
+        return self.learner.owed(step, self.memory)
 
     # The balance (edgerl.run.balance): each side's clock, and what may move live.
 

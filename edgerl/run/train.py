@@ -422,7 +422,7 @@ class Trainer:
         epsilon = self.learner.epsilon(step)
         # Once the step before is recorded (show_now), obs are the memory's newest rows.
         stored = show_now and ids is None
-        actions, q_shown = self.learning.act(obs, epsilon, row if show else None, stored)
+        actions, q_shown = self.learning.act(obs, epsilon, row if show else None, stored, ids)
         self._env.send(actions)
         if ids is not None:
             self._taken[ids] = actions
