@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgerl.config import Config, build_layers, field_info, from_dict, keys, resolve
+from edgerl.config.checks import check_consistency
 from edgerl.config.parse import parse_override, tomllib
-from edgerl.config.presets import PRESETS, apply_presets, check_consistency
+from edgerl.config.presets import PRESETS, apply_presets
 from edgerl.errors import ConfigError
 
 

@@ -122,7 +122,7 @@ def bench(
     if preset is not None:
         import torch
 
-        from edgerl.config.presets import check_preset_device
+        from edgerl.config.checks import check_preset_device
 
         check_preset_device(preset, torch.cuda.is_available())
     result = run_bench(

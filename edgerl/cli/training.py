@@ -60,7 +60,7 @@ def train(
             if preset is not None:
                 import torch
 
-                from edgerl.config.presets import check_preset_device
+                from edgerl.config.checks import check_preset_device
 
                 check_preset_device(preset, torch.cuda.is_available())
             check_extras(cfg.train.tensorboard)  # before anything is written
@@ -185,7 +185,8 @@ def config_cmd(
     markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
-    from edgerl.config.presets import apply_presets, check_consistency
+    from edgerl.config.checks import check_consistency
+    from edgerl.config.presets import apply_presets
     from edgerl.config.reference import reference_markdown, reference_text
     from edgerl.envs import probe
 

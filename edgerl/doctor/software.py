@@ -198,7 +198,8 @@ def check_game(ctx: Context) -> Check:
     of its observation kind to ``ctx.cfg``."""
     import ale_py
 
-    from edgerl.config.presets import apply_presets, check_consistency
+    from edgerl.config.checks import check_consistency
+    from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
 
     spec = probe(ctx.cfg.env)

@@ -36,8 +36,9 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, build_layers, resolve
+from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets, check_consistency, named_preset_layer
+from edgerl.config.presets import apply_presets, named_preset_layer
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus

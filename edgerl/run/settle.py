@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from edgerl.config import Config, with_values
+from edgerl.config.checks import check_consistency, check_fleet
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets, check_consistency, check_fleet
+from edgerl.config.presets import apply_presets
 from edgerl.envs import EnvSpec, probe
 from edgerl.errors import ConfigError
 from edgerl.hw.device import (

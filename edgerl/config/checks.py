@@ -1,0 +1,94 @@
+"""Every check of a config across its keys, in one place, made once presets are applied
+(:func:`check_consistency`, with the fleet's keys in :func:`check_fleet`) and the named preset
+against the machine (:func:`check_preset_device`). Each raises ConfigError with one sentence
+naming the keys to change. What needs the device or PyTorch (the precision, the memory against
+the machine's) is checked where those are known: :func:`edgerl.run.settle.settle_config` calls
+everything in order, top to bottom."""
+
+from __future__ import annotations
+
+from edgerl.config import MAX_HIDDEN, Config
+from edgerl.config.fleet import fleet_envs, parse_resource
+from edgerl.config.learners import learner_info
+from edgerl.config.presets import NAMED_PRESETS
+from edgerl.errors import ConfigError
+
+
+def check_preset_device(name: str, cuda_usable: bool) -> None:
+    """Raises ConfigError when preset ``name`` was measured on a CUDA GPU and none is usable."""
+    if NAMED_PRESETS[name].gpu and not cuda_usable:
+        cpu_presets = sorted(n for n, p in NAMED_PRESETS.items() if not p.gpu)
+        raise ConfigError(
+            f"--preset {name} is a recipe for a CUDA GPU and none is usable here; on a CPU "
+            f"use --preset {' or --preset '.join(cpu_presets)}"
+        )
+
+
+def check_consistency(cfg: Config) -> None:
+    """Cross-key checks, after presets; raises ConfigError with the keys to change."""
+    a, r = cfg.agent, cfg.replay
+    if a.eps_end > a.eps_start:
+        raise ConfigError(
+            f"agent.eps_end ({a.eps_end}) must not exceed agent.eps_start ({a.eps_start})"
+        )
+    if a.batch_size > r.capacity:
+        raise ConfigError(
+            f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
+        )
+    check_fleet(cfg)
+    if r.capacity < cfg.env.num_envs * 16:
+        # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
+        raise ConfigError(
+            f"replay.capacity ({r.capacity:,}) must hold at least 16 steps per environment "
+            f"(env.num_envs={cfg.env.num_envs:,}): lower env.num_envs to "
+            f"{max(r.capacity // 16, 1):,} or less, or raise replay.capacity to "
+            f"{cfg.env.num_envs * 16:,} or more"
+        )
+    if cfg.env.batch_size >= cfg.env.num_envs > 0 and cfg.env.batch_size:
+        raise ConfigError(
+            f"env.batch_size ({cfg.env.batch_size}) must be below env.num_envs "
+            f"({cfg.env.num_envs}), or 0 to step every environment together"
+        )
+    if cfg.display.env_index >= cfg.env.num_envs:
+        raise ConfigError(
+            f"display.env_index ({cfg.display.env_index}) must be below "
+            f"env.num_envs ({cfg.env.num_envs})"
+        )
+    if a.lr_end != -1.0 and a.lr_end < 0:
+        raise ConfigError(f"agent.lr_end must be -1 (constant) or at least 0, got {a.lr_end}")
+    if not a.hidden or len(a.hidden) > 16 or any(not 1 <= h <= MAX_HIDDEN for h in a.hidden):
+        shown = list(a.hidden) if len(a.hidden) <= 16 else f"{len(a.hidden)} layers"
+        raise ConfigError(
+            f"agent.hidden must list 1 to 16 layer widths between 1 and {MAX_HIDDEN:,}, got {shown}"
+        )
+
+
+def check_fleet(cfg: Config) -> None:
+    """The ``[fleet]`` keys against the others (remote actors feed a replay learner, each
+    stepping its environments together); raises ConfigError."""
+    fleet = cfg.fleet
+    if not fleet.actors:
+        return
+    parse_resource(fleet.resource)
+    if cfg.perf.autotune:
+        raise ConfigError(
+            "perf.autotune measures actors beside the learner; with fleet.actors set "
+            "env.num_envs (each remote actor's environments) yourself"
+        )
+    if not learner_info(cfg.agent.algo).remote_actors:
+        raise ConfigError(
+            f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors feeding "
+            f"agent.algo={cfg.agent.algo}'s rollouts are not built yet"
+        )
+    if cfg.env.batch_size > 0:
+        raise ConfigError(
+            "env.batch_size (ALE's async mode) is for actors beside the learner; remote "
+            "actors step their environments together: set env.batch_size to 0 or -1"
+        )
+    total = fleet_envs(cfg)
+    if cfg.replay.capacity < total * 16:
+        raise ConfigError(
+            f"replay.capacity ({cfg.replay.capacity:,}) must hold at least 16 steps per "
+            f"environment of the fleet ({fleet.actors} actors x env.num_envs="
+            f"{cfg.env.num_envs} = {total:,}): raise it to {total * 16:,} or more"
+        )
