@@ -24,54 +24,19 @@ flight (the status shows the largest lag seen).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from edgerl.envs import EnvSpec, Step
+from edgerl.envs import Step
 from edgerl.learners.shared import epsilons_at
+from edgerl.run.acting import ActingRun
 from edgerl.run.hooks import TICK_EVERY_S
 from edgerl.run.transport import Chunk, Transport, apex_epsilons
-
-if TYPE_CHECKING:
-    from edgerl.config import Config
-    from edgerl.learners import Learner
-    from edgerl.memories import Memory
-    from edgerl.run.episodes import Episodes
-    from edgerl.run.pipeline import Learning
-    from edgerl.stream import DisplayPublisher
 
 log = logging.getLogger(__name__)
 
 
-class RemoteRun(Protocol):
-    """The trainer's public acting seam, as this loop drives it: ``record_step`` stores a vector
-    step (transitions and episodes), ``tick`` runs the hooks, progress, metrics and checkpoints
-    after it, ``show_frame`` publishes a frame for the viewer. The trainer's own loop calls the
-    same three (:class:`edgerl.run.train.Trainer`)."""
-
-    cfg: Config
-    spec: EnvSpec
-    step: int
-    learner: Learner
-    memory: Memory
-    learning: Learning | None
-    book: Episodes
-    display: DisplayPublisher | None
-
-    @property
-    def stop_requested(self) -> bool: ...
-
-    def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
-
-    def tick(self) -> None: ...
-
-    def show_frame(
-        self, frames: np.ndarray, action: int, q: np.ndarray | None, step: int, epsilon: float
-    ) -> None: ...
-
-
-def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
+def run_remote(run: ActingRun, transport: Transport, total: int) -> None:
     """Learn from ``transport``'s actors until ``total`` steps or a stop request."""
     learner, learning, fleet = run.learner, run.learning, run.cfg.fleet
     assert learning is not None
@@ -92,14 +57,14 @@ def run_remote(run: RemoteRun, transport: Transport, total: int) -> None:
         run.tick()
 
 
-def exploration(run: RemoteRun, apex: np.ndarray) -> np.ndarray:
+def exploration(run: ActingRun, apex: np.ndarray) -> np.ndarray:
     """Each environment's exploration rate now: the learner's schedule (1 while the replay
     fills), then Ape-X's fixed rates where ``fleet.exploration = "apex"``."""
     fixed = apex if run.cfg.fleet.exploration == "apex" else None
     return epsilons_at(run.cfg.agent, run.step, run.learner.learn_from[0], len(apex), fixed)
 
 
-def weights_of(run: RemoteRun) -> dict[str, np.ndarray]:
+def weights_of(run: ActingRun) -> dict[str, np.ndarray]:
     """The policy network's weights as numpy arrays (CPU copies), taken between updates."""
     assert run.learning is not None
     with run.learning.paused():
@@ -107,7 +72,7 @@ def weights_of(run: RemoteRun) -> dict[str, np.ndarray]:
         return {k: v.detach().to("cpu").contiguous().numpy().copy() for k, v in state.items()}
 
 
-def write_chunk(run: RemoteRun, chunk: Chunk, total: int) -> None:
+def write_chunk(run: ActingRun, chunk: Chunk, total: int) -> None:
     """Write ``chunk`` into the run's memory and episodes, step by step, stopping at ``total``
     steps (the rest of the batch is dropped: the run ends there)."""
     envs = chunk.envs
@@ -137,7 +102,7 @@ def write_chunk(run: RemoteRun, chunk: Chunk, total: int) -> None:
         run.record_step(chunk.actions[t], step, envs)
 
 
-def show(run: RemoteRun, chunk: Chunk) -> None:
+def show(run: ActingRun, chunk: Chunk) -> None:
     """Publish the shown environment's frames for `edgerl view` (the first environment of the
     first actor, each step when due, with its episode's return as of the batch's end)."""
     if chunk.actor != 0 or run.display is None or not run.spec.has_frames:
@@ -148,7 +113,7 @@ def show(run: RemoteRun, chunk: Chunk) -> None:
             run.show_frame(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
 
 
-def as_obs(run: RemoteRun, items: np.ndarray) -> np.ndarray:
+def as_obs(run: ActingRun, items: np.ndarray) -> np.ndarray:
     """Items as the observations the memory takes: a frame as a stack of one (the replay keeps
     an observation's newest frame), a vector as it is."""
     return items[:, None] if run.spec.has_frames else items

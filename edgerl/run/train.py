@@ -1,4 +1,5 @@
-"""The Trainer: environments, the learner and its memory, in one loop that reads top to bottom.
+"""The Trainer: environments, the learner and its memory, in one loop that reads top to bottom
+(the stepping itself in :mod:`edgerl.run.acting`, or :mod:`edgerl.run.remote` with remote actors).
 
 Each iteration: one batched forward pass picks epsilon-greedy actions for all environments and
 they start their step; while ALE's threads emulate it, the step before it goes to the learner's
@@ -28,7 +29,6 @@ import torch
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
-from edgerl.envs.batches import Batches, overlaps_emulation, row_of
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
@@ -37,6 +37,7 @@ from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
 from edgerl.memories.replay.store import ReplayStore
 from edgerl.run import balance
+from edgerl.run.acting import LocalActing
 from edgerl.run.autotune import Choice
 from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.episodes import Episodes
@@ -314,7 +315,6 @@ class Trainer:
     def _loop(self, total: int) -> TrainResult:
         assert self._progress is not None and self.saver is not None
         assert self.learning is not None
-        self._to_show: tuple[np.ndarray, int, np.ndarray | None, int, float] | None = None
         self._clock = dict.fromkeys(("tick", "row"), time.monotonic())
         self.saver.restart_clock()
         self._row_step = self.step
@@ -325,7 +325,8 @@ class Trainer:
             self.book.start(self.remote.num_envs, 0, self._episodes_csv)
             run_remote(self, self.remote, total)
         else:
-            self._act(total)
+            assert self._env is not None and self._episodes_csv is not None
+            LocalActing(self, self._env).run_steps(total, self._episodes_csv)
         self.learning.finish(drain=self.step >= total)  # the last updates due, then it stops
         if not self._started:
             for hook in self.hooks:
@@ -339,50 +340,6 @@ class Trainer:
         self.saver.finish()
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
-
-    def _act(self, total: int) -> None:
-        """Step the environments here until ``total`` steps or a stop request."""
-        assert self._env is not None and self.learning is not None
-        assert self._episodes_csv is not None
-        cfg, env, learning = self.cfg, self._env, self.learning
-        obs = env.reset(seed=cfg.env.seed + self.step)
-        ids = env.reset_ids  # the environments of obs's rows; None: all, in order
-        self.memory.add_first(obs, envs=ids)
-        num_envs = env.num_envs
-        shown = min(cfg.display.env_index, num_envs - 1)
-        self.book.start(num_envs, shown, self._episodes_csv)
-        self._batches = Batches(num_envs, ids)  # ALE's async mode
-        self._taken = np.zeros(num_envs, dtype=np.int64)  # the action each env is taking
-        overlap = overlaps_emulation(cfg.env, self.spec.has_frames, self.device)
-
-        # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
-        # before the one before it is recorded: the replay write, the episodes, the updates and
-        # the rest of this loop run while ALE's threads emulate, and in the sync pipeline a
-        # step's actions come from the weights before the updates of the step preceding it.
-        # Where ALE's threads take every core, that work would only take CPU from them: it
-        # runs before the next step starts instead.
-        actions = None
-        if self.step < total and not self.stop_requested:
-            actions = self._start_step(obs, ids, self.step, shown, show_now=not overlap)
-        while actions is not None:
-            result = env.recv()
-            ids = result.env_ids
-            taken = actions if ids is None else self._taken[ids]  # what led to each row
-            go_on = self.step + self._batches.steps_in(result) < total
-            actions = None
-            if go_on and overlap and not self.stop_requested:
-                after = self.step + self._batches.steps_in(result)
-                actions = self._start_step(result.obs, ids, after, shown, show_now=False)
-            if ids is None:  # every environment stepped, in order
-                self.record_step(taken, result, None)
-            else:
-                self._record_batch(taken, result)
-            if self._to_show is not None:
-                self.show_frame(*self._to_show)
-            learning.after_step(self.step)
-            self.tick()
-            if go_on and not overlap and not self.stop_requested:
-                actions = self._start_step(result.obs, ids, self.step, shown, show_now=True)
 
     def tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
@@ -409,29 +366,6 @@ class Trainer:
             clock["row"], self._row_step = now, self.step
         self.saver.after_step(now)
 
-    def _start_step(
-        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int, show_now: bool
-    ) -> np.ndarray:
-        """Pick the actions for ``obs`` (the rows of environments ``ids``; None: all) at env
-        step ``step`` and send them to the environments; publishes the shown environment's
-        frame when it is due: now, or (``show_now`` false) once the step before is recorded,
-        so that its episode's return is the frame's. Returns the actions."""
-        assert self._env is not None and self.learning is not None and self.display is not None
-        show = self.display.due()
-        row = shown if ids is None else row_of(ids, shown)
-        epsilon = self.learner.epsilon(step)
-        # Once the step before is recorded (show_now), obs are the memory's newest rows.
-        stored = show_now and ids is None
-        actions, q_shown = self.learning.act(obs, epsilon, row if show else None, stored, ids)
-        self._env.send(actions)
-        if ids is not None:
-            self._taken[ids] = actions
-        if show and row is not None:  # now, or once the step before is recorded
-            self._to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
-            if show_now:
-                self.show_frame(*self._to_show)
-        return actions
-
     def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
         counts the env steps."""
@@ -448,15 +382,6 @@ class Trainer:
         done = result.terminated | result.truncated
         self.book.add(result.rewards, done, envs, self.step, self.wall_s())
 
-    def _record_batch(self, actions: np.ndarray, result: Step) -> None:
-        """Store what ALE's async mode returned (``actions``: what led to each row): first
-        observations start their environment's ring, the other rows are steps."""
-        first, stepped, stepped_actions = self._batches.split(result, actions)
-        if first is not None:
-            self.memory.add_first(*first)
-        if stepped is not None:
-            self.record_step(stepped_actions, stepped, stepped.env_ids)
-
     def _result(self, stopped: bool) -> TrainResult:
         phases = self._pace.phases(self.step, time.monotonic())  # fill and learn: steps, seconds
         counts = (self.step, self.cfg.train.steps, self.episodes, self.return_mean(), self.wall_s())
@@ -468,7 +393,6 @@ class Trainer:
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
         shared memory, never a wait)."""
         assert self.display is not None
-        self._to_show = None
         meta = self.book.frame_meta(step, eps, action, self.stats, q_values)
         self.display.publish(frames[-1], meta)
 
