@@ -353,6 +353,44 @@ def test_damaged_run_files_are_shown_as_damaged_never_a_500(served):
     assert served.get("/api/runs/no-such-run/summary")[0] == 404
 
 
+def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
+    """A run's documents say what it does, not where the board keeps it or which machines and
+    processes run it: no absolute path in a sentence, no pid, and a fleet's actors without
+    their nodes' addresses, host names or pids (a copy of the CartPole run made a fleet run)."""
+    run = served.root / "fleet-run"
+    shutil.copytree(served.root / "CartPole-v1", run)
+    doc = status_json(run)
+    doc["write_problems"] = [f"cannot write {run / 'metrics.csv'}: disk full"]
+    doc["fleet"] = {
+        "actors": [
+            {"id": 0, "state": "running", "node": "10.9.8.7", "node_id": "ab12cd",
+             "host": "board-seven", "pid": 31337, "transitions": 5000, "sps": 812.5,
+             "restarts": 0, "lost": None},
+            {"id": 1, "state": "lost", "node": "10.9.8.6", "node_id": "ef34ab",
+             "host": "board-six", "pid": 31338, "transitions": 100, "sps": 0.0,
+             "restarts": 1, "lost": "node 10.9.8.6 (board-six) stopped answering"},
+        ],
+        "running": 1, "transitions": 5100, "weights_lag_max": 3, "address": "10.9.8.1:6379",
+    }  # fmt: skip
+    (run / "status.json").write_text(json.dumps(doc))
+    listed = lambda: any(r["id"] == "fleet-run" for r in get_json(served, "/api/runs")["runs"])  # noqa: E731
+    wait_for(listed, "the new run listed")
+    seen = {
+        (name, what): served.get(f"/api/runs/{name}/{what}")[1].decode()
+        for name in ("fleet-run", "damaged", "Pong-v5")
+        for what in ("summary", "curves")
+    }
+    for secret in (str(served.root), "10.9.8", "board-s", "ab12cd", "3133", "pid"):
+        assert not any(secret in body for body in seen.values()), secret
+    fleet = get_json(served, "/api/runs/fleet-run/summary")["status"]["fleet"]
+    states = [(a["state"], a["lost"]) for a in fleet["actors"]]
+    assert states == [("running", False), ("lost", True)]
+    assert fleet["transitions"] == 5100
+    summary = get_json(served, "/api/runs/fleet-run/summary")
+    assert summary["status"]["write_problems"] == ["cannot write metrics.csv: disk full"]
+    assert "the trainer" in get_json(served, "/api/runs/Pong-v5/summary")["live"]["reason"]
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -7,11 +7,17 @@ hold are read. Every file may be damaged: a damaged or missing file becomes a se
 document (``problem``, ``damage``), never an exception. What is read is kept until the file it
 came from changes (its size and modification time), so many viewers cost one read; the curves,
 which read whole files, are read again at most every few seconds (longer for long runs).
+
+Viewers learn what a run does, not where the board keeps it or who its actors are: sentences
+name files by their last part and no process (:func:`for_viewers`), and a fleet is shown as its
+actors' states and counts, without their nodes' addresses, host names or pids
+(:func:`viewer_fleet`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +38,42 @@ from edgerl.run.status import (
     newest_checkpoint_file,
     read_status,
 )
+
+# An absolute path in a sentence: a slash, then anything but the characters that end one in the
+# sentences edgerl writes (spaces, quotes, brackets and the punctuation after a path).
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s'\"()\[\],;:]+")
+# What a viewer sees of each remote actor: no node address, node id, host name or pid.
+FLEET_ACTOR_FIELDS = ("id", "state", "transitions", "sps", "restarts")
+FLEET_FIELDS = ("running", "transitions", "weights_lag_max")
+
+
+PID = re.compile(r"\bpid \d+")
+
+
+def for_viewers(text: str | None) -> str | None:
+    """A sentence for viewers: each absolute path replaced by its last part (``status.json in
+    /var/lib/edgerl/runs/pong is damaged`` reads ``status.json in pong is damaged``) and each
+    ``pid N`` by ``the trainer``: the board's layout and processes stay on it."""
+    if text is None:
+        return None
+    text = ABSOLUTE_PATH.sub(lambda m: Path(m.group(0).rstrip("/.")).name or "/", text)
+    return PID.sub("the trainer", text)
+
+
+def viewer_fleet(fleet: object) -> dict[str, Any] | None:
+    """A status document's ``fleet`` as viewers see it: the totals and each actor's state and
+    counts, whether it was lost; nothing that names or locates a machine."""
+    if not isinstance(fleet, dict):
+        return None
+    out: dict[str, Any] = {k: fleet.get(k) for k in FLEET_FIELDS}
+    actors = fleet.get("actors")
+    out["actors"] = [
+        {**{k: a.get(k) for k in FLEET_ACTOR_FIELDS}, "lost": bool(a.get("lost"))}
+        for a in (actors if isinstance(actors, list) else [])
+        if isinstance(a, dict)
+    ]
+    return out
+
 
 SCAN_EVERY_S = 5.0  # new run directories appear on the page within this
 RUN_FILES = (STATUS_FILE, "metrics.csv")  # a directory holding one of them is a run
@@ -242,6 +284,7 @@ class RunFiles:
         evaluation."""
         doc, problem = self.status(run_dir)
         algo, game = self.learner(run_dir)
+        problem = for_viewers(problem)
         out: dict[str, Any] = {"id": run_id, "problem": problem, "learner": algo, "env": game}
         newest = newest_checkpoint_file(run_dir)
         out["checkpoint"] = newest.name if newest is not None else None
@@ -253,7 +296,8 @@ class RunFiles:
         # Only the fields the reader checked (a damaged file may add anything), and no paths or
         # pids of the board: a name is enough.
         shown = {k: doc.get(k) for k in FIELDS if k not in ("run_dir", "load", "pid")}
-        shown["write_problems"] = doc.get("write_problems") or []
+        shown["write_problems"] = [for_viewers(w) for w in doc.get("write_problems") or []]
+        shown["fleet"] = viewer_fleet(doc.get("fleet"))
         if isinstance(shown.get("checkpoint"), str):  # a name: the board's paths stay on it
             shown["checkpoint"] = Path(shown["checkpoint"]).name
         out["status"] = shown
@@ -262,7 +306,7 @@ class RunFiles:
             "running": live.running and not live.stale,
             "stale": live.stale,
             "finished": live.finished,
-            "reason": live.reason,
+            "reason": for_viewers(live.reason),
             "age_s": round(max(live.age_s, 0.0), 1),
         }
         step, total, sps = doc.get("step") or 0, doc.get("total_steps") or 0, doc.get("sps") or 0
@@ -303,14 +347,14 @@ class RunFiles:
             try:
                 curves = load_run(run_dir, max_bytes=CURVE_FILE_BYTES)
             except EdgerlError as e:
-                return {"problem": str(e), "damage": []}
+                return {"problem": for_viewers(str(e)), "damage": []}
             return {
                 "problem": None,
                 "per_episode": curves.returns_per_episode,
                 "returns": _points(curves.returns),
                 "evals": _points(curves.evals),
                 "sps": _points(curves.sps),
-                "damage": curves.damage,
+                "damage": [for_viewers(d) for d in curves.damage],
             }
 
         files = [run_dir / n for n in ("metrics.csv", "episodes.csv", "eval.csv", "load.csv")]
