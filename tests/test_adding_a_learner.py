@@ -113,3 +113,7 @@ def test_a_population_learner_acts_per_environment_and_learns_from_finished_epis
     assert load(newest_checkpoint(run)).learner["updates"] > generations
     r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
     assert r.code == 0 and '"episodes"' in r.out, r.err
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    r = cli("export", "--run-dir", run, "--onnx")
+    assert r.code == 0 and ".onnx" in r.out, r.err[-3000:]

@@ -361,6 +361,8 @@ def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
     shutil.copytree(served.root / "CartPole-v1", run)
     doc = status_json(run)
     doc["write_problems"] = [f"cannot write {run / 'metrics.csv'}: disk full"]
+    doc["message"] = f"RunDirError: run directory {run} is held by pid 4243"
+    doc["checkpoint_error"] = f"[Errno 28] No space left on device: '{run}/checkpoints/x.ckpt'"
     doc["fleet"] = {
         "actors": [
             {"id": 0, "state": "running", "node": "10.9.8.7", "node_id": "ab12cd",
@@ -380,7 +382,7 @@ def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
         for name in ("fleet-run", "damaged", "Pong-v5")
         for what in ("summary", "curves")
     }
-    for secret in (str(served.root), "10.9.8", "board-s", "ab12cd", "3133", "pid"):
+    for secret in (str(served.root), "10.9.8", "board-s", "ab12cd", "3133", "4243", "pid"):
         assert not any(secret in body for body in seen.values()), secret
     fleet = get_json(served, "/api/runs/fleet-run/summary")["status"]["fleet"]
     states = [(a["state"], a["lost"]) for a in fleet["actors"]]
@@ -388,6 +390,8 @@ def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
     assert fleet["transitions"] == 5100
     summary = get_json(served, "/api/runs/fleet-run/summary")
     assert summary["status"]["write_problems"] == ["cannot write metrics.csv: disk full"]
+    message = "RunDirError: run directory fleet-run is held by the trainer"
+    assert summary["status"]["message"] == message
     assert "the trainer" in get_json(served, "/api/runs/Pong-v5/summary")["live"]["reason"]
 
 

@@ -53,7 +53,9 @@ class Learner(Protocol):
 
     def owed(self, step: int, memory: Memory) -> int:
         """Units of learning due at env step ``step``, with ``memory`` as the actor has written
-        it so far, and not made yet."""
+        it so far, and not made yet. In the async pipelines the learner's thread asks while the
+        actor's writes the memory: a learner that reads the memory here learns in the actor's
+        loop (``beside_actor = ""`` in its registry line), or reads it safely."""
         ...
 
     def learn(self, memory: Memory, step: int, n: int) -> None:

@@ -292,6 +292,9 @@ class PQN:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._graph_inputs is not None:  # torch replaces the optimizer's state tensors,
+            self._graph_inputs = None  # which the graph would no longer read: eager from here
+            log.info("PQN's update is eager from here: its state was loaded after its capture")
         self.q.load_state_dict(state[POLICY_KEY])
         self.optimizer.load_state_dict(
             loadable_optimizer_state(state["optimizer"], self.optimizer, self.device)

@@ -46,8 +46,12 @@ from edgerl.policies.explore import epsilon_greedy, exploration
 
 
 def _copy_weights(dst: nn.Module, src: nn.Module) -> None:
+    """The parameters and the buffers (a per-environment network may keep its assignment of
+    environments to members in one)."""
     with torch.no_grad():
         for d, s in zip(dst.parameters(), src.parameters(), strict=True):
+            d.copy_(s)
+        for d, s in zip(dst.buffers(), src.buffers(), strict=True):
             d.copy_(s)
 
 

@@ -41,13 +41,14 @@ from edgerl.run.status import (
 
 # An absolute path in a sentence: a slash, then anything but the characters that end one in the
 # sentences edgerl writes (spaces, quotes, brackets and the punctuation after a path).
-ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s'\"()\[\],;:]+")
+# Two segments at least (``/var/lib``: a lone ``/2`` is arithmetic), and not a URL's ``//``.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/])/[^\s'\"()\[\],;:/]+(?:/[^\s'\"()\[\],;:/]*)+")
 # What a viewer sees of each remote actor: no node address, node id, host name or pid.
 FLEET_ACTOR_FIELDS = ("id", "state", "transitions", "sps", "restarts")
 FLEET_FIELDS = ("running", "transitions", "weights_lag_max")
 
 
-PID = re.compile(r"\bpid \d+")
+PID = re.compile(r"\bpid[ =]\d+", re.IGNORECASE)
 
 
 def for_viewers(text: str | None) -> str | None:
@@ -296,6 +297,11 @@ class RunFiles:
         # Only the fields the reader checked (a damaged file may add anything), and no paths or
         # pids of the board: a name is enough.
         shown = {k: doc.get(k) for k in FIELDS if k not in ("run_dir", "load", "pid")}
+        for key, value in shown.items():  # every sentence (message, checkpoint_error, ...)
+            if isinstance(value, str):
+                shown[key] = for_viewers(value)
+            elif isinstance(value, list):
+                shown[key] = [for_viewers(v) if isinstance(v, str) else v for v in value]
         shown["write_problems"] = [for_viewers(w) for w in doc.get("write_problems") or []]
         shown["fleet"] = viewer_fleet(doc.get("fleet"))
         if isinstance(shown.get("checkpoint"), str):  # a name: the board's paths stay on it
