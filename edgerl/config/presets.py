@@ -1,7 +1,7 @@
 """Values for the keys nobody set: by the game's kind of observations (:data:`PRESETS`, with the
-learner's own from its registry line in :mod:`edgerl.config.learners`), and the recipes a user
-picks by name (:data:`NAMED_PRESETS`, ``--preset``). The checks across keys, made once presets
-are applied, are :mod:`edgerl.config.checks`."""
+learner's own from its registry line in :mod:`edgerl.config.learners`), ``--quick``'s
+(:data:`QUICK`) and the recipes a user picks by name (:data:`NAMED_PRESETS`, ``--preset``). The
+checks across keys, made once presets are applied, are :mod:`edgerl.config.checks`."""
 
 from __future__ import annotations
 
@@ -36,6 +36,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train.steps": 100_000,
         # A small MLP's update is shorter than Python's thread switching: one loop is faster.
         "perf.pipeline": "sync",
+    },
+}
+
+
+# --quick's values (edgerl.run.quick picks the game by the device), by observation kind: 60,000
+# steps solve CartPole with its preset (PRESETS["vector"], seeds 0-4); for frames, the "Pong
+# against the clock" settings of docs/performance.md (an H100 went from -21 to -14 in 407,736
+# steps, 9 minutes): one update per step, short exploration, sticky actions off.
+QUICK: dict[str, dict[str, Any]] = {
+    "vector": {"train.steps": 60_000},
+    "frames": {
+        "train.steps": 500_000,
+        "env.num_envs": 8,
+        "env.repeat_action_probability": 0.0,
+        "agent.train_freq": 1,
+        "agent.lr": 1e-4,
+        "agent.target_update": 1_000,
+        "agent.learning_starts": 10_000,
+        "agent.eps_decay_steps": 100_000,
+        "agent.eps_end": 0.01,
+        "replay.capacity": 100_000,
     },
 }
 

@@ -16,26 +16,11 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, Layer
+from edgerl.config.presets import QUICK
 
 QUICK_SOURCE = "--quick"
 CARTPOLE = "CartPole-v1"
 PONG = "ALE/Pong-v5"
-# 60,000 steps solve CartPole with its preset (config.PRESETS["vector"], seeds 0-4).
-QUICK_VECTOR: dict[str, Any] = {"train.steps": 60_000}
-# The "Pong against the clock" settings of docs/performance.md (an H100 went from -21 to -14 in
-# 407,736 steps, 9 minutes): one update per step, short exploration, sticky actions off.
-QUICK_FRAMES: dict[str, Any] = {
-    "train.steps": 500_000,
-    "env.num_envs": 8,
-    "env.repeat_action_probability": 0.0,
-    "agent.train_freq": 1,
-    "agent.lr": 1e-4,
-    "agent.target_update": 1_000,
-    "agent.learning_starts": 10_000,
-    "agent.eps_decay_steps": 100_000,
-    "agent.eps_end": 0.01,
-    "replay.capacity": 100_000,
-}
 LONG_RUN_S = 2 * 3600.0  # an Atari run on a CPU longer than this is said to be long
 
 
@@ -65,7 +50,7 @@ def quick_layer(cfg: Config) -> Layer:
     else:
         frames = uses_cuda(cfg.perf.device)
         values["env.id"] = PONG if frames else CARTPOLE
-    values.update(QUICK_FRAMES if frames else QUICK_VECTOR)
+    values.update(QUICK["frames" if frames else "vector"])
     return Layer(QUICK_SOURCE, values)
 
 
