@@ -14,6 +14,16 @@ TOY = ["--env", "CartPole-v1", "--set", "agent.algo=toy", "--set", "env.num_envs
 SMALL = ["--set", "pqn.rollout_steps=16", "--set", "eval.every_steps=1000"]
 
 
+def plays_and_exports(cli, run) -> None:  # type: ignore[no-untyped-def]
+    """The run's policy plays an episode and exports to ONNX (where onnx is installed)."""
+    r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
+    assert r.code == 0 and '"episodes"' in r.out, r.err
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    r = cli("export", "--run-dir", run, "--onnx")
+    assert r.code == 0 and ".onnx" in r.out, r.err[-3000:]
+
+
 @pytest.fixture
 def toy_registered(monkeypatch):
     monkeypatch.setitem(
@@ -31,12 +41,7 @@ def test_a_learner_registered_in_one_line_trains_resumes_plays_and_exports(
     assert (run / "checkpoints" / "best.ckpt").is_file()  # evaluated, its best kept
     r = cli("train", *TOY, *SMALL, "--run-dir", run, "--steps", "3000", "--quiet")
     assert r.code == 0 and "step 3,000/3,000" in r.err, r.err[-3000:]
-    r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
-    assert r.code == 0 and '"episodes"' in r.out, r.err
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    r = cli("export", "--run-dir", run, "--onnx")
-    assert r.code == 0 and ".onnx" in r.out, r.err[-3000:]
+    plays_and_exports(cli, run)
 
 
 def test_an_unregistered_learner_is_refused_with_the_ones_there_are(cli, tmp_path):
@@ -111,9 +116,4 @@ def test_a_population_learner_acts_per_environment_and_learns_from_finished_epis
     r = cli("train", *args, "--steps", "4000")
     assert r.code == 0 and "step 4,000/4,000" in r.err, r.err[-3000:]
     assert load(newest_checkpoint(run)).learner["updates"] > generations
-    r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
-    assert r.code == 0 and '"episodes"' in r.out, r.err
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    r = cli("export", "--run-dir", run, "--onnx")
-    assert r.code == 0 and ".onnx" in r.out, r.err[-3000:]
+    plays_and_exports(cli, run)

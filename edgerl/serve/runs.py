@@ -297,12 +297,12 @@ class RunFiles:
         # Only the fields the reader checked (a damaged file may add anything), and no paths or
         # pids of the board: a name is enough.
         shown = {k: doc.get(k) for k in FIELDS if k not in ("run_dir", "load", "pid")}
-        for key, value in shown.items():  # every sentence (message, checkpoint_error, ...)
+        shown["write_problems"] = doc.get("write_problems") or []
+        for key, value in shown.items():  # every sentence (message, write_problems, ...)
             if isinstance(value, str):
                 shown[key] = for_viewers(value)
             elif isinstance(value, list):
                 shown[key] = [for_viewers(v) if isinstance(v, str) else v for v in value]
-        shown["write_problems"] = [for_viewers(w) for w in doc.get("write_problems") or []]
         shown["fleet"] = viewer_fleet(doc.get("fleet"))
         if isinstance(shown.get("checkpoint"), str):  # a name: the board's paths stay on it
             shown["checkpoint"] = Path(shown["checkpoint"]).name
