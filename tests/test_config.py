@@ -282,7 +282,8 @@ def test_non_finite_huge_and_negative_numbers_are_refused_with_a_sentence(key, v
 
 
 def test_the_largest_values_a_config_takes_are_ones_training_takes(cli, tmp_path):
-    from edgerl.config import MAX_SEED, EnvConfig
+    from edgerl.config import EnvConfig
+    from edgerl.config.sections import MAX_SEED
     from edgerl.envs import make_env
 
     def top(key: str) -> int:

@@ -212,7 +212,7 @@ def test_the_trainer_survives_its_stream_truncated_or_replaced(live_trainer):
 def test_the_stream_lives_in_a_directory_of_the_users_own(tmp_path, monkeypatch):
     from edgerl import stream
 
-    monkeypatch.setattr(stream, "SHM_DIR", tmp_path / "shm")
+    monkeypatch.setattr(stream.layout, "SHM_DIR", tmp_path / "shm")
     (tmp_path / "shm").mkdir(mode=0o1777)
     umask = os.umask(0o077)  # a strict umask: the display group may still enter
     try:
@@ -238,7 +238,7 @@ def test_a_planted_stream_directory_is_refused_and_training_goes_on(
 
     shm = tmp_path / "shm"
     shm.mkdir(mode=0o1777)
-    monkeypatch.setattr(stream, "SHM_DIR", shm)
+    monkeypatch.setattr(stream.layout, "SHM_DIR", shm)
     victim = tmp_path / "victim"
     victim.mkdir()
     at = shm / f"edgerl-{os.getuid()}"

@@ -256,7 +256,7 @@ def test_play_and_export_share_the_policies_and_import_nothing_of_each_other():
     }
     assert not any(crossing.values()), {k: v for k, v in crossing.items() if v}
     assert "edgerl.policies.torch" in graph["edgerl.export.run"]
-    assert "edgerl.policies" in graph["edgerl.play"]
+    assert "edgerl.policies" in graph["edgerl.play.loop"]
 
 
 def test_watching_a_run_does_not_load_pytorch():

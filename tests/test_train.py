@@ -292,7 +292,7 @@ def test_env_batch_size_auto_is_ales_async_mode_only_where_acting_limits(sets, d
 def test_a_run_saves_the_env_batch_size_it_resolved_and_evaluates_in_lockstep(tmp_path):
     """The default (auto) trains Pong on a CPU in lockstep and says so in config.toml; a policy
     trained with ALE's async mode still plays every evaluation environment each step."""
-    from edgerl.play import _env_config
+    from edgerl.play.loop import _env_config
     from edgerl.run.train import Trainer
 
     from .helpers import pong_config

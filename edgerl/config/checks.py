@@ -7,10 +7,11 @@ everything in order, top to bottom."""
 
 from __future__ import annotations
 
-from edgerl.config import MAX_HIDDEN, Config
+from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs, parse_resource
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import NAMED_PRESETS
+from edgerl.config.sections import MAX_HIDDEN
 from edgerl.errors import ConfigError
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.errors import EdgerlError, MissingDependencyError
-from edgerl.play import Moment, Observer
+from edgerl.play.observer import Moment, Observer
 from edgerl.stream import FrameMeta
 
 PANEL_HEIGHT = 96  # the Q-value bar chart under the game

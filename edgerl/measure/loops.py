@@ -27,7 +27,8 @@ import numpy as np
 import psutil
 import torch
 
-from edgerl.config import MAX_STEPS, Config, EnvConfig
+from edgerl.config import Config, EnvConfig
+from edgerl.config.sections import MAX_STEPS
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.hw.monitor import LoadMonitor
 from edgerl.learners.dqn import DQN

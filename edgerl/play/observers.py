@@ -18,7 +18,7 @@ import numpy as np
 
 from edgerl.envs import EnvSpec, VecEnv
 from edgerl.errors import EnvError
-from edgerl.play import Moment, Observer
+from edgerl.play.observer import Moment, Observer
 from edgerl.play.record import Recorder, open_recorder
 
 log = logging.getLogger(__name__)

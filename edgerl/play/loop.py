@@ -1,0 +1,285 @@
+"""The episode loop: :func:`play` on one environment, :func:`play_together` on several."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgerl.config import EnvConfig
+from edgerl.envs import VecEnv, make_env
+from edgerl.errors import EnvError
+from edgerl.play.observer import Moment, Observer
+from edgerl.policies.explore import with_exploration
+from edgerl.words import plural
+
+if TYPE_CHECKING:
+    from edgerl.play.record import Recording
+    from edgerl.policies import Policy
+
+
+@dataclass(frozen=True)
+class PlayOptions:
+    """The episode loop's own settings."""
+
+    env_id: str | None = None  # None: the game the policy learned
+    episodes: int = 1
+    seed: int = 0
+    epsilon: float = 0.0  # the chance of a random action (0: greedy)
+    max_steps: int = 0  # ends playing after this many steps in all (the episode in flight is
+    # not counted); 0: no limit
+    max_episode_steps: int = 0  # cuts an episode after this many steps (it is counted, in
+    # ``PlayResult.cut`` too); 0: no limit
+    fps: float = 0.0  # steps per second (0: as fast as possible)
+    stop: Callable[[], bool] | None = None  # asked before every step: True ends playing, which
+    # is then stopped (a recording is discarded: what it holds is cut short)
+
+
+@dataclass
+class PlayResult:
+    backend: str
+    env: str
+    returns: list[float]
+    steps: int
+    latencies_ns: list[int] = field(repr=False)
+    recording: Recording | None = None
+    lengths: list[int] = field(default_factory=list)  # steps of each episode in ``returns``
+    cut: int = 0  # episodes cut at ``max_episode_steps`` (counted in ``returns``)
+
+    def latency_us(self) -> dict[str, float]:
+        lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
+        if lat.size == 0:
+            return {"p50": float("nan"), "p99": float("nan"), "max": float("nan")}
+        return {
+            "p50": round(float(np.percentile(lat, 50)), 2),
+            "p99": round(float(np.percentile(lat, 99)), 2),
+            "max": round(float(lat.max()), 2),
+        }
+
+    def describe(self) -> str:
+        """One line: returns and action latency."""
+        summary = self.to_json()
+        lat = summary["latency_us"]
+        return (
+            f"{summary['env']} with {summary['backend']}: "
+            f"{plural(summary['episodes'], 'episode')}, mean return "
+            f"{summary['return_mean']:.2f} (returns {summary['returns']}); action "
+            f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        returns = [float(r) for r in self.returns]
+        summary: dict[str, Any] = {
+            "backend": self.backend,
+            "env": self.env,
+            "episodes": len(returns),
+            "returns": returns,
+            "return_mean": float(np.mean(returns)) if returns else float("nan"),
+            "latency_us": self.latency_us(),
+            "steps": self.steps,
+        }
+        if self.recording is not None:
+            rec = self.recording
+            summary["recording"] = {
+                "path": str(rec.path),
+                "frames": rec.frames,
+                "seconds": round(rec.seconds, 3),
+                "bytes": rec.bytes,
+            }
+        return summary
+
+
+def draw_offscreen() -> None:
+    """Let games that draw with pygame (gymnasium's CartPole) draw without a display.
+
+    Their first render initialises SDL's video, which probes for a display and, on a machine
+    without one, prints "error: XDG_RUNTIME_DIR is invalid or not set in the environment." on
+    stderr. A recording needs no window: SDL's dummy drivers, unless the user chose others.
+    """
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
+def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
+    """The policy's own [env] settings, on one environment (of ``env_id`` when given)."""
+    env_cfg = EnvConfig(
+        **{k: v for k, v in policy.env_config.items() if k in EnvConfig.__annotations__}
+    )
+    if env_id is not None and env_id != policy.spec.id:
+        env_cfg.id = env_id
+    env_cfg.num_envs, env_cfg.threads = 1, 1
+    env_cfg.batch_size = 0  # every environment each step: ALE's async mode is for training
+    return env_cfg
+
+
+def check_matches(policy: Policy, env: VecEnv) -> None:
+    """Raise EnvError unless ``env`` has the observations and actions ``policy`` learned."""
+    if (
+        env.spec.obs_shape != policy.spec.obs_shape
+        or env.spec.num_actions != policy.spec.num_actions
+    ):
+        raise EnvError(
+            f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
+            f"observations {policy.spec.obs_shape}); {env.spec.id} does not match"
+        )
+
+
+def play(
+    policy: Policy, options: PlayOptions | None = None, observers: Sequence[Observer] = ()
+) -> PlayResult:
+    """Play ``options.episodes`` episodes with ``policy``, telling ``observers`` of each reset,
+    step and episode; the result holds the recording an observer made.
+
+    Raises EnvError if ``options.env_id`` does not match what the policy was trained on; what an
+    observer raises (a recording that cannot be made: RecordError, MissingDependencyError) ends
+    playing, and observers' resources are left as their ``on_start`` arranged.
+    """
+    o = options or PlayOptions()
+    env_cfg = _env_config(policy, o.env_id)
+    rng = np.random.default_rng(o.seed)
+    screens = any(w.screens for w in observers)
+    if screens and not any(w.window for w in observers):
+        draw_offscreen()
+    wants_q = any(w.wants_q for w in observers)
+    with contextlib.ExitStack() as cleanup:
+        env = make_env(env_cfg, screens=screens)
+        cleanup.callback(env.close)
+        check_matches(policy, env)
+        for w in observers:
+            w.on_start(env, cleanup)
+        obs = env.reset(seed=o.seed)
+        returns: list[float] = []
+        lengths: list[int] = []
+        latencies: list[int] = []
+        ret, steps, length, cut = 0.0, 0, 0, 0
+        for w in observers:
+            w.on_reset(obs[0], 1)
+        frame_s = 1.0 / o.fps if o.fps > 0 else 0.0
+        next_frame = time.perf_counter()
+        stopped = False
+        while len(returns) < o.episodes:
+            if o.stop is not None and o.stop():
+                stopped = True
+                break
+            t0 = time.perf_counter_ns()
+            if wants_q:
+                q = policy.q_values(obs)
+                action = q.argmax(axis=1)
+            else:
+                q = None
+                action = policy.act(obs)
+            latencies.append(time.perf_counter_ns() - t0)
+            if o.epsilon > 0:
+                action = with_exploration(action, o.epsilon, policy.spec.num_actions, rng)
+            step = env.step(np.asarray(action, dtype=np.int64))
+            ret += float(step.rewards[0])
+            steps += 1
+            length += 1
+            done = bool(step.terminated[0] or step.truncated[0])
+            final_obs = None
+            if done:
+                assert step.final_obs is not None
+                final_obs = step.final_obs[0]
+            moment = Moment(
+                obs[0],
+                int(action[0]),
+                None if q is None else q[0],
+                step.obs[0],
+                final_obs,
+                ret,
+                len(returns) + 1,
+                steps,
+            )
+            if not all([w.on_step(moment) for w in observers]):  # every observer sees it
+                break
+            if frame_s:
+                next_frame += frame_s
+                time.sleep(max(0.0, next_frame - time.perf_counter()))
+            obs = step.obs
+            if not done and o.max_episode_steps and length >= o.max_episode_steps:
+                done, cut = True, cut + 1
+                obs = env.reset(seed=o.seed + len(returns) + 1)  # the next episode, not this one
+            if done:
+                returns.append(ret)
+                lengths.append(length)
+                for w in observers:
+                    w.on_episode(len(returns), ret, length)
+                ret, length = 0.0, 0
+            if o.max_steps and steps >= o.max_steps:
+                break
+            if done and len(returns) < o.episodes:
+                for w in observers:
+                    w.on_reset(obs[0], len(returns) + 1)
+        for w in observers:
+            w.on_end(stopped)
+    recording = next((w.recording for w in observers if w.recording is not None), None)
+    return PlayResult(
+        policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
+    )
+
+
+# Environments play_together steps at once: enough for an evaluation's usual 5-10 episodes in
+# one wave, few enough that eval.episodes = 1,000,000 builds 16 environments, not a million.
+MAX_TOGETHER = 16
+
+
+def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayResult:
+    """Play ``options.episodes`` episodes several at a time: waves of up to
+    :data:`MAX_TOGETHER` environments, each wave's actions chosen by one batched forward pass
+    per step, each environment's first episode counted (so long episodes count as much as short
+    ones), the next wave reseeded after the last one's episodes all ended. This is what an
+    evaluation plays, at a fraction of the CPU of one episode after another: the pass for ten
+    observations costs about what one costs. No observers (nothing to record or show), and
+    ``fps`` and ``max_steps`` are not used. Latencies are of the batched passes; fewer episodes
+    come back when ``options.stop`` ended playing.
+
+    Raises EnvError if ``options.env_id`` does not match what the policy was trained on.
+    """
+    o = options or PlayOptions()
+    n = min(max(1, o.episodes), MAX_TOGETHER)
+    env_cfg = _env_config(policy, o.env_id)
+    env_cfg.num_envs = n  # one thread: an evaluation runs beside training, on its spare time
+    rng = np.random.default_rng(o.seed)
+    returns: list[float] = []
+    lengths: list[int] = []
+    latencies: list[int] = []
+    steps = cut = 0
+    with contextlib.closing(make_env(env_cfg)) as env:
+        check_matches(policy, env)
+        while len(returns) < o.episodes:
+            wave = min(n, o.episodes - len(returns))  # the first ``wave`` environments count
+            obs = env.reset(seed=o.seed + len(returns))
+            ret = np.zeros(n)
+            length = np.zeros(n, dtype=np.int64)
+            playing = np.arange(n) < wave  # still in its first episode, and counted
+            was_cut = np.zeros(n, dtype=bool)
+            while playing.any():
+                if o.stop is not None and o.stop():
+                    return PlayResult(
+                        policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut
+                    )
+                t0 = time.perf_counter_ns()
+                actions = np.asarray(policy.act(obs), dtype=np.int64)
+                latencies.append(time.perf_counter_ns() - t0)
+                if o.epsilon > 0:
+                    actions = with_exploration(actions, o.epsilon, policy.spec.num_actions, rng)
+                step = env.step(actions)
+                steps += int(playing.sum())
+                ret += np.where(playing, step.rewards, 0.0)
+                length += playing
+                ended = playing & (step.terminated | step.truncated)
+                if o.max_episode_steps:
+                    was_cut |= playing & ~ended & (length >= o.max_episode_steps)
+                    ended |= was_cut
+                playing &= ~ended
+                obs = step.obs
+            returns += [float(r) for r in ret[:wave]]
+            lengths += [int(x) for x in length[:wave]]
+            cut += int(was_cut.sum())
+    return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut)
