@@ -39,6 +39,7 @@ from edgerl.config.sections import (
     DisplayConfig,
     EnvConfig,
     EvalConfig,
+    GAConfig,
     HwConfig,
     LogConfig,
     PerfConfig,
@@ -56,6 +57,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     pqn: PQNConfig = field(default_factory=PQNConfig)
+    ga: GAConfig = field(default_factory=GAConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)
     hw: HwConfig = field(default_factory=HwConfig)

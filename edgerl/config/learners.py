@@ -31,6 +31,12 @@ class LearnerInfo:
     # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
     own_num_envs: bool = False
     remote_actors: bool = False  # a fleet's remote actors can feed it (edgerl.run.remote)
+    # Its memory is written the game's own rewards, not the clipped ones learning uses (a
+    # genetic algorithm's fitness is the score).
+    raw_rewards: bool = False
+    # Its acting network changes where an episode ends (each environment plays one member's
+    # whole episode): the loop records a step before it picks the next actions.
+    switches_per_episode: bool = False
     # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
     # edgerl.config.presets.PRESETS.
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -70,6 +76,24 @@ PQN_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The genetic algorithm's presets. Frames: the paper's Atari settings are the [ga] defaults
+# (population 1,000, truncation 20, sigma 0.002, 10 candidates over 30 episodes); episodes are cut
+# at 20,000 frames as there, and 64 environments play members side by side. Vector: CartPole-sized,
+# measured in edgerl's suite (docs/training.md).
+GA_PRESETS: dict[str, dict[str, Any]] = {
+    "frames": {"env.num_envs": 64, "env.max_episode_frames": 20_000, "train.steps": 50_000_000},
+    "vector": {
+        "env.num_envs": 16,
+        "agent.hidden": (64, 64),
+        "ga.population": 128,
+        "ga.truncation": 12,
+        "ga.sigma": 0.05,
+        "ga.elite_candidates": 4,
+        "ga.elite_episodes": 10,
+        "train.steps": 300_000,
+    },
+}
+
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
     "dqn": LearnerInfo(
@@ -82,6 +106,14 @@ LEARNERS: dict[str, LearnerInfo] = {
         layer_norm=True,
         own_num_envs=True,
         presets=PQN_PRESETS,
+    ),
+    "ga": LearnerInfo(
+        "edgerl.learners.ga",
+        memory="episodes",
+        beside_actor="",
+        raw_rewards=True,
+        switches_per_episode=True,
+        presets=GA_PRESETS,
     ),
 }
 

@@ -131,6 +131,40 @@ class PQNConfig:
 
 
 @dataclass
+class GAConfig:
+    population: int = setting(
+        1000,
+        "members of each generation, one episode each (the paper's Atari 1,000)",
+        min=2,
+        max=1_000_000,
+    )
+    truncation: int = setting(
+        20,
+        "the best members of a generation that parent the next (truncation selection)",
+        min=1,
+        max=1_000_000,
+    )
+    sigma: float = setting(
+        0.002,
+        "mutation power: the Gaussian noise's standard deviation added to a parent",
+        min=0.0,
+        max=10.0,
+    )
+    elite_candidates: int = setting(
+        10,
+        "the best members played again to choose the elite, which passes unchanged",
+        min=1,
+        max=1_000,
+    )
+    elite_episodes: int = setting(
+        30,
+        "episodes each elite candidate plays (0: the elite is the best single episode)",
+        min=0,
+        max=10_000,
+    )
+
+
+@dataclass
 class TrainConfig:
     steps: int = setting(
         10_000_000,

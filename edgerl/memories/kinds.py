@@ -22,6 +22,7 @@ from edgerl.memories.budget import (
     available_memory,
     plan_memory,
 )
+from edgerl.memories.episodes import EpisodeScores
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.rollout import RolloutBuffer, rollout_bytes
 from edgerl.words import fmt_bytes, plural
@@ -144,4 +145,36 @@ class RolloutKind:
         return RolloutBuffer(spec, num_envs, cfg.pqn.rollout_steps, device)
 
 
-MEMORY_KINDS: dict[str, MemoryKind] = {"replay": ReplayKind(), "rollout": RolloutKind()}
+class EpisodesKind:
+    """The genetic algorithm's: each environment's score and length so far, and the episodes
+    that ended (no observations; the members' weights are the learner's own)."""
+
+    keeps_steps = EpisodeScores.keeps_steps
+    lockstep = False
+
+    def where(self, cfg: Config, device: torch.device) -> torch.device:
+        return torch.device("cpu")
+
+    def plan(self, cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
+        available, where = available_memory(torch.device("cpu"))
+        size = 16 * cfg.env.num_envs
+        plan = MemoryPlan(cfg.env.num_envs, 16, size, available, where)
+        return plan, f"episode scores of {plural(cfg.env.num_envs, 'environment')}: no replay"
+
+    def fix(self, cfg: Config, plan: MemoryPlan) -> str:
+        return "lower env.num_envs, or free memory"
+
+    def check(self, cfg: Config, device: torch.device, plan: MemoryPlan) -> None:
+        plan.check()
+
+    def build(
+        self, cfg: Config, spec: EnvSpec, device: torch.device, available: int | None, num_envs: int
+    ) -> Memory:
+        return EpisodeScores(num_envs)
+
+
+MEMORY_KINDS: dict[str, MemoryKind] = {
+    "replay": ReplayKind(),
+    "rollout": RolloutKind(),
+    "episodes": EpisodesKind(),
+}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
+from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, Step, VecEnv
 from edgerl.envs.batches import Batches, overlaps_emulation, row_of
 
@@ -83,7 +84,10 @@ class LocalActing:
         shown = min(cfg.display.env_index, num_envs - 1)
         run.book.start(num_envs, shown, episodes_csv)
         batches = self.batches = Batches(num_envs, ids)
+        # A learner whose acting network changes where an episode ends sees each step before
+        # the next actions are picked (the first action of an episode is its new member's).
         overlap = overlaps_emulation(cfg.env, run.spec.has_frames, run.device)
+        overlap = overlap and not learner_info(cfg.agent.algo).switches_per_episode
 
         # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
         # before the one before it is recorded: the replay write, the episodes, the updates and

@@ -28,6 +28,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
+from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
@@ -166,6 +167,8 @@ class Trainer:
         # A replay fills its memory in the background from here.
         self.memory = build_memory(cfg, spec, self.device, settled.available, fleet_envs(cfg))
         self.learner = build_learner(cfg, spec, self.device)
+        # The game's own rewards where the learner asks for them (a score), else the clipped.
+        self.raw_rewards = learner_info(cfg.agent.algo).raw_rewards
         if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
@@ -371,7 +374,7 @@ class Trainer:
         counts the env steps."""
         self.memory.add(
             actions,
-            self.spec.learning_rewards(result.rewards),
+            result.rewards if self.raw_rewards else self.spec.learning_rewards(result.rewards),
             result.terminated,
             result.truncated,
             result.obs,

@@ -1,0 +1,390 @@
+"""A deep genetic algorithm (Such et al. 2017, "Deep Neuroevolution", arXiv 1712.06567): no
+gradients, no optimizer, no replay; only forward passes.
+
+Each generation is ``ga.population`` members, each a network that plays one episode; its
+fitness is the game's own score (the memory gets the unclipped rewards: the registry line says
+``raw_rewards``). The ``ga.elite_candidates`` best play ``ga.elite_episodes`` more episodes each
+and the best mean becomes the elite: the policy (what play, export and evaluations use) and
+member 0 of the next generation, unchanged. The other members are children of the
+``ga.truncation`` best: a parent's weights plus Gaussian noise of power ``ga.sigma``.
+
+**Genomes are seeds.** A member is the list of seeds that made it (:data:`Genome`): the first
+draws its initial weights, each further one the noise of one mutation. :class:`Genomes` rebuilds
+the weights from the list exactly (the same float32 operations in the same order); it keeps the
+parents' weights, so a child costs one draw of noise, not its whole line. A checkpoint holds the
+seeds, a few bytes per member per generation, and resuming rebuilds the parents from them.
+
+**Batched forward passes.** Every environment plays a member of its own. :class:`Population`
+keeps each environment's member's weights in one slot of a stacked tensor and runs the members
+of all the rows in one call (``torch.func.vmap`` over ``functional_call``: the convolutions
+become grouped ones), instead of one forward pass per member (:meth:`Population.forward_each`,
+what ``edgerl bench`` compares it with).
+
+**Scheduling.** The learner hands out jobs (a member's episode, a candidate's episode) to the
+environments as their episodes end; an environment with no job left in this phase plays the
+policy, its episode not counted, until the next phase starts. An episode counts for its member
+only if it started with that member: the loop records a step before acting on the next (the
+registry line says ``switches_per_episode``), so the first action of an episode comes from the
+member it was handed to.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from edgerl.config import Config
+from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.shared import LossMeter
+from edgerl.memories.episodes import EpisodeScores
+
+Genome = tuple[int, ...]  # the seed of the initial weights, then one seed per mutation
+SEED_LIMIT = 2**31  # seeds are int32: four bytes each in a genome sent to another machine
+FILLER = -1  # the job of an environment that plays the policy while it waits (not counted)
+
+
+class Genomes:
+    """Weights from seeds: a member's flat float32 weights (on the CPU) from its genome, the same
+    bits every time. ``keep`` holds the weights of the genomes that will be asked again (the
+    parents, the elite candidates), so a child is one draw of noise away."""
+
+    def __init__(self, template: nn.Module, sigma: float) -> None:
+        self.template = copy.deepcopy(template).cpu().requires_grad_(False)
+        self.size = sum(p.numel() for p in self.template.parameters())
+        self.sigma = sigma
+        self.kept: dict[Genome, torch.Tensor] = {}
+
+    def initial(self, seed: int) -> torch.Tensor:
+        """The initial weights seed ``seed`` draws (PyTorch's own initialisation of each layer)."""
+        net = copy.deepcopy(self.template)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for module in net.modules():
+                if module is not net and hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+        return flat_parameters(net)
+
+    def noise(self, seed: int) -> torch.Tensor:
+        return torch.randn(self.size, generator=torch.Generator().manual_seed(seed))
+
+    def weights(self, genome: Genome) -> torch.Tensor:
+        """The flat weights of ``genome``, from its longest kept beginning."""
+        start = len(genome)
+        while start > 0 and genome[:start] not in self.kept:
+            start -= 1
+        flat = self.kept[genome[:start]] if start else self.initial(genome[0])
+        for seed in genome[max(start, 1) :]:
+            flat = flat + self.sigma * self.noise(seed)
+        return flat
+
+    def keep(self, genomes: list[Genome]) -> None:
+        """Keep the weights of ``genomes`` (computed from what is kept now), and only those."""
+        self.kept = {g: self.weights(g) for g in dict.fromkeys(genomes)}
+
+
+def flat_parameters(net: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in net.parameters()])
+
+
+def load_flat(net: nn.Module, flat: torch.Tensor) -> None:
+    """Write flat weights (in ``net.parameters()`` order) into ``net``."""
+    with torch.no_grad():
+        offset = 0
+        for p in net.parameters():
+            p.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class Population(nn.Module):
+    """The acting network: row ``i`` acts with the member environment ``envs[i]`` plays, all
+    rows in one batched call. The members' weights are ``slots`` (one row of flat
+    weights per environment); the network's code is ``template``'s."""
+
+    per_env = True
+
+    def __init__(self, template: nn.Module, num_envs: int, device: torch.device) -> None:
+        super().__init__()
+        net = copy.deepcopy(template).to(device).requires_grad_(False)
+        self._template = [net]  # not a submodule: its own weights are never used
+        self.layout = [(name, p.shape, p.numel()) for name, p in net.named_parameters()]
+        size = sum(n for _, _, n in self.layout)
+        self.slots = nn.Parameter(torch.zeros(num_envs, size, device=device), requires_grad=False)
+        self.register_buffer("every_env", torch.arange(num_envs, device=device))
+
+    def assign(self, env: int, flat: torch.Tensor) -> None:
+        """Environment ``env`` plays the member of weights ``flat`` from its next step."""
+        self.slots[env].copy_(flat)
+
+    def _params(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for name, shape, n in self.layout:
+            out[name] = flat[..., offset : offset + n].reshape(*flat.shape[:-1], *shape)
+            offset += n
+        return out
+
+    def _one(self, params: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        return functional_call(self._template[0], params, (obs.unsqueeze(0),)).squeeze(0)
+
+    def _rows(self, envs: torch.Tensor) -> torch.Tensor:
+        n = len(self.every_env)
+        if envs.device.type == "cpu" and len(envs) == n and torch.equal(envs, self.every_env):
+            return self.slots  # every environment in order (no copy of the weights)
+        return self.slots.index_select(0, envs)
+
+    def forward(self, obs: torch.Tensor, envs: torch.Tensor) -> torch.Tensor:
+        return vmap(self._one)(self._params(self._rows(envs)), obs)
+
+    def forward_each(self, obs: torch.Tensor, envs: torch.Tensor) -> torch.Tensor:
+        """The same values as :meth:`forward`, one member's forward pass at a time (what
+        batching is measured against)."""
+        rows = [
+            self._one(self._params(self.slots[int(e)]), o) for o, e in zip(obs, envs, strict=True)
+        ]
+        return torch.stack(rows)
+
+
+@dataclass
+class Generation:
+    """Where the search stands: this generation's members and what their episodes scored."""
+
+    number: int
+    members: list[Genome]
+    fitness: dict[int, float]  # member -> its episode's score
+    candidates: list[Genome]  # the elite's candidates (the elite phase)
+    trials: list[list[float]]  # each candidate's episodes
+    phase: str = "members"  # "members", then "elite" where elite episodes are played
+
+
+class GeneticAlgorithm:
+    """The learner ``agent.algo = "ga"`` names (see the module docstring)."""
+
+    kind = "ga"
+
+    def __init__(self, net: nn.Module, cfg: Config, device: torch.device) -> None:
+        self.cfg = cfg.ga
+        self.device = device
+        self.q = net.to(device).requires_grad_(False)  # the elite: what play and export use
+        self.num_envs = cfg.env.num_envs
+        self.population = Population(self.q, self.num_envs, device)
+        self.genomes = Genomes(self.q, cfg.ga.sigma)
+        self.rng = np.random.default_rng(cfg.env.seed + 3)
+        self.losses = LossMeter(device)  # no losses: the interface's meter stays empty
+        self.updates = 0  # generations finished
+        self.per_launch = 1
+        self.cuda_graphs = False
+        self.learn_from = (0, 0)
+        self.steps_per_unit = 1  # env steps per generation, measured as they finish
+        self.token = 0  # counts phases: an episode counts only in the phase it started in
+        self.pending: deque[int] = deque()  # jobs not handed out yet
+        self.playing = [(FILLER, FILLER)] * self.num_envs  # each env's (token, job)
+        self.elite: Genome | None = None
+        self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
+        self.episodes = 0  # episodes played, counted or not
+        self.wasted_steps = 0  # steps of episodes that counted for nobody
+        self.steps_at_generation = 0
+        self.steps_seen = 0
+        members = [(self._seed(),) for _ in range(self.cfg.population)]
+        self.generation = Generation(0, members, {}, [], [])
+        self.genomes.keep([])
+        self._start_phase(range(len(members)))
+        load_flat(self.q, self.genomes.weights(members[0]))
+        self._hand_out_all()
+
+    def _seed(self) -> int:
+        return int(self.rng.integers(SEED_LIMIT))
+
+    # -- what the loop asks --------------------------------------------------------------
+
+    @property
+    def acting_net(self) -> nn.Module:
+        return self.population
+
+    def describe(self) -> str:
+        return (
+            f"{self.device.type}, a population of {self.cfg.population:,} in batched forward "
+            f"passes, generation {self.generation.number}"
+        )
+
+    def epsilon(self, step: int) -> float:
+        return 0.0  # members play greedily: their episodes are their fitness
+
+    def owed(self, step: int, memory: EpisodeScores) -> int:
+        return 1 if memory.finished else 0
+
+    def learn(self, memory: EpisodeScores, step: int, n: int = 1) -> None:
+        """Credit the episodes that ended to their members and hand those environments their
+        next jobs (a generation ends inside when its last episode is credited)."""
+        for episode in memory.take():
+            self.episodes += 1
+            self.steps_seen += episode.length
+            token, job = self.playing[episode.env]
+            if token == self.token and job != FILLER:
+                self._credit(job, episode.score)
+            else:
+                self.wasted_steps += episode.length
+            self._hand_out(episode.env)
+        if self.device.type == "cuda":
+            # The members' weights came from the host: landed before the actor's next forward
+            # pass, which runs on a stream of its own.
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def resume_at(self, step: int, refill: int = 0) -> None:
+        self.learn_from = (step, self.updates)
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def _start_phase(self, jobs: range) -> None:
+        self.token += 1
+        self.pending = deque(jobs)
+
+    def _job_genome(self, job: int) -> Genome:
+        g = self.generation
+        if g.phase == "members":
+            return g.members[job]
+        return g.candidates[job % len(g.candidates)]
+
+    def _hand_out(self, env: int) -> None:
+        if self.pending:
+            job = self.pending.popleft()
+            self.playing[env] = (self.token, job)
+            self.population.assign(env, self.genomes.weights(self._job_genome(job)))
+        else:
+            self.playing[env] = (FILLER, FILLER)
+            self.population.assign(env, flat_parameters(self.q))
+
+    def _hand_out_all(self) -> None:
+        for env in range(self.num_envs):
+            self._hand_out(env)
+
+    def _credit(self, job: int, score: float) -> None:
+        g = self.generation
+        if g.phase == "members":
+            g.fitness[job] = score
+            if len(g.fitness) == len(g.members):
+                self._members_done()
+        else:
+            g.trials[job % len(g.candidates)].append(score)
+            if all(len(t) >= self.cfg.elite_episodes for t in g.trials):
+                self._choose_elite()
+
+    def _ranked(self) -> list[int]:
+        """The members, best first (ties: the lower index, so a seeded run is repeatable)."""
+        fitness = self.generation.fitness
+        return sorted(fitness, key=lambda m: (-fitness[m], m))
+
+    def _members_done(self) -> None:
+        g, ranked = self.generation, self._ranked()
+        values = np.array(list(g.fitness.values()))
+        self.scores["best"], self.scores["mean"] = float(values.max()), float(values.mean())
+        if self.cfg.elite_episodes == 0:
+            self._next_generation(g.members[ranked[0]], g.fitness[ranked[0]])
+            return
+        chosen = [g.members[m] for m in ranked[: self.cfg.elite_candidates]]
+        if self.elite is not None and self.elite not in chosen:
+            chosen.append(self.elite)  # the elite keeps its place unless beaten
+        g.candidates, g.trials, g.phase = chosen, [[] for _ in chosen], "elite"
+        self.genomes.keep([*self._parents(), *chosen])
+        self._start_phase(range(len(chosen) * self.cfg.elite_episodes))
+
+    def _parents(self) -> list[Genome]:
+        g = self.generation
+        return [g.members[m] for m in self._ranked()[: self.cfg.truncation]]
+
+    def _choose_elite(self) -> None:
+        g = self.generation
+        means = [float(np.mean(t)) for t in g.trials]
+        best = int(np.argmax(means))  # the first of equals: the better single episode
+        self._next_generation(g.candidates[best], means[best])
+
+    def _next_generation(self, elite: Genome, score: float) -> None:
+        parents = self._parents()
+        self.genomes.keep([*parents, elite])
+        self.elite = elite
+        self.scores["elite"] = score
+        load_flat(self.q, self.genomes.weights(elite))
+        children = [
+            (*parents[int(self.rng.integers(len(parents)))], self._seed())
+            for _ in range(self.cfg.population - 1)
+        ]
+        self.updates += 1
+        self.steps_per_unit = max(1, self.steps_seen - self.steps_at_generation)
+        self.steps_at_generation = self.steps_seen
+        self.generation = Generation(self.updates, [elite, *children], {}, [], [])
+        self._start_phase(range(self.cfg.population))
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        g = self.generation
+        in_flight = [job for token, job in self.playing if token == self.token and job >= 0]
+        return {
+            POLICY_KEY: self.q.state_dict(),
+            "ga": {
+                "generation": g.number,
+                "phase": g.phase,
+                "members": [list(m) for m in g.members],
+                "fitness": {str(k): v for k, v in g.fitness.items()},
+                "candidates": [list(c) for c in g.candidates],
+                "trials": g.trials,
+                # The jobs not done: those not handed out, and those whose episodes were under
+                # way (played again after a resume).
+                "pending": sorted(set(self.pending) | set(in_flight)),
+                "elite": None if self.elite is None else list(self.elite),
+                "scores": dict(self.scores),
+                "rng": self.rng.bit_generator.state,
+                "counts": [self.episodes, self.wasted_steps, self.steps_seen],
+                "steps_at_generation": self.steps_at_generation,
+                "steps_per_unit": self.steps_per_unit,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        s = state["ga"]
+        self.q.load_state_dict(state[POLICY_KEY])
+        g = Generation(
+            int(s["generation"]),
+            [tuple(m) for m in s["members"]],
+            {int(k): float(v) for k, v in s["fitness"].items()},
+            [tuple(c) for c in s["candidates"]],
+            [list(t) for t in s["trials"]],
+            s["phase"],
+        )
+        self.generation, self.updates = g, g.number
+        self.elite = None if s["elite"] is None else tuple(s["elite"])
+        self.scores = {k: float(v) for k, v in s["scores"].items()}
+        self.rng.bit_generator.state = s["rng"]
+        self.episodes, self.wasted_steps, self.steps_seen = (int(v) for v in s["counts"])
+        self.steps_at_generation = int(s["steps_at_generation"])
+        self.steps_per_unit = int(s["steps_per_unit"])
+        # The weights rebuilt from the seeds: this generation's parents (and the elite), then,
+        # in the elite phase, the next parents and the candidates from them.
+        parents = [m[:-1] for m in g.members[1:] if len(m) > 1]
+        self.genomes.keep([*parents, *([] if self.elite is None else [self.elite])])
+        if g.phase == "elite":
+            self.genomes.keep([*self._parents(), *g.candidates])
+        self._start_phase(range(0))
+        self.pending.extend(int(j) for j in s["pending"])
+        self._hand_out_all()
+
+
+def build(net: nn.Module, cfg: Config, device: torch.device) -> GeneticAlgorithm:
+    """The learner ``agent.algo = "ga"`` names, around ``net`` (whose code every member runs)."""
+    return GeneticAlgorithm(net, cfg, device)
+
+
+def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
+    """One forward pass per env step (the member's action); nothing else: no targets, no
+    gradients."""
+    return {"act": 1.0, "values": 0.0, "targets": 0.0, "gradients": 0.0}
+
+
+def forwards_per_update(cfg: Config) -> float:
+    """A generation's learning is bookkeeping: no forward passes beyond acting."""
+    return 0.0
