@@ -131,6 +131,9 @@ class Evolution:
     def describe(self) -> str:
         return f"{self.device.type}, a population of {MEMBERS}"
 
+    def figures(self) -> dict[str, float]:
+        return {"generation": float(self.updates)}
+
     def epsilon(self, step: int) -> float:
         return 0.0  # members act greedily: their episodes are their fitness
 

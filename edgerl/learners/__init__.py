@@ -51,6 +51,12 @@ class Learner(Protocol):
         so that each environment can act with a network of its own."""
         ...
 
+    def figures(self) -> dict[str, float]:
+        """Its own figures by name, for the progress line, metrics.csv, status and ``/metrics``
+        (a genetic algorithm's generation and scores; NaN while not known); the same names
+        every call. Empty for DQN and PQN."""
+        ...
+
     def owed(self, step: int, memory: Memory) -> int:
         """Units of learning due at env step ``step``, with ``memory`` as the actor has written
         it so far, and not made yet. In the async pipelines the learner's thread asks while the

@@ -143,6 +143,9 @@ class DQN:
 
     # -- schedules ------------------------------------------------------------------------------
 
+    def figures(self) -> dict[str, float]:
+        return {}  # its loss is the interface's own
+
     def epsilon(self, step: int) -> float:
         """Exploration at ``step``: 1 until learning starts (the replay fills), then linear."""
         return epsilon_at(self.cfg, step, self.learn_from[0])

@@ -212,6 +212,16 @@ class GeneticAlgorithm:
             f"passes, generation {self.generation.number}"
         )
 
+    def figures(self) -> dict[str, float]:
+        """The generation under way, and the scores of the last one finished: its elite's mean
+        over the elite episodes, its best and its mean member episode."""
+        return {
+            "generation": float(self.generation.number),
+            "elite_score": self.scores["elite"],
+            "best_score": self.scores["best"],
+            "mean_score": self.scores["mean"],
+        }
+
     def epsilon(self, step: int) -> float:
         return 0.0  # members play greedily: their episodes are their fitness
 

@@ -150,6 +150,9 @@ class PQN:
 
     # -- schedules ------------------------------------------------------------------------------
 
+    def figures(self) -> dict[str, float]:
+        return {}  # its loss is the interface's own
+
     def epsilon(self, step: int) -> float:
         """Exploration at ``step``: linear from eps_start to eps_end over eps_decay_steps (a
         rollout learner learns from its first rollout on: nothing to wait for)."""

@@ -42,6 +42,7 @@ class TrainStats:
     cpu_gpu_ratio: float = math.nan
     who_waits: str = ""
     balance_moves: list[str] = field(default_factory=list)
+    figures: dict[str, float] = field(default_factory=dict)  # the learner's own (Learner.figures)
 
     @property
     def filling(self) -> bool:
@@ -63,6 +64,7 @@ class TrainStats:
             d.pop(key)
         load = d.pop("load")
         d.update(load)
+        d.update(d.pop("figures"))
         return d
 
 
@@ -292,6 +294,7 @@ def progress_fields(stats: TrainStats) -> str:
     parts.append(f"eps {stats.epsilon:.3f}")
     if not math.isnan(stats.loss):
         parts.append(f"loss {stats.loss:.4f}")
+    parts += [f"{name} {value:g}" for name, value in stats.figures.items() if math.isfinite(value)]
     if stats.load.get("load_line"):
         parts.append(str(stats.load["load_line"]))
     return " | ".join(parts)

@@ -286,6 +286,7 @@ class Trainer:
         assert self._acting
         cfg = self.cfg
         extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
+        extra += [c for c in self.learner.figures() if c not in CSV_COLUMNS + extra]
         self._metrics = MetricsWriter(
             self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side
         )
@@ -406,6 +407,7 @@ class Trainer:
         s.episodes, s.return_mean = self.episodes, self.return_mean()
         s.epsilon, s.updates = self.learner.epsilon(self.step), self.learner.updates
         s.learning_starts, s.fill_from = self.learner.learn_from[0], self._pace.start[1]
+        s.figures = self.learner.figures()
         loss = self.learner.losses.peek()
         if not math.isnan(loss):  # no update since the last row: keep the last mean
             s.loss = loss

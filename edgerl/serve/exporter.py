@@ -103,6 +103,11 @@ class RunsCollector(Collector):
         loss = GaugeMetricFamily(
             "edgerl_loss", "Training loss in the newest metrics row.", labels=labels
         )
+        figures = GaugeMetricFamily(
+            "edgerl_learner_figure", "The learner's own figures by name (a genetic algorithm's "
+            "generation, elite_score, best_score, mean_score); absent where not known yet.",
+            labels=["run", "name"],
+        )  # fmt: skip
         best = GaugeMetricFamily(
             "edgerl_eval_return_best", "Best mean return of any evaluation so far.", labels=labels
         )
@@ -127,12 +132,15 @@ class RunsCollector(Collector):
                 value = finite(doc.get(field))
                 if value is not None:
                     family.add_metric([run_id], value)
+            for name, value in (doc.get("learner") or {}).items():
+                if (number := finite(value)) is not None:
+                    figures.add_metric([run_id, str(name)], number)
             updated = finite(doc.get("updated_unix")) or 0.0
             if alive and (board is None or updated > board[0]):
                 load = clean_load(doc.get("load"))
                 if load is not None:
                     board = (updated, load)
-        yield from (info, readable, running, *families.values(), loss, best)
+        yield from (info, readable, running, *families.values(), loss, best, figures)
         if board is not None:
             yield from board_metrics(board[1])
         yield GaugeMetricFamily(
