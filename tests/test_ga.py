@@ -1,0 +1,244 @@
+"""The genetic algorithm (edgerl/learners/ga.py): genomes rebuilt exactly from their seeds, the
+members' forward passes batched, selection and the elite, resuming mid-generation, and training
+through every command."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgerl.config import Config, with_values
+from edgerl.learners.ga import GeneticAlgorithm, Genomes, Population, flat_parameters
+from edgerl.learners.nets import MLP, NatureCNN
+from edgerl.memories.episodes import EpisodeScores
+
+
+def test_a_genome_rebuilds_the_same_bits_from_its_seeds_with_or_without_its_parents_kept():
+    net = NatureCNN(4, 6)
+    kept = Genomes(net, sigma=0.002)
+    line = [(11,), (11, 5), (11, 5, 907), (11, 5, 907, 3)]
+    for parent in line[:-1]:  # generation by generation, as the search keeps its parents
+        kept.keep([parent])
+    child = kept.weights(line[-1])
+    fresh = Genomes(NatureCNN(4, 6), sigma=0.002).weights(line[-1])  # from the seeds alone
+    assert child.dtype == torch.float32 and child.numel() == kept.size
+    assert torch.equal(child, fresh)
+    assert not torch.equal(child, kept.weights((11, 5, 907, 4)))  # another seed, another child
+    assert not torch.equal(kept.weights((12,)), kept.weights((11,)))
+    # A mutation adds sigma times a standard normal draw: the difference has its scale.
+    step = (child - kept.weights(line[-2])) / 0.002
+    assert abs(float(step.std()) - 1.0) < 0.01 and abs(float(step.mean())) < 0.01
+
+
+def test_the_initial_weights_of_a_seed_are_pytorchs_own_initialisation_under_that_seed():
+    torch.manual_seed(42)
+    reference = flat_parameters(MLP(4, 2, (16,)))
+    assert torch.equal(Genomes(MLP(4, 2, (16,)), 0.1).initial(42), reference)
+    genomes = Genomes(MLP(4, 2, (16,)), 0.1)
+    before = torch.random.get_rng_state()
+    genomes.initial(7)
+    assert torch.equal(torch.random.get_rng_state(), before)  # torch's own generator untouched
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_one_batched_call_gives_each_row_the_values_of_its_own_member(kind):
+    net = MLP(4, 2, (32, 32)) if kind == "mlp" else NatureCNN(4, 6)
+    obs_shape, dtype = ((4,), torch.float32) if kind == "mlp" else ((4, 84, 84), torch.uint8)
+    population = Population(net, num_envs=5, device=torch.device("cpu"))
+    genomes = Genomes(net, sigma=0.01)
+    for env in range(5):
+        population.assign(env, genomes.weights((100 + env,)))
+    gen = torch.Generator().manual_seed(0)
+    obs = (torch.rand((5, *obs_shape), generator=gen) * 255).to(dtype)
+    with torch.no_grad():
+        every = torch.arange(5)
+        batched = population(obs, every)
+        each = population.forward_each(obs, every)
+        # Some environments, out of order (ALE's async batches): the weights are gathered.
+        some = torch.tensor([3, 0, 4])
+        gathered = population(obs[:3], some)
+    torch.testing.assert_close(batched, each, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gathered, population.forward_each(obs[:3], some))
+    # Each row is the member's own network, as a plain module computes it.
+    for env in (0, 4):
+        alone = type(net)(*((4, 2, (32, 32)) if kind == "mlp" else (4, 6)))
+        torch.nn.utils.vector_to_parameters(genomes.weights((100 + env,)), alone.parameters())
+        with torch.no_grad():
+            torch.testing.assert_close(batched[env], alone(obs[env : env + 1])[0])
+    assert not torch.allclose(batched[0], batched[1])
+
+
+def small(**ga: float) -> Config:
+    values = {
+        "env.id": "CartPole-v1",
+        "env.num_envs": 3,
+        "agent.hidden": (8,),
+        "ga.population": 6,
+        "ga.truncation": 2,
+        "ga.sigma": 0.1,
+        "ga.elite_candidates": 2,
+        "ga.elite_episodes": 2,
+    }
+    return with_values(Config(), {**values, **{f"ga.{k}": v for k, v in ga.items()}})
+
+
+def score_of(ga: GeneticAlgorithm, env: int) -> float:
+    """A made-up game: the score is a function of the weights the environment plays."""
+    return float(ga.population.slots[env].sum()) * 10
+
+
+class Script:
+    """Plays ``ga`` against the made-up game: each call ends the episode of one environment,
+    in turn, with its member's score."""
+
+    def __init__(self, ga: GeneticAlgorithm) -> None:
+        self.ga = ga
+        self.memory = EpisodeScores(ga.num_envs)
+        self.turn = 0
+        self.log: list[tuple[int, tuple[int, int], float]] = []  # (env, (token, job), score)
+
+    def episode(self) -> None:
+        env = self.turn % self.ga.num_envs
+        self.turn += 1
+        score = score_of(self.ga, env)
+        self.log.append((env, self.ga.playing[env], score))
+        self.memory.add_first(np.zeros((3, 4)), np.array([env]))
+        self.memory.score[env] = score
+        done = np.array([True])
+        self.memory.add(np.zeros(1), np.zeros(1), done, ~done, None, None, np.array([env]))
+        assert self.ga.owed(0, self.memory) == 1
+        self.ga.learn(self.memory, 0, 1)
+        assert self.ga.owed(0, self.memory) == 0
+
+    def until_generation(self, n: int) -> None:
+        while self.ga.updates < n:
+            self.episode()
+
+
+def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
+    ga = GeneticAlgorithm(MLP(4, 2, (8,)), small(), torch.device("cpu"))
+    script = Script(ga)
+    first = list(ga.generation.members)
+    assert len(first) == 6 and all(len(g) == 1 for g in first)  # an initial seed each
+    while ga.generation.phase == "members":
+        script.episode()
+    fitness = {g: s for (env, (tok, job), s) in script.log if job >= 0 for g in [first[job]]}
+    ranked = sorted(fitness, key=lambda g: -fitness[g])
+    assert ga.generation.candidates == ranked[:2]  # the two best single episodes
+    script.until_generation(1)
+    members = ga.generation.members
+    elite = members[0]
+    assert elite in ranked[:2] and ga.elite == elite
+    # The elite passes unchanged and is the policy; the others are children of the best two.
+    assert torch.equal(flat_parameters(ga.q), ga.genomes.weights(elite))
+    assert all(child[:-1] in ranked[:2] and len(child) == 2 for child in members[1:])
+    assert len(set(members[1:])) == 5  # every child has a seed of its own
+    figures = ga.figures()
+    assert figures["generation"] == 1 and figures["best_score"] == fitness[ranked[0]]
+    assert figures["mean_score"] == pytest.approx(np.mean(list(fitness.values())))
+    # The made-up game is deterministic, so the elite's mean is its one score.
+    assert figures["elite_score"] == pytest.approx(fitness[elite], rel=1e-6)
+    # In the next generation the old elite is among the candidates even when beaten.
+    while ga.generation.phase == "members":
+        script.episode()
+    assert elite in ga.generation.candidates
+
+
+def test_episodes_that_started_before_a_phase_count_for_nobody():
+    ga = GeneticAlgorithm(MLP(4, 2, (8,)), small(population=4), torch.device("cpu"))
+    script = Script(ga)
+    for _ in range(6):  # 3 environments, 4 members: some wait, playing the policy
+        script.episode()
+    fillers = [entry for entry in script.log if entry[1][1] < 0]
+    assert fillers and ga.wasted_steps == len(fillers)  # one step each, counted as waste
+    assert len(ga.generation.fitness) <= 4
+
+
+def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_episode():
+    cfg = small()
+    whole = GeneticAlgorithm(MLP(4, 2, (8,)), cfg, torch.device("cpu"))
+    Script(whole).until_generation(3)
+
+    stopped = GeneticAlgorithm(MLP(4, 2, (8,)), cfg, torch.device("cpu"))
+    script = Script(stopped)
+    script.until_generation(1)
+    for _ in range(4):  # mid-generation: some members scored, some under way
+        script.episode()
+    scored = dict(stopped.generation.fitness)
+    assert 0 < len(scored) < 6
+    buffer = io.BytesIO()
+    torch.save(stopped.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)  # what checkpoints load: plain data only
+    resumed = GeneticAlgorithm(
+        MLP(4, 2, (8,)), with_values(cfg, {"env.seed": 99}), torch.device("cpu")
+    )
+    resumed.load_state_dict(state)
+    assert resumed.generation.fitness == scored  # nothing finished is played again
+    Script(resumed).until_generation(3)
+    assert resumed.generation.members == whole.generation.members
+    assert resumed.elite == whole.elite
+    assert torch.equal(flat_parameters(resumed.q), flat_parameters(whole.q))
+    # The parents came back from the seeds alone: the checkpoint holds no member's weights.
+    assert state["ga"]["members"] and all(
+        not isinstance(v, torch.Tensor) for k, v in state["ga"].items()
+    )
+
+
+def test_a_checkpoint_holds_seeds_a_few_bytes_per_member_per_generation():
+    ga = GeneticAlgorithm(NatureCNN(4, 6), small(), torch.device("cpu"))
+    Script(ga).until_generation(2)
+    seeds = sum(len(m) for m in ga.state_dict()["ga"]["members"])
+    assert seeds <= 6 * 3  # at most one seed per generation and member
+    assert max(max(m) for m in ga.generation.members) < 2**31  # int32 seeds
+
+
+def test_cartpole_is_learned_to_500_by_evolution_alone(cli, tmp_path):
+    run = tmp_path / "ga"
+    args = ["--env", "CartPole-v1", "--set", "agent.algo=ga", "--run-dir", run]
+    args += ["--set", "eval.episodes=10", "--set", "eval.every_steps=20000", "--quiet"]
+    r = cli("train", *args, "--steps", "200000")
+    assert r.code == 0, r.err[-3000:]
+    assert "a population of 128" in r.err  # the vector preset
+    rows = (run / "eval.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    returns = [float(row.split(",")[header.index("return_mean")]) for row in rows[1:]]
+    assert max(returns) == 500.0, returns  # greedy, over 10 episodes
+    metrics = (run / "metrics.csv").read_text().splitlines()
+    assert metrics[0].endswith("generation,elite_score,best_score,mean_score")
+    status = json.loads((run / "status.json").read_text())
+    assert status["learner"]["generation"] >= 2 and status["learner"]["elite_score"] > 100
+    r = cli("status", "--run-dir", run)
+    assert "learner: generation" in r.out, r.out
+    # It resumes from its checkpoint (the search's seeds) and goes on.
+    r = cli("train", *args, "--steps", "220000")
+    assert r.code == 0 and "step 220,000/220,000" in r.err, r.err[-3000:]
+    from tests.test_adding_a_learner import plays_and_exports
+
+    plays_and_exports(cli, run)
+
+
+def test_an_atari_game_is_scored_in_game_points_not_clipped_rewards(cli, tmp_path):
+    """Fitness is the game's score: SpaceInvaders pays 5 to 30 points an alien, which learning's
+    clipping would make 1. The members' Nature CNNs run in one batched call per step."""
+    from edgerl.files.checkpoint import load
+    from edgerl.policies import newest_checkpoint
+
+    run = tmp_path / "si"
+    args = ["--env", "ALE/SpaceInvaders-v5", "--set", "agent.algo=ga", "--run-dir", run]
+    args += ["--set", "env.num_envs=4", "--set", "env.max_episode_frames=1200"]
+    args += ["--set", "ga.population=6", "--set", "ga.elite_episodes=1"]
+    args += ["--set", "eval.every_steps=0", "--set", "display.enabled=false", "--quiet"]
+    r = cli("train", *args, "--steps", "3000")
+    assert r.code == 0, r.err[-3000:]
+    state = load(newest_checkpoint(run)).learner["ga"]
+    lines = (run / "episodes.csv").read_text().splitlines()
+    returns = {float(line.split(",")[3]) for line in lines[1:]}
+    fitness = set(state["fitness"].values()) | {s for t in state["trials"] for s in t}
+    assert fitness and fitness <= returns  # each score is an episode's return in game points
+    # In game points (5 to 30 an alien); clipped rewards would sum to the aliens hit.
+    assert max(fitness) > 0 and all(f % 5 == 0 for f in fitness), fitness
