@@ -33,6 +33,10 @@
 #   cores    cores.json: `edgerl bench` of both learners' loops with the CPUs cut by taskset to
 #            CORES (default 6, an Orin Nano's count; "6 12" adds an AGX Orin's), one JSON line
 #            each
+#   ga       ga.json: the genetic algorithm's members' Nature CNNs (Frostbite's 18 actions) at 64,
+#            256 and 1024 rows, one batched call against one member at a time; ga.log and run/:
+#            `edgerl train --set agent.algo=ga` on Frostbite on the GPU for GA_SECONDS (150) with
+#            GA_ENVS environments (256), population 100
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
@@ -49,7 +53,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench limit pqnlimit pqnbench pong resume dqn cores)
+STEPS=(install machine tests doctor bench limit pqnlimit pqnbench pong resume dqn cores ga)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
 GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
@@ -60,7 +64,7 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470)
+    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470 [ga]=330)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -168,6 +172,34 @@ found = learner_limit(cfg, probe(cfg.env), torch.device("cuda"), 8.0)
 print(json.dumps({"perf.cuda_graphs": sys.argv[1], **found}))
 EOF
     done
+}
+
+step_ga() {
+    local status
+    timeout -k 10 -s INT 120 "$PY" - >"$OUT/ga.json" 2>"$OUT/ga.err" <<'EOF'
+import json
+import torch
+from edgerl.config import EnvConfig
+from edgerl.envs import probe
+from edgerl.learners.ga import forward_rates
+from edgerl.learners.nets import build_q_network
+spec = probe(EnvConfig(id="ALE/Frostbite-v5"))
+net = build_q_network(spec, (256, 256))
+for rows in (64, 256, 1024):
+    found = forward_rates(net, spec, rows, torch.device("cuda"), 3.0)
+    print(json.dumps({"device": torch.cuda.get_device_name(0), **found}), flush=True)
+EOF
+    {
+        echo "=== edgerl train --set agent.algo=ga on Frostbite, stopped by SIGTERM after ${GA_SECONDS:-150} s"
+        timeout -k 30 -s TERM "${GA_SECONDS:-150}" "$PY" -m edgerl.cli train \
+            --env ALE/Frostbite-v5 --set agent.algo=ga --set perf.device=cuda \
+            --set env.num_envs="${GA_ENVS:-256}" --set ga.population=100 --set ga.truncation=10 \
+            --set ga.elite_candidates=5 --set ga.elite_episodes=5 --set eval.every_steps=0 \
+            --set display.enabled=false --run-dir "$OUT/run" --steps 50000000
+        status=$?
+        echo "exit $status (124: stopped by the time limit)"
+    } >"$OUT/ga.log" 2>&1
+    [ "$status" = 0 ] || [ "$status" = 124 ]
 }
 
 # "--set a=1 --set b=2" from "a=1 b=2" (split on spaces only: agent.hidden=[256] stays as it is).

@@ -242,3 +242,38 @@ def test_an_atari_game_is_scored_in_game_points_not_clipped_rewards(cli, tmp_pat
     assert fitness and fitness <= returns  # each score is an episode's return in game points
     # In game points (5 to 30 an alien); clipped rewards would sum to the aliens hit.
     assert max(fitness) > 0 and all(f % 5 == 0 for f in fitness), fitness
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_on_a_gpu_the_batched_call_matches_one_member_at_a_time_for_any_rows():
+    net = NatureCNN(4, 18)
+    device = torch.device("cuda")
+    population = Population(net, num_envs=8, device=device)
+    genomes = Genomes(net, sigma=0.01)
+    for env in range(8):
+        population.assign(env, genomes.weights((200 + env,)).to(device))
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8, device=device)
+    with torch.no_grad():
+        for envs in (torch.arange(8), torch.tensor([5, 1, 6])):
+            envs = envs.to(device)
+            rows = obs[: len(envs)]
+            torch.testing.assert_close(
+                population(rows, envs), population.forward_each(rows, envs), rtol=1e-4, atol=1e-4
+            )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_a_search_on_a_gpu_trains_resumes_and_plays(cli, tmp_path):
+    run = tmp_path / "ga-gpu"
+    args = ["--env", "ALE/SpaceInvaders-v5", "--set", "agent.algo=ga", "--run-dir", run]
+    args += ["--set", "env.num_envs=16", "--set", "env.max_episode_frames=1200"]
+    args += ["--set", "ga.population=20", "--set", "ga.elite_episodes=2"]
+    args += ["--set", "perf.device=cuda", "--set", "eval.every_steps=4000", "--quiet"]
+    r = cli("train", *args, "--steps", "8000")
+    assert r.code == 0 and "cuda" in r.err, r.err[-3000:]
+    r = cli("train", *args, "--steps", "10000")
+    assert r.code == 0 and "step 10,000/10,000" in r.err, r.err[-3000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["learner"]["generation"] >= 1, status["learner"]

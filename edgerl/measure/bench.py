@@ -188,6 +188,11 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
         "ms_per_update": round(1000 / ups, 3),
         "ms_per_env_step": round(1000 / limit, 4),
         "host_us_per_update": round(learner["host_us_per_update"], 1),
+        **(
+            {"population_forward": learner["population_forward"]}
+            if "population_forward" in learner
+            else {}
+        ),
         "shapes": [_shape_limit(cfg, opts, device, b, f, limit_s) for b, f in opts.batch_shapes],
     }
 

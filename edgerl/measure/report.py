@@ -116,6 +116,12 @@ def _limit_lines(lim: dict[str, Any]) -> list[str]:
         f"{lim['updates_per_launch']} per launch; {lim['update']}): a limit of "
         f"{lim['steps_per_s']:,.0f} env steps/s"
     )
+    if pop := lim.get("population_forward"):
+        lines.append(
+            f"  {pop['rows']:.0f} members' forward passes: {pop['batched_rows_per_s']:,.0f} "
+            f"rows/s in one batched call, {pop['each_rows_per_s']:,.0f} one member at a time "
+            f"({pop['speedup']:.2f}x)"
+        )
     for shape in lim.get("shapes", []):
         lines.append(
             f"  at batch {shape['batch_size']} / train_freq {shape['train_freq']}: "
