@@ -126,7 +126,7 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     assert len(first) == 6 and all(len(g) == 1 for g in first)  # an initial seed each
     while ga.generation.phase == "members":
         script.episode()
-    fitness = {g: s for (env, (tok, job), s) in script.log if job >= 0 for g in [first[job]]}
+    fitness = {first[job]: s for (env, (token, job), s) in script.log}
     ranked = sorted(fitness, key=lambda g: -fitness[g])
     assert ga.generation.candidates == ranked[:2]  # the two best single episodes
     script.until_generation(1)
@@ -148,14 +148,25 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     assert elite in ga.generation.candidates
 
 
-def test_episodes_that_started_before_a_phase_count_for_nobody():
+def test_free_environments_play_more_episodes_and_late_ones_count_for_nobody():
     ga = GeneticAlgorithm(MLP(4, 2, (8,)), small(population=4), torch.device("cpu"))
     script = Script(ga)
-    for _ in range(6):  # 3 environments, 4 members: some wait, playing the policy
+    script.episode()  # 3 environments, 4 members: env 0's next job is the last new one
+    assert ga.playing[0] == (ga.token, 3) and not ga.pending
+    script.episode()
+    # Env 1 comes free with every member played or under way once: it plays member 0 again
+    # (the first of the fewest), it does not wait idle for the phase's last episodes.
+    assert ga.playing[1] == (ga.token, 0)
+    while ga.generation.phase == "members":
         script.episode()
-    fillers = [entry for entry in script.log if entry[1][1] < 0]
-    assert fillers and ga.wasted_steps == len(fillers)  # one step each, counted as waste
-    assert len(ga.generation.fitness) <= 4
+    late = [env for env, (token, _) in enumerate(ga.playing) if token != ga.token]
+    assert late  # episodes of the members phase still under way
+    trials = [list(t) for t in ga.generation.trials]
+    wasted = ga.wasted_steps
+    while script.turn % ga.num_envs != late[0]:
+        script.episode()
+    script.episode()  # a late episode ends: the elite phase's results are as before
+    assert ga.wasted_steps == wasted + 1 and ga.generation.trials == trials
 
 
 def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_episode():
@@ -168,8 +179,8 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
     script.until_generation(1)
     for _ in range(4):  # mid-generation: some members scored, some under way
         script.episode()
-    scored = dict(stopped.generation.fitness)
-    assert 0 < len(scored) < 6
+    scored = [list(r) for r in stopped.generation.scores]
+    assert 0 < sum(map(len, scored)) < 6
     buffer = io.BytesIO()
     torch.save(stopped.state_dict(), buffer)
     buffer.seek(0)
@@ -178,7 +189,7 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
         MLP(4, 2, (8,)), with_values(cfg, {"env.seed": 99}), torch.device("cpu")
     )
     resumed.load_state_dict(state)
-    assert resumed.generation.fitness == scored  # nothing finished is played again
+    assert resumed.generation.scores == scored  # nothing finished is played again
     Script(resumed).until_generation(3)
     assert resumed.generation.members == whole.generation.members
     assert resumed.elite == whole.elite
@@ -238,7 +249,7 @@ def test_an_atari_game_is_scored_in_game_points_not_clipped_rewards(cli, tmp_pat
     state = load(newest_checkpoint(run)).learner["ga"]
     lines = (run / "episodes.csv").read_text().splitlines()
     returns = {float(line.split(",")[3]) for line in lines[1:]}
-    fitness = set(state["fitness"].values()) | {s for t in state["trials"] for s in t}
+    fitness = {s for r in state["scores"] + state["trials"] for s in r}
     assert fitness and fitness <= returns  # each score is an episode's return in game points
     # In game points (5 to 30 an alien); clipped rewards would sum to the aliens hit.
     assert max(fitness) > 0 and all(f % 5 == 0 for f in fitness), fitness
@@ -269,11 +280,14 @@ def test_a_search_on_a_gpu_trains_resumes_and_plays(cli, tmp_path):
     run = tmp_path / "ga-gpu"
     args = ["--env", "ALE/SpaceInvaders-v5", "--set", "agent.algo=ga", "--run-dir", run]
     args += ["--set", "env.num_envs=16", "--set", "env.max_episode_frames=1200"]
-    args += ["--set", "ga.population=20", "--set", "ga.elite_episodes=2"]
-    args += ["--set", "perf.device=cuda", "--set", "eval.every_steps=4000", "--quiet"]
-    r = cli("train", *args, "--steps", "8000")
+    args += ["--set", "ga.population=20", "--set", "ga.elite_candidates=4"]
+    args += ["--set", "ga.elite_episodes=2", "--set", "perf.device=cuda"]
+    args += ["--set", "eval.every_steps=6000", "--quiet"]
+    r = cli("train", *args, "--steps", "12000")
     assert r.code == 0 and "cuda" in r.err, r.err[-3000:]
-    r = cli("train", *args, "--steps", "10000")
-    assert r.code == 0 and "step 10,000/10,000" in r.err, r.err[-3000:]
+    # A generation: 20 members and 8 candidates' episodes of at most 300 steps on 16
+    # environments, about 15,000 steps.
+    r = cli("train", *args, "--steps", "24000")
+    assert r.code == 0 and "step 24,000/24,000" in r.err, r.err[-3000:]
     status = json.loads((run / "status.json").read_text())
     assert status["learner"]["generation"] >= 1, status["learner"]

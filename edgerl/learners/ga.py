@@ -21,11 +21,13 @@ become grouped ones), instead of one forward pass per member (:meth:`Population.
 what ``edgerl bench`` compares it with).
 
 **Scheduling.** The learner hands out jobs (a member's episode, a candidate's episode) to the
-environments as their episodes end; an environment with no job left in this phase plays the
-policy, its episode not counted, until the next phase starts. An episode counts for its member
-only if it started with that member: the loop records a step before acting on the next (the
-registry line says ``switches_per_episode``), so the first action of an episode comes from the
-member it was handed to.
+environments as their episodes end. Once every job of a phase is under way, an environment that
+comes free plays another episode of the entrant with the fewest (a fitness is the mean of a
+member's episodes), so no environment waits idle for the phase's last episode; an episode
+still under way when its phase ends counts for nobody (``wasted_steps``). An episode counts for
+its member only if it started with that member: the loop records a step before acting on the
+next (the registry line says ``switches_per_episode``), so the first action of an episode comes
+from the member it was handed to.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import copy
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,7 +53,7 @@ from edgerl.memories.episodes import EpisodeScores
 
 Genome = tuple[int, ...]  # the seed of the initial weights, then one seed per mutation
 SEED_LIMIT = 2**31  # seeds are int32: four bytes each in a genome sent to another machine
-FILLER = -1  # the job of an environment that plays the policy while it waits (not counted)
+NOTHING = -1  # the token and job of an environment before its first job
 
 
 class Genomes:
@@ -159,14 +161,30 @@ class Population(nn.Module):
 
 @dataclass
 class Generation:
-    """Where the search stands: this generation's members and what their episodes scored."""
+    """Where the search stands: this generation's members, then the elite's candidates, and
+    what each one's episodes scored."""
 
     number: int
     members: list[Genome]
-    fitness: dict[int, float]  # member -> its episode's score
-    candidates: list[Genome]  # the elite's candidates (the elite phase)
-    trials: list[list[float]]  # each candidate's episodes
-    phase: str = "members"  # "members", then "elite" where elite episodes are played
+    scores: list[list[float]]  # each member's episodes
+    candidates: list[Genome] = field(default_factory=list)  # the elite's (the elite phase)
+    trials: list[list[float]] = field(default_factory=list)  # each candidate's episodes
+    phase: str = "members"  # "members", then "elite" where the candidates play
+
+    @property
+    def entrants(self) -> list[Genome]:
+        """Who plays in this phase."""
+        return self.members if self.phase == "members" else self.candidates
+
+    @property
+    def results(self) -> list[list[float]]:
+        """Their episodes' scores so far."""
+        return self.scores if self.phase == "members" else self.trials
+
+    def fitness(self, member: int) -> float:
+        """A member's fitness: the mean score of its episodes (one, unless environments had
+        nothing else to play)."""
+        return float(np.mean(self.scores[member]))
 
 
 class GeneticAlgorithm:
@@ -189,18 +207,18 @@ class GeneticAlgorithm:
         self.learn_from = (0, 0)
         self.steps_per_unit = 1  # env steps per generation, measured as they finish
         self.token = 0  # counts phases: an episode counts only in the phase it started in
-        self.pending: deque[int] = deque()  # jobs not handed out yet
-        self.playing = [(FILLER, FILLER)] * self.num_envs  # each env's (token, job)
+        self.pending: deque[int] = deque()  # the phase's jobs (entrants) not handed out yet
+        self.playing = [(NOTHING, NOTHING)] * self.num_envs  # each env's (token, job)
         self.elite: Genome | None = None
         self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
         self.episodes = 0  # episodes played, counted or not
-        self.wasted_steps = 0  # steps of episodes that counted for nobody
+        self.wasted_steps = 0  # steps of episodes that ended after their phase did
         self.steps_at_generation = 0
         self.steps_seen = 0
         members = [(self._seed(),) for _ in range(self.cfg.population)]
-        self.generation = Generation(0, members, {}, [], [])
+        self.generation = Generation(0, members, [[] for _ in members])
         self.genomes.keep([])
-        self._start_phase(range(len(members)))
+        self._start_phase()
         load_flat(self.q, self.genomes.weights(members[0]))
         self._hand_out_all()
 
@@ -221,7 +239,7 @@ class GeneticAlgorithm:
 
     def figures(self) -> dict[str, float]:
         """The generation under way, and the scores of the last one finished: its elite's mean
-        over the elite episodes, its best and its mean member episode."""
+        over the elite episodes, its best and its mean member's fitness."""
         return {
             "generation": float(self.generation.number),
             "elite_score": self.scores["elite"],
@@ -242,7 +260,7 @@ class GeneticAlgorithm:
             self.episodes += 1
             self.steps_seen += episode.length
             token, job = self.playing[episode.env]
-            if token == self.token and job != FILLER:
+            if token == self.token:
                 self._credit(job, episode.score)
             else:
                 self.wasted_steps += episode.length
@@ -257,24 +275,32 @@ class GeneticAlgorithm:
 
     # -- jobs ----------------------------------------------------------------------------
 
-    def _start_phase(self, jobs: range) -> None:
-        self.token += 1
-        self.pending = deque(jobs)
+    def _needed(self) -> int:
+        """Episodes each entrant of this phase plays at least."""
+        return 1 if self.generation.phase == "members" else self.cfg.elite_episodes
 
-    def _job_genome(self, job: int) -> Genome:
-        g = self.generation
-        if g.phase == "members":
-            return g.members[job]
-        return g.candidates[job % len(g.candidates)]
+    def _start_phase(self) -> None:
+        """Hand out the phase's jobs: each entrant its needed episodes, in turn."""
+        self.token += 1
+        entrants = range(len(self.generation.entrants))
+        self.pending = deque(job for _ in range(self._needed()) for job in entrants)
 
     def _hand_out(self, env: int) -> None:
+        """Give ``env`` its next job: one not handed out yet, else another episode of the
+        entrant with the fewest episodes played and under way (its mean gets surer, where
+        the environment would otherwise wait for the phase's last episodes)."""
+        g = self.generation
         if self.pending:
             job = self.pending.popleft()
-            self.playing[env] = (self.token, job)
-            self.population.assign(env, self.genomes.weights(self._job_genome(job)))
         else:
-            self.playing[env] = (FILLER, FILLER)
-            self.population.assign(env, flat_parameters(self.q))
+            under_way = np.zeros(len(g.entrants), dtype=np.int64)
+            for token, playing in self.playing:
+                if token == self.token:
+                    under_way[playing] += 1
+            played = np.array([len(r) for r in g.results]) + under_way
+            job = int(np.argmin(played))  # the first of equals
+        self.playing[env] = (self.token, job)
+        self.population.assign(env, self.genomes.weights(g.entrants[job]))
 
     def _hand_out_all(self) -> None:
         for env in range(self.num_envs):
@@ -282,33 +308,28 @@ class GeneticAlgorithm:
 
     def _credit(self, job: int, score: float) -> None:
         g = self.generation
-        if g.phase == "members":
-            g.fitness[job] = score
-            if len(g.fitness) == len(g.members):
-                self._members_done()
-        else:
-            g.trials[job % len(g.candidates)].append(score)
-            if all(len(t) >= self.cfg.elite_episodes for t in g.trials):
-                self._choose_elite()
+        g.results[job].append(score)
+        if all(len(r) >= self._needed() for r in g.results):
+            self._members_done() if g.phase == "members" else self._choose_elite()
 
     def _ranked(self) -> list[int]:
         """The members, best first (ties: the lower index, so a seeded run is repeatable)."""
-        fitness = self.generation.fitness
-        return sorted(fitness, key=lambda m: (-fitness[m], m))
+        g = self.generation
+        return sorted(range(len(g.members)), key=lambda m: (-g.fitness(m), m))
 
     def _members_done(self) -> None:
         g, ranked = self.generation, self._ranked()
-        values = np.array(list(g.fitness.values()))
-        self.scores["best"], self.scores["mean"] = float(values.max()), float(values.mean())
+        fitness = np.array([g.fitness(m) for m in range(len(g.members))])
+        self.scores["best"], self.scores["mean"] = float(fitness.max()), float(fitness.mean())
         if self.cfg.elite_episodes == 0:
-            self._next_generation(g.members[ranked[0]], g.fitness[ranked[0]])
+            self._next_generation(g.members[ranked[0]], g.fitness(ranked[0]))
             return
         chosen = [g.members[m] for m in ranked[: self.cfg.elite_candidates]]
         if self.elite is not None and self.elite not in chosen:
             chosen.append(self.elite)  # the elite keeps its place unless beaten
         g.candidates, g.trials, g.phase = chosen, [[] for _ in chosen], "elite"
         self.genomes.keep([*self._parents(), *chosen])
-        self._start_phase(range(len(chosen) * self.cfg.elite_episodes))
+        self._start_phase()
 
     def _parents(self) -> list[Genome]:
         g = self.generation
@@ -333,28 +354,25 @@ class GeneticAlgorithm:
         self.updates += 1
         self.steps_per_unit = max(1, self.steps_seen - self.steps_at_generation)
         self.steps_at_generation = self.steps_seen
-        self.generation = Generation(self.updates, [elite, *children], {}, [], [])
-        self._start_phase(range(self.cfg.population))
+        members = [elite, *children]
+        self.generation = Generation(self.updates, members, [[] for _ in members])
+        self._start_phase()
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         g = self.generation
-        in_flight = [job for token, job in self.playing if token == self.token and job >= 0]
         return {
             POLICY_KEY: self.q.state_dict(),
             "ga": {
                 "generation": g.number,
                 "phase": g.phase,
                 "members": [list(m) for m in g.members],
-                "fitness": {str(k): v for k, v in g.fitness.items()},
+                "scores": g.scores,
                 "candidates": [list(c) for c in g.candidates],
                 "trials": g.trials,
-                # The jobs not done: those not handed out, and those whose episodes were under
-                # way (played again after a resume).
-                "pending": sorted(set(self.pending) | set(in_flight)),
                 "elite": None if self.elite is None else list(self.elite),
-                "scores": dict(self.scores),
+                "figures": dict(self.scores),
                 "rng": self.rng.bit_generator.state,
                 "counts": [self.episodes, self.wasted_steps, self.steps_seen],
                 "steps_at_generation": self.steps_at_generation,
@@ -363,19 +381,21 @@ class GeneticAlgorithm:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume where ``state`` was taken: the episodes credited are kept, those under way
+        then are played again."""
         s = state["ga"]
         self.q.load_state_dict(state[POLICY_KEY])
         g = Generation(
             int(s["generation"]),
             [tuple(m) for m in s["members"]],
-            {int(k): float(v) for k, v in s["fitness"].items()},
+            [[float(v) for v in r] for r in s["scores"]],
             [tuple(c) for c in s["candidates"]],
-            [list(t) for t in s["trials"]],
+            [[float(v) for v in t] for t in s["trials"]],
             s["phase"],
         )
         self.generation, self.updates = g, g.number
         self.elite = None if s["elite"] is None else tuple(s["elite"])
-        self.scores = {k: float(v) for k, v in s["scores"].items()}
+        self.scores = {k: float(v) for k, v in s["figures"].items()}
         self.rng.bit_generator.state = s["rng"]
         self.episodes, self.wasted_steps, self.steps_seen = (int(v) for v in s["counts"])
         self.steps_at_generation = int(s["steps_at_generation"])
@@ -386,8 +406,12 @@ class GeneticAlgorithm:
         self.genomes.keep([*parents, *([] if self.elite is None else [self.elite])])
         if g.phase == "elite":
             self.genomes.keep([*self._parents(), *g.candidates])
-        self._start_phase(range(0))
-        self.pending.extend(int(j) for j in s["pending"])
+        self.token += 1
+        needed = self._needed()
+        self.pending = deque(
+            job for round_ in range(needed) for job, r in enumerate(g.results) if len(r) <= round_
+        )
+        self.playing = [(NOTHING, NOTHING)] * self.num_envs
         self._hand_out_all()
 
 
