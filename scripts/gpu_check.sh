@@ -36,7 +36,7 @@
 #   ga       ga.json: the genetic algorithm's members' Nature CNNs (Frostbite's 18 actions) at 64,
 #            256 and 1024 rows, one batched call against one member at a time; ga.log and run/:
 #            `edgerl train --set agent.algo=ga` on Frostbite on the GPU for GA_SECONDS (150) with
-#            GA_ENVS environments (256), population 100
+#            GA_ENVS environments (256), population GA_POP (200)
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
@@ -193,7 +193,7 @@ EOF
         echo "=== edgerl train --set agent.algo=ga on Frostbite, stopped by SIGTERM after ${GA_SECONDS:-150} s"
         timeout -k 30 -s TERM "${GA_SECONDS:-150}" "$PY" -m edgerl.cli train \
             --env ALE/Frostbite-v5 --set agent.algo=ga --set perf.device=cuda \
-            --set env.num_envs="${GA_ENVS:-256}" --set ga.population=100 --set ga.truncation=10 \
+            --set env.num_envs="${GA_ENVS:-256}" --set ga.population="${GA_POP:-200}" --set ga.truncation=10 \
             --set ga.elite_candidates=5 --set ga.elite_episodes=5 --set eval.every_steps=0 \
             --set display.enabled=false --run-dir "$OUT/run" --steps 50000000
         status=$?

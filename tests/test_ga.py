@@ -291,3 +291,9 @@ def test_a_search_on_a_gpu_trains_resumes_and_plays(cli, tmp_path):
     assert r.code == 0 and "step 24,000/24,000" in r.err, r.err[-3000:]
     status = json.loads((run / "status.json").read_text())
     assert status["learner"]["generation"] >= 1, status["learner"]
+
+
+def test_a_fleet_for_the_genetic_algorithm_is_refused_in_one_sentence(cli, tmp_path):
+    r = cli("train", "--env", "CartPole-v1", "--set", "agent.algo=ga", "--set", "fleet.actors=2")
+    assert r.code == 2 and "agent.algo=ga are not built yet" in r.err, r.err
+    assert "Traceback" not in r.err

@@ -78,8 +78,8 @@ def check_fleet(cfg: Config) -> None:
         )
     if not learner_info(cfg.agent.algo).remote_actors:
         raise ConfigError(
-            f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors feeding "
-            f"agent.algo={cfg.agent.algo}'s rollouts are not built yet"
+            f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors for "
+            f"agent.algo={cfg.agent.algo} are not built yet"
         )
     if cfg.env.batch_size > 0:
         raise ConfigError(

@@ -60,8 +60,9 @@ class EnvConfig:
 class AgentConfig:
     algo: str = setting(
         "dqn",
-        "the learner: dqn (Double DQN with a replay memory) or pqn (Q(lambda) without one: "
-        "for boards with little memory; its own keys are in [pqn])",
+        "the learner: dqn (Double DQN with a replay memory), pqn (Q(lambda) without one: "
+        "for boards with little memory; its keys are in [pqn]) or ga (a genetic algorithm, "
+        "forward passes only; its keys are in [ga])",
         choices=LEARNERS.keys(),  # a view: a learner registered later is a choice too
     )
     lr: float = setting(1e-4, "Adam learning rate", min=0.0, max=1.0)
@@ -134,7 +135,7 @@ class PQNConfig:
 class GAConfig:
     population: int = setting(
         1000,
-        "members of each generation, one episode each (the paper's Atari 1,000)",
+        "networks in each generation, one episode each at least (the paper's Atari 1,000)",
         min=2,
         max=1_000_000,
     )
