@@ -219,3 +219,20 @@ def test_the_summary_names_the_step_the_run_reached(cli, cartpole_run, monkeypat
     r = cli("plot", "--terminal", "--run-dir", cartpole_run)
     assert r.code == 0, r.err
     assert f" | step {reached:,} | " in r.out.splitlines()[-1]
+
+
+def test_a_genetic_algorithms_elite_score_is_drawn_beside_the_returns(cli, tmp_path):
+    from edgerl.display.curves import load_run
+
+    run = tmp_path / "ga"
+    run.mkdir()
+    (run / "metrics.csv").write_text(
+        "step,wall_s,return_mean,generation,elite_score\n"
+        "1000,1.0,20,0,\n"  # no generation finished yet: no elite
+        "2000,2.0,30,1,120\n"
+        "3000,3.0,35,2,180\n"
+    )
+    curves = load_run(run)
+    assert curves.elite.steps == [2000, 3000] and curves.elite.y == [120, 180]
+    r = cli("plot", "--terminal", "--run-dir", run)
+    assert r.code == 0 and "(^: elite)" in r.out and "^" in r.out.split("\n", 1)[1], r.out

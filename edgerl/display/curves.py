@@ -210,6 +210,8 @@ class RunCurves:
     cpu: Series  # mean over the cores, percent
     gpu: Series  # percent
     evals: Series = field(default_factory=Series)  # eval.csv's mean return per evaluation
+    # A genetic algorithm's elite score (metrics.csv's elite_score: the mean of its episodes)
+    elite: Series = field(default_factory=Series)
     damage: list[str] = field(default_factory=list)  # "metrics.csv has 2 damaged lines ..."
 
 
@@ -308,11 +310,11 @@ def load_run(run_dir: Path, max_bytes: int | None = None) -> RunCurves:
     yet."""
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a run directory; give one with --run-dir")
-    mean_returns, sps, clock = Series(), Series(), Series()
+    mean_returns, sps, clock, elite = Series(), Series(), Series(), Series()
     damage: list[str] = []
     metric_rows = read_curves(
         run_dir / "metrics.csv",
-        {"return_mean": mean_returns, "sps": sps, "wall_s": clock},
+        {"return_mean": mean_returns, "sps": sps, "wall_s": clock, "elite_score": elite},
         damage=damage,
         max_bytes=max_bytes,
     )
@@ -338,5 +340,6 @@ def load_run(run_dir: Path, max_bytes: int | None = None) -> RunCurves:
         cpu=cpu.finish(),
         gpu=gpu.finish(),
         evals=evals.finish(),
+        elite=elite.finish(),
         damage=damage,
     )

@@ -19,6 +19,7 @@ from edgerl.words import plural
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
 EVAL_MARKS = "EFGHJKLM"  # its evaluations
+ELITE_MARKS = "^vab<>cd"  # a genetic algorithm's elite scores
 SUFFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
@@ -99,6 +100,15 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
                 linestyle=":",
                 label=f"{run.name}: evaluation",
             )
+        if run.elite.y:
+            ret_ax.plot(
+                [x / scale for x in run.elite.x(by)],
+                run.elite.y,
+                color=color,
+                linestyle="--",
+                drawstyle="steps-post",
+                label=f"{run.name}: elite (genetic algorithm)",
+            )
         sps_ax.plot([x / scale for x in run.sps.x(by)], run.sps.y, color=color, label=run.name)
         if has_load:
             load_ax = axes[2]
@@ -154,8 +164,8 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
     return of the points that fall in it."""
     scale, x_label = _x_label(runs, by)
     points = []  # (xs, ys, mark), evaluations last: they are drawn over training returns
-    for curve in ("returns", "evals"):
-        marks = MARKS if curve == "returns" else EVAL_MARKS
+    for curve in ("returns", "elite", "evals"):
+        marks = {"returns": MARKS, "elite": ELITE_MARKS, "evals": EVAL_MARKS}[curve]
         for i, run in enumerate(runs):
             series: Series = getattr(run, curve)
             if series.y:
@@ -164,6 +174,7 @@ def text_chart(runs: list[RunCurves], by: str = "steps", width: int = 80, height
     legend = "  ".join(
         f"{MARKS[i % len(MARKS)]} {run.name}"
         + (f" ({EVAL_MARKS[i % len(EVAL_MARKS)]}: evaluation)" if run.evals.y else "")
+        + (f" ({ELITE_MARKS[i % len(ELITE_MARKS)]}: elite)" if run.elite.y else "")
         for i, run in enumerate(runs)
     )
     has_evals = any(run.evals.y for run in runs)
