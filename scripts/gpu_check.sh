@@ -34,9 +34,10 @@
 #            CORES (default 6, an Orin Nano's count; "6 12" adds an AGX Orin's), one JSON line
 #            each
 #   ga       ga.json: the genetic algorithm's members' Nature CNNs (Frostbite's 18 actions) at 64,
-#            256 and 1024 rows, one batched call against one member at a time; ga.log and run/:
-#            `edgerl train --set agent.algo=ga` on Frostbite on the GPU for GA_SECONDS (150) with
-#            GA_ENVS environments (256), population GA_POP (200)
+#            256 and 1024 rows, one batched call against one member at a time; ga-bN.log and
+#            run-bN/: `edgerl train --set agent.algo=ga` on Frostbite on the GPU for GA_SECONDS
+#            (100) with GA_ENVS environments (256), population GA_POP (200), at each
+#            env.batch_size of GA_BATCHES ("0 128": lockstep, then two pipelined halves)
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
@@ -64,7 +65,7 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470 [ga]=330)
+    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470 [ga]=400)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -189,17 +190,24 @@ for rows in (64, 256, 1024):
     found = forward_rates(net, spec, rows, torch.device("cuda"), 3.0)
     print(json.dumps({"device": torch.cuda.get_device_name(0), **found}), flush=True)
 EOF
-    {
-        echo "=== edgerl train --set agent.algo=ga on Frostbite, stopped by SIGTERM after ${GA_SECONDS:-150} s"
-        timeout -k 30 -s TERM "${GA_SECONDS:-150}" "$PY" -m edgerl.cli train \
-            --env ALE/Frostbite-v5 --set agent.algo=ga --set perf.device=cuda \
-            --set env.num_envs="${GA_ENVS:-256}" --set ga.population="${GA_POP:-200}" --set ga.truncation=10 \
-            --set ga.elite_candidates=5 --set ga.elite_episodes=5 --set eval.every_steps=0 \
-            --set display.enabled=false --run-dir "$OUT/run" --steps 50000000
-        status=$?
-        echo "exit $status (124: stopped by the time limit)"
-    } >"$OUT/ga.log" 2>&1
-    [ "$status" = 0 ] || [ "$status" = 124 ]
+    local batch failed=0
+    # Lockstep (0), then ALE's async mode in two halves (as Uber pipelined emulation with the
+    # members' forward passes): each run stopped by SIGTERM after GA_SECONDS.
+    for batch in ${GA_BATCHES:-0 128}; do
+        {
+            echo "=== edgerl train --set agent.algo=ga on Frostbite, env.batch_size=$batch, stopped by SIGTERM after ${GA_SECONDS:-100} s"
+            timeout -k 30 -s TERM "${GA_SECONDS:-100}" "$PY" -m edgerl.cli train \
+                --env ALE/Frostbite-v5 --set agent.algo=ga --set perf.device=cuda \
+                --set env.num_envs="${GA_ENVS:-256}" --set env.batch_size="$batch" \
+                --set ga.population="${GA_POP:-200}" --set ga.truncation=10 \
+                --set ga.elite_candidates=5 --set ga.elite_episodes=5 --set eval.every_steps=0 \
+                --set display.enabled=false --run-dir "$OUT/run-b$batch" --steps 50000000
+            status=$?
+            echo "exit $status (124: stopped by the time limit)"
+        } >"$OUT/ga-b$batch.log" 2>&1
+        [ "$status" = 0 ] || [ "$status" = 124 ] || failed=1
+    done
+    return $failed
 }
 
 # "--set a=1 --set b=2" from "a=1 b=2" (split on spaces only: agent.hidden=[256] stays as it is).
