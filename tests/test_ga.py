@@ -225,6 +225,13 @@ def test_cartpole_is_learned_to_500_by_evolution_alone(cli, tmp_path):
     assert status["learner"]["generation"] >= 2 and status["learner"]["elite_score"] > 100
     r = cli("status", "--run-dir", run)
     assert "learner: generation" in r.out, r.out
+    pytest.importorskip("prometheus_client")
+    from edgerl.serve.exporter import RunsCollector, metrics_text
+    from edgerl.serve.runs import RunFiles
+
+    scraped = metrics_text(RunsCollector(RunFiles([tmp_path]), lambda: 0)).decode()
+    elite = status["learner"]["elite_score"]
+    assert f'edgerl_learner_figure{{name="elite_score",run="ga"}} {elite}' in scraped, scraped
     # It resumes from its checkpoint (the search's seeds) and goes on.
     r = cli("train", *args, "--steps", "220000")
     assert r.code == 0 and "step 220,000/220,000" in r.err, r.err[-3000:]
