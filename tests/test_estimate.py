@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from edgerl.config import build_layers, resolve
+from edgerl.config.learners import LEARNERS
 from edgerl.run import estimate
 from edgerl.run.estimate import PaceEstimate, expectation, pace_sentence, records
 from edgerl.run.train import Trainer
@@ -34,7 +35,7 @@ def test_every_record_is_a_game_edgerl_trains_and_a_run_on_disk():
 
     runs = Path(__file__).resolve().parents[1] / "docs" / "runs"
     for r in records():
-        assert r.machine in ("cpu", "gpu") and r.algo in ("dqn", "pqn")
+        assert r.machine in ("cpu", "gpu") and r.algo in LEARNERS
         assert (runs / r.run / "eval.csv").is_file(), r.run
 
 

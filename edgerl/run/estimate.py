@@ -73,7 +73,7 @@ def records() -> tuple[Record, ...]:
 
 def expectation(env_id: str, algo: str, gpu: bool) -> str | None:
     """What the records say a run of ``env_id`` with ``algo`` can expect on this class of machine
-    (a GPU or not): the same game and learner, else the game with the other learner, else Pong's
+    (a GPU or not): the same game and learner, else the game with another learner, else Pong's
     record for the class; None where nothing is on record for the class."""
     machine = "gpu" if gpu else "cpu"
     mine = [r for r in records() if r.machine == machine]
