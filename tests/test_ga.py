@@ -222,7 +222,7 @@ def test_cartpole_is_learned_to_500_by_evolution_alone(cli, tmp_path):
     metrics = (run / "metrics.csv").read_text().splitlines()
     assert metrics[0].endswith("generation,elite_score,best_score,mean_score")
     status = json.loads((run / "status.json").read_text())
-    assert status["learner"]["generation"] >= 2 and status["learner"]["elite_score"] > 100
+    assert status["figures"]["generation"] >= 2 and status["figures"]["elite_score"] > 100
     r = cli("status", "--run-dir", run)
     assert "learner: generation" in r.out, r.out
     pytest.importorskip("prometheus_client")
@@ -230,7 +230,7 @@ def test_cartpole_is_learned_to_500_by_evolution_alone(cli, tmp_path):
     from edgerl.serve.runs import RunFiles
 
     scraped = metrics_text(RunsCollector(RunFiles([tmp_path]), lambda: 0)).decode()
-    elite = status["learner"]["elite_score"]
+    elite = status["figures"]["elite_score"]
     assert f'edgerl_learner_figure{{name="elite_score",run="ga"}} {elite}' in scraped, scraped
     # It resumes from its checkpoint (the search's seeds) and goes on.
     r = cli("train", *args, "--steps", "220000")
@@ -297,10 +297,20 @@ def test_a_search_on_a_gpu_trains_resumes_and_plays(cli, tmp_path):
     r = cli("train", *args, "--steps", "24000")
     assert r.code == 0 and "step 24,000/24,000" in r.err, r.err[-3000:]
     status = json.loads((run / "status.json").read_text())
-    assert status["learner"]["generation"] >= 1, status["learner"]
+    assert status["figures"]["generation"] >= 1, status["figures"]
 
 
 def test_a_fleet_for_the_genetic_algorithm_is_refused_in_one_sentence(cli, tmp_path):
     r = cli("train", "--env", "CartPole-v1", "--set", "agent.algo=ga", "--set", "fleet.actors=2")
     assert r.code == 2 and "agent.algo=ga are not built yet" in r.err, r.err
     assert "Traceback" not in r.err
+
+
+def test_autotune_is_refused_for_it_and_doctor_deep_says_what_it_skips(cli, tmp_path):
+    args = ["--env", "CartPole-v1", "--set", "agent.algo=ga"]
+    r = cli("train", *args, "--set", "perf.autotune=true", "--run-dir", tmp_path / "x")
+    assert r.code == 2 and "perf.autotune" in r.err and "Traceback" not in r.err, r.err
+    r = cli("doctor", "--deep", "--json", "--set", "agent.algo=ga", "--set", "env.id=CartPole-v1")
+    checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
+    assert checks["learner"]["status"] == "skip", checks["learner"]
+    assert not [c for c in checks.values() if c["status"] == "fail"], checks

@@ -60,3 +60,29 @@ def test_a_status_whose_fleet_nests_without_end_is_damaged_in_one_sentence(tmp_p
     (tmp_path / "status.json").write_text(json.dumps(doc))
     with pytest.raises(RunDirError, match="fleet nests deeper than 6 levels"):
         read_status(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ({"figures": {"elite_score": 10**400}}, "figures is not a few named numbers"),
+        ({"figures": {"elite_score": "high"}}, "figures is not a few named numbers"),
+        ({"figures": {f"f{i}": 1.0 for i in range(17)}}, "figures is not a few named numbers"),
+        ({"figures": [1, 2]}, "figures is"),
+        ({"step": 10**400}, "step is"),
+    ],
+)
+def test_a_learners_figures_and_counts_out_of_range_are_damage_never_a_crash(tmp_path, extra, why):
+    """Integers of any size are compared, never passed to math.isfinite (which overflows)."""
+    import json
+
+    from edgerl.errors import RunDirError
+    from edgerl.run.status import read_status
+
+    doc = {"state": "training", "pid": 1, "updated_unix": 1.0, **extra}
+    (tmp_path / "status.json").write_text(json.dumps(doc))
+    with pytest.raises(RunDirError, match=why):
+        read_status(tmp_path)
+    ok = {"state": "training", "pid": 1, "updated_unix": 1.0, "figures": {"generation": 3}}
+    (tmp_path / "status.json").write_text(json.dumps({**ok}))
+    assert read_status(tmp_path)["figures"] == {"generation": 3}

@@ -5,7 +5,8 @@ its own (the learner's ``acting_net`` has ``per_env``), the memory keeps each en
 running return and the episodes it finished, and the learner is owed work when episodes have
 finished (``owed`` sees the memory). Once every member has played an episode the best one is the
 policy, and the next generation is it plus mutated copies. Small, so the test is about the seams
-(acting per environment, work owed from the memory, a memory kind of its own), not evolution.
+(acting per environment, work owed from the memory, a memory kind of its own), not evolution;
+the real genetic algorithm, built on the same seams, is edgerl/learners/ga.py.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ class EnvConfig:
         -1,
         "Atari: act on the first batch_size environments to finish a step while the others "
         "emulate (ALE's async mode; not deterministic); 0: all environments in lockstep "
-        "(deterministic); -1: auto, half the environments where a GPU learns from a replay "
-        "(8 environments or more), else 0",
+        "(deterministic); -1: auto, half the environments where a GPU learner does not need them "
+        "in lockstep (a replay, the genetic algorithm; 8 environments or more), else 0",
         min=-1,
         max=MAX_ENVS,
     )

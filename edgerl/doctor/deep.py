@@ -123,16 +123,25 @@ def deep_checks(ctx: Context) -> Iterator[Check]:
     if not ctx.torch_ok or ctx.device is None:
         yield Check("deep", "skip", "needs a supported PyTorch and a device (see the lines above)")
         return
+    from edgerl.config.learners import learner_info
     from edgerl.learners.factory import uses_replay
 
     state = DeepState(ctx.device)
     configure_for_training(ctx.device, ctx.cfg)  # threads, cuDNN autotuning and TF32, as training
     with tempfile.TemporaryDirectory(prefix="edgerl-doctor-") as tmp:
         state.workdir = Path(tmp)
-        if not uses_replay(ctx.cfg):
-            yield from guarded("rollout", lambda c: check_rollout(c, state), ctx)
-        else:
+        memory = learner_info(ctx.cfg.agent.algo).memory
+        if uses_replay(ctx.cfg):
             yield from _replay_checks(ctx, state)
+        elif memory == "rollout":
+            yield from guarded("rollout", lambda c: check_rollout(c, state), ctx)
+        else:  # the genetic algorithm's episode scores: nothing to learn from to smoke-check
+            yield Check(
+                "learner",
+                "skip",
+                f"agent.algo={ctx.cfg.agent.algo} learns from {memory}: no smoke check of its "
+                "learning here (its forward passes are the export's below)",
+            )
         yield from guarded("onnx export", lambda c: check_onnx_export(c, state), ctx)
         yield from guarded("onnx on the gpu", lambda c: check_onnx_gpu(c, state), ctx)
         yield from guarded("tensorrt engine", lambda c: check_tensorrt_engine(c, state), ctx)

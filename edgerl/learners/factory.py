@@ -66,19 +66,18 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
             f"perf.pipeline=async needs a learner that learns beside the actor, and "
             f"agent.algo={algo} learns in the actor's loop (set perf.pipeline to auto or sync)"
         )
-    if memory_kind(cfg).lockstep:
-        if cfg.perf.autotune:
-            preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
-            raise ConfigError(
-                f"perf.autotune balances the actor against a replay learner's updates; with "
-                f"agent.algo={algo} set env.num_envs yourself"
-                + (f" (its preset is {preset})" if preset else "")
-            )
-        if cfg.env.batch_size > 0:
-            raise ConfigError(
-                f"env.batch_size needs a replay learner: an agent.algo={algo} rollout steps every "
-                "environment together (set env.batch_size to 0)"
-            )
+    if cfg.perf.autotune and not memory_kind(cfg).keeps_steps:
+        preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
+        raise ConfigError(
+            f"perf.autotune balances the actor against a replay learner's updates; with "
+            f"agent.algo={algo} set env.num_envs yourself"
+            + (f" (its preset is {preset})" if preset else "")
+        )
+    if memory_kind(cfg).lockstep and cfg.env.batch_size > 0:
+        raise ConfigError(
+            f"env.batch_size needs a replay learner: an agent.algo={algo} rollout steps every "
+            "environment together (set env.batch_size to 0)"
+        )
     if cfg.env.batch_size > 0 and ale_game(spec.id) is None:
         raise ConfigError(
             f"env.batch_size (ALE's async mode) is for Atari ids (ALE/<Game>-v5), not "
@@ -94,7 +93,9 @@ AUTO_BATCH_MIN_ENVS = 8
 def resolve_env_batch(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     """``env.batch_size`` as training uses it: a number given is kept; -1 (auto) is half the
     environments (ALE's async mode) where the loop is bound by acting, not by learning (a
-    replay learner on a GPU, Atari, at least :data:`AUTO_BATCH_MIN_ENVS` environments), else 0:
+    learner on a GPU whose memory does not step in lockstep: a replay learner, the genetic
+    algorithm, whose members' call then runs while the other half emulates; Atari, at least
+    :data:`AUTO_BATCH_MIN_ENVS` environments), else 0:
     all environments in lockstep, and a seeded run repeats exactly.
 
     Why: stepping 8 Pong environments in lockstep, the actor alone reached 72-93% of the raw

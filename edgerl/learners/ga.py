@@ -10,7 +10,9 @@ member 0 of the next generation, unchanged. The other members are children of th
 
 **Genomes are seeds.** A member is the list of seeds that made it (:data:`Genome`): the first
 draws its initial weights, each further one the noise of one mutation. :class:`Genomes` rebuilds
-the weights from the list exactly (the same float32 operations in the same order); it keeps the
+the weights from the list exactly (the same float32 operations in the same order: the same bits
+on the same kind of CPU and torch; x86's vectorised random draws differ from ARM's in the last
+bits, which a resume on another kind of machine notices and says); it keeps the
 parents' weights, so a child costs one draw of noise, not its whole line. A checkpoint holds the
 seeds, a few bytes per member per generation, and resuming rebuilds the parents from them.
 
@@ -33,6 +35,7 @@ from the member it was handed to.
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -50,6 +53,8 @@ from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.learners.nets import build_q_network
 from edgerl.learners.shared import LossMeter
 from edgerl.memories.episodes import EpisodeScores
+
+log = logging.getLogger(__name__)
 
 Genome = tuple[int, ...]  # the seed of the initial weights, then one seed per mutation
 SEED_LIMIT = 2**31  # seeds are int32: four bytes each in a genome sent to another machine
@@ -71,7 +76,7 @@ class Genomes:
         """The initial weights seed ``seed`` draws (PyTorch's own initialisation of each layer)."""
         net = copy.deepcopy(self.template)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)  # the CPU's alone: CUDA's stay as they are
             for module in net.modules():
                 if module is not net and hasattr(module, "reset_parameters"):
                     module.reset_parameters()
@@ -290,6 +295,7 @@ class GeneticAlgorithm:
         entrant with the fewest episodes played and under way (its mean gets surer, where
         the environment would otherwise wait for the phase's last episodes)."""
         g = self.generation
+        self.playing[env] = (NOTHING, NOTHING)  # its last job is done: not under way
         if self.pending:
             job = self.pending.popleft()
         else:
@@ -406,6 +412,16 @@ class GeneticAlgorithm:
         self.genomes.keep([*parents, *([] if self.elite is None else [self.elite])])
         if g.phase == "elite":
             self.genomes.keep([*self._parents(), *g.candidates])
+        if self.elite is not None and not torch.equal(
+            self.genomes.weights(self.elite), flat_parameters(self.q)
+        ):
+            # The same seeds drew other numbers: torch's CPU draws differ between CPU kinds
+            # (x86's vectorised ones against ARM's) and may between versions.
+            log.warning(
+                "the elite rebuilt from its seeds differs from the saved one: this machine or "
+                "torch draws other random numbers than the one that saved the run, so the search "
+                "goes on from other members than it had (the policy is the saved elite)"
+            )
         self.token += 1
         needed = self._needed()
         self.pending = deque(

@@ -64,7 +64,8 @@ class TrainStats:
             d.pop(key)
         load = d.pop("load")
         d.update(load)
-        d.update(d.pop("figures"))
+        figures = d.pop("figures")
+        d.update({k: v for k, v in figures.items() if k not in d})  # never a trainer column
         return d
 
 

@@ -8,7 +8,7 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 newest evaluation, see :mod:`edgerl.run.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
 :mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
-and transitions, see :mod:`edgerl.fleet.transport`), ``learner`` (the learner's own figures by
+and transitions, see :mod:`edgerl.fleet.transport`), ``figures`` (the learner's own figures by
 name, such as a genetic algorithm's generation and scores: :meth:`edgerl.learners.Learner.figures`;
 null where not known yet). A reader checks every field's type and
 range (:func:`check_status`): the file may be damaged.
@@ -109,7 +109,7 @@ class StatusWriter(Hook):
             "energy_j": stats.load.get("energy_j"),
             "who_waits": stats.who_waits or None,
             "balance_moves": list(stats.balance_moves),
-            "learner": {name: _num(value) for name, value in stats.figures.items()},
+            "figures": {k: v if math.isfinite(v) else None for k, v in stats.figures.items()},
         }
         data = json.dumps(doc, indent=1).encode()
         # A status file that cannot be written must not stop training (a full disk): said once.
@@ -209,7 +209,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     "write_problems": ((list,), None),
     "balance_moves": ((list,), None),
     "fleet": ((dict,), None),
-    "learner": ((dict,), None),
+    "figures": ((dict,), None),
 }  # fmt: skip
 REQUIRED = ("state", "pid", "updated_unix")  # every trainer writes them
 
@@ -238,19 +238,21 @@ def check_status(doc: Any, path: Path) -> dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, types):
             raise damaged(f"{key} is {_show(value)}, not {_kind(types)}")
-        if bounds is not None and not (math.isfinite(value) and bounds[0] <= value <= bounds[1]):
+        # Comparisons only: false for NaN and infinities, exact for integers of any size (where
+        # math.isfinite would overflow on a 400-digit one).
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
             raise damaged(f"{key} is {_show(value)}, out of range")
         if isinstance(value, str):
             clean[key] = _printable(value)
     for key in ("fleet", "load"):  # objects of a few levels: anything deeper is damage
         if _depth(clean.get(key)) > MAX_DEPTH:
             raise damaged(f"{key} nests deeper than {MAX_DEPTH} levels")
-    figures = clean.get("learner") or {}
+    figures = clean.get("figures") or {}
     if len(figures) > MAX_FIGURES or not all(
         isinstance(k, str) and len(k) <= 40 and _figure(v) for k, v in figures.items()
     ):
-        raise damaged("learner is not a few named numbers")
-    clean["learner"] = {_printable(k): v for k, v in figures.items()}
+        raise damaged("figures is not a few named numbers")
+    clean["figures"] = {_printable(k): v for k, v in figures.items()}
     for key in ("write_problems", "balance_moves"):
         texts = clean.get(key) or []
         if not all(isinstance(t, str) for t in texts):
@@ -260,14 +262,16 @@ def check_status(doc: Any, path: Path) -> dict[str, Any]:
 
 
 MAX_DEPTH = 6  # the deepest object status.json holds (fleet: actors, each a few fields)
-MAX_FIGURES = 16  # a learner's own figures (status.json's "learner")
+MAX_FIGURES = 16  # a learner's own figures (status.json's "figures")
 
 
 def _figure(value: Any) -> bool:
-    """A learner's figure: a finite number, or None (not known yet)."""
+    """A learner's figure: a number within NUMBER's range (not NaN, not infinite: comparisons
+    only, which hold for integers of any size), or None (not known yet)."""
     if value is None:
         return True
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    low, high = NUMBER[1]
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
 def _depth(value: Any, limit: int = MAX_DEPTH + 1) -> int:
@@ -394,7 +398,7 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         wh = doc["energy_j"] / 3600
         lines.insert(-1, f"energy: {wh:,.3g} Wh so far, from the power the machine reports")
     lines += [f"balance move: {move}" for move in doc.get("balance_moves") or ()]
-    if figures := doc.get("learner"):
+    if figures := doc.get("figures"):
         shown = [f"{name} {'n/a' if v is None else f'{v:g}'}" for name, v in figures.items()]
         lines.insert(2, f"learner: {', '.join(shown)}")
     if evaluated is not None:

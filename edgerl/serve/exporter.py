@@ -132,7 +132,7 @@ class RunsCollector(Collector):
                 value = finite(doc.get(field))
                 if value is not None:
                     family.add_metric([run_id], value)
-            for name, value in (doc.get("learner") or {}).items():
+            for name, value in (doc.get("figures") or {}).items():
                 if (number := finite(value)) is not None:
                     figures.add_metric([run_id, str(name)], number)
             updated = finite(doc.get("updated_unix")) or 0.0

@@ -185,7 +185,7 @@ function drawSummary(doc) {
     ["epsilon", number(s.epsilon, 3)],
     ["updates", number(s.updates, 0)],
     // The learner's own figures (a genetic algorithm's generation and scores).
-    ...Object.entries(s.learner || {}).map(([name, v]) => [name.replace(/_/g, " "), v === null ? "–" : number(v)]),
+    ...Object.entries(s.figures || {}).map(([name, v]) => [name.replace(/_/g, " "), v === null ? "–" : number(v)]),
     ["balance", s.who_waits || "–"],
     ["energy", s.energy_j === null || s.energy_j === undefined ? "not reported here" : `${number(s.energy_j / 3600, 3)} Wh`],
     ["clocks", s.clocks || "–"],
