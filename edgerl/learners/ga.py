@@ -492,7 +492,9 @@ def measure_alone(
         "steps_per_s": forward["batched_rows_per_s"],
         "updates_per_launch": 1,
         "host_us_per_update": 1e6 * hand_s,
-        "describe": f"members handed out (a unit), {forward['rows']} members' forward passes",
+        # A unit here is a member handed out (its weights from a kept parent onto the device,
+        # wall time), not a generation; the limit is the members' batched forward passes.
+        "describe": f"a unit is a member handed out; {forward['rows']} members' forward passes",
         "population_forward": {k: round(v, 1) for k, v in forward.items()},
     }
 
