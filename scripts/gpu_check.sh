@@ -182,7 +182,7 @@ import json
 import torch
 from edgerl.config import EnvConfig
 from edgerl.envs import probe
-from edgerl.learners.ga import forward_rates
+from edgerl.learners.population import forward_rates
 from edgerl.learners.nets import build_q_network
 spec = probe(EnvConfig(id="ALE/Frostbite-v5"))
 net = build_q_network(spec, (256, 256))

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from edgerl.config import Config, with_values
-from edgerl.learners.ga import GeneticAlgorithm, Genomes, Population, flat_parameters
+from edgerl.learners.ga import GeneticAlgorithm
 from edgerl.learners.nets import MLP, NatureCNN
+from edgerl.learners.population import Genomes, Population, flat_parameters
 from edgerl.memories.episodes import EpisodeScores
 
 
