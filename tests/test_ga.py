@@ -125,27 +125,29 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     script = Script(ga)
     first = list(ga.generation.members)
     assert len(first) == 6 and all(len(g) == 1 for g in first)  # an initial seed each
-    while ga.generation.phase == "members":
-        script.episode()
+    script.until_generation(1)
     fitness = {first[job]: s for (env, (token, job), s) in script.log}
     ranked = sorted(fitness, key=lambda g: -fitness[g])
-    assert ga.generation.candidates == ranked[:2]  # the two best single episodes
-    script.until_generation(1)
-    members = ga.generation.members
-    elite = members[0]
+    g = ga.generation
+    assert g.candidates == ranked[:2]  # the two best single episodes play for the elite
+    # The next generation plays at once: children of the best two, the elite's place open.
+    assert g.members[0] is None and len(set(g.members[1:])) == 5  # a seed of its own each
+    assert all(child[:-1] in ranked[:2] and len(child) == 2 for child in g.members[1:])
+    while ga.generation.choosing:
+        script.episode()
+    # Children were under way while the candidates played: nobody waited for the elite.
+    assert any(0 < job < 6 for token, job in ga.playing if token == ga.token)
+    elite = g.members[0]
     assert elite in ranked[:2] and ga.elite == elite
-    # The elite passes unchanged and is the policy; the others are children of the best two.
-    assert torch.equal(flat_parameters(ga.q), ga.genomes.weights(elite))
-    assert all(child[:-1] in ranked[:2] and len(child) == 2 for child in members[1:])
-    assert len(set(members[1:])) == 5  # every child has a seed of its own
+    assert torch.equal(flat_parameters(ga.q), ga.genomes.weights(elite))  # the policy
     figures = ga.figures()
     assert figures["generation"] == 1 and figures["best_score"] == fitness[ranked[0]]
     assert figures["mean_score"] == pytest.approx(np.mean(list(fitness.values())))
     # The made-up game is deterministic, so the elite's mean is its one score.
     assert figures["elite_score"] == pytest.approx(fitness[elite], rel=1e-6)
-    # In the next generation the old elite is among the candidates even when beaten.
-    while ga.generation.phase == "members":
-        script.episode()
+    assert g.scores[0] == g.trials[g.candidates.index(elite)]  # its fitness: those episodes
+    # In the next generation the elite is among the candidates even when beaten.
+    script.until_generation(2)
     assert elite in ga.generation.candidates
 
 
@@ -156,18 +158,19 @@ def test_free_environments_play_more_episodes_and_late_ones_count_for_nobody():
     assert ga.playing[0] == (ga.token, 3) and not ga.pending
     script.episode()
     # Env 1 comes free with every member played or under way once: it plays member 0 again
-    # (the first of the fewest), it does not wait idle for the phase's last episodes.
+    # (the first of the fewest), it does not wait idle for the generation's last episodes.
     assert ga.playing[1] == (ga.token, 0)
-    while ga.generation.phase == "members":
-        script.episode()
+    script.until_generation(1)
     late = [env for env, (token, _) in enumerate(ga.playing) if token != ga.token]
-    assert late  # episodes of the members phase still under way
-    trials = [list(t) for t in ga.generation.trials]
+    assert late  # episodes of generation 0 still under way
+    done = [list(r) for r in ga.generation.scores + ga.generation.trials]
     wasted = ga.wasted_steps
     while script.turn % ga.num_envs != late[0]:
         script.episode()
-    script.episode()  # a late episode ends: the elite phase's results are as before
-    assert ga.wasted_steps == wasted + 1 and ga.generation.trials == trials
+    done = [list(r) for r in ga.generation.scores + ga.generation.trials]
+    script.episode()  # a late episode ends: generation 1's results are as before
+    assert ga.wasted_steps == wasted + 1
+    assert [list(r) for r in ga.generation.scores + ga.generation.trials] == done
 
 
 def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_episode():
@@ -180,8 +183,8 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
     script.until_generation(1)
     for _ in range(4):  # mid-generation: some members scored, some under way
         script.episode()
-    scored = [list(r) for r in stopped.generation.scores]
-    assert 0 < sum(map(len, scored)) < 6
+    scored = [list(r) for r in stopped.generation.scores + stopped.generation.trials]
+    assert 0 < sum(map(len, scored)) < 6 + 2 * 2
     buffer = io.BytesIO()
     torch.save(stopped.state_dict(), buffer)
     buffer.seek(0)
@@ -190,7 +193,8 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
         MLP(4, 2, (8,)), with_values(cfg, {"env.seed": 99}), torch.device("cpu")
     )
     resumed.load_state_dict(state)
-    assert resumed.generation.scores == scored  # nothing finished is played again
+    g = resumed.generation
+    assert [list(r) for r in g.scores + g.trials] == scored  # nothing finished played again
     Script(resumed).until_generation(3)
     assert resumed.generation.members == whole.generation.members
     assert resumed.elite == whole.elite
@@ -206,7 +210,7 @@ def test_a_checkpoint_holds_seeds_a_few_bytes_per_member_per_generation():
     Script(ga).until_generation(2)
     seeds = sum(len(m) for m in ga.state_dict()["ga"]["members"])
     assert seeds <= 6 * 3  # at most one seed per generation and member
-    assert max(max(m) for m in ga.generation.members) < 2**31  # int32 seeds
+    assert max(max(m) for m in ga.generation.members if m) < 2**31  # int32 seeds
 
 
 def test_cartpole_is_learned_to_500_by_evolution_alone(cli, tmp_path):
@@ -250,14 +254,18 @@ def test_an_atari_game_is_scored_in_game_points_not_clipped_rewards(cli, tmp_pat
     run = tmp_path / "si"
     args = ["--env", "ALE/SpaceInvaders-v5", "--set", "agent.algo=ga", "--run-dir", run]
     args += ["--set", "env.num_envs=4", "--set", "env.max_episode_frames=1200"]
-    args += ["--set", "ga.population=6", "--set", "ga.elite_episodes=1"]
-    args += ["--set", "eval.every_steps=0", "--set", "display.enabled=false", "--quiet"]
-    r = cli("train", *args, "--steps", "3000")
+    args += ["--set", "ga.population=6", "--set", "ga.elite_candidates=2"]
+    args += ["--set", "ga.elite_episodes=1", "--set", "eval.every_steps=0"]
+    args += ["--set", "display.enabled=false", "--quiet"]
+    r = cli("train", *args, "--steps", "4000")
     assert r.code == 0, r.err[-3000:]
     state = load(newest_checkpoint(run)).learner["ga"]
     lines = (run / "episodes.csv").read_text().splitlines()
     returns = {float(line.split(",")[3]) for line in lines[1:]}
+    # The scores of the generation under way, and the elite's (its one candidate episode).
     fitness = {s for r in state["scores"] + state["trials"] for s in r}
+    if np.isfinite(elite := state["figures"]["elite"]):
+        fitness.add(elite)
     assert fitness and fitness <= returns  # each score is an episode's return in game points
     # In game points (5 to 30 an alien); clipped rewards would sum to the aliens hit.
     assert max(fitness) > 0 and all(f % 5 == 0 for f in fitness), fitness

@@ -35,6 +35,9 @@ class OneStepQ:
     def describe(self) -> str:
         return f"{self.device.type}, one-step Q"
 
+    def figures(self) -> dict[str, float]:
+        return {}  # nothing of its own to show beside the loss
+
     def epsilon(self, step: int) -> float:
         return epsilon_at(self.cfg, step, self.learn_from[0])
 

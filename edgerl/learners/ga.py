@@ -24,10 +24,13 @@ become grouped ones), instead of one forward pass per member (:meth:`Population.
 what ``edgerl bench`` compares it with).
 
 **Scheduling.** The learner hands out jobs (a member's episode, a candidate's episode) to the
-environments as their episodes end. Once every job of a phase is under way, an environment that
-comes free plays another episode of the entrant with the fewest (a fitness is the mean of a
-member's episodes), so no environment waits idle for the phase's last episode; an episode
-still under way when its phase ends counts for nobody (``wasted_steps``). An episode counts for
+environments as their episodes end. The next generation's children need only the parents, so
+they play while the previous generation's candidates play for the elite (member 0, whose
+fitness is then its candidate episodes): one phase per generation. Once every job of a
+generation is under way, an environment that comes free plays another episode of the job
+furthest behind (a fitness is the mean of a member's episodes), so no environment waits idle
+for the generation's last episode; an episode still under way when its generation ends counts
+for nobody (``wasted_steps``). An episode counts for
 its member only if it started with that member: the loop records a step before acting on the
 next (the registry line says ``switches_per_episode``), so the first action of an episode comes
 from the member it was handed to.
@@ -68,29 +71,23 @@ NOTHING = -1  # the token and job of an environment before its first job
 
 @dataclass
 class Generation:
-    """Where the search stands: this generation's members, then the elite's candidates, and
-    what each one's episodes scored."""
+    """Where the search stands: this generation's members and, while the elite is being chosen,
+    the previous generation's best (the candidates), and what each one's episodes scored."""
 
     number: int
-    members: list[Genome]
-    scores: list[list[float]]  # each member's episodes
-    candidates: list[Genome] = field(default_factory=list)  # the elite's (the elite phase)
+    members: list[Genome | None]  # member 0: the elite, None until the candidates chose it
+    scores: list[list[float]]  # each member's episodes (the elite's: its candidate episodes)
+    candidates: list[Genome] = field(default_factory=list)  # playing for the elite
     trials: list[list[float]] = field(default_factory=list)  # each candidate's episodes
-    phase: str = "members"  # "members", then "elite" where the candidates play
 
     @property
-    def entrants(self) -> list[Genome]:
-        """Who plays in this phase."""
-        return self.members if self.phase == "members" else self.candidates
-
-    @property
-    def results(self) -> list[list[float]]:
-        """Their episodes' scores so far."""
-        return self.scores if self.phase == "members" else self.trials
+    def choosing(self) -> bool:
+        """Whether the candidates still play for the elite (member 0)."""
+        return self.members[0] is None
 
     def fitness(self, member: int) -> float:
         """A member's fitness: the mean score of its episodes (one, unless environments had
-        nothing else to play)."""
+        nothing else to play; the elite's, its episodes as a candidate)."""
         return float(np.mean(self.scores[member]))
 
 
@@ -113,20 +110,20 @@ class GeneticAlgorithm:
         self.cuda_graphs = False
         self.learn_from = (0, 0)
         self.steps_per_unit = 1  # env steps per generation, measured as they finish
-        self.token = 0  # counts phases: an episode counts only in the phase it started in
-        self.pending: deque[int] = deque()  # the phase's jobs (entrants) not handed out yet
+        self.token = 0  # counts generations: an episode counts only in the one it started in
+        self.pending: deque[int] = deque()  # the generation's jobs not handed out yet
         self.playing = [(NOTHING, NOTHING)] * self.num_envs  # each env's (token, job)
         self.elite: Genome | None = None
         self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
         self.episodes = 0  # episodes played, counted or not
-        self.wasted_steps = 0  # steps of episodes that ended after their phase did
+        self.wasted_steps = 0  # steps of episodes that ended after their generation did
         self.steps_at_generation = 0
         self.steps_seen = 0
-        members = [(self._seed(),) for _ in range(self.cfg.population)]
+        members: list[Genome | None] = [(self._seed(),) for _ in range(self.cfg.population)]
         self.generation = Generation(0, members, [[] for _ in members])
         self.genomes.keep([])
         self._start_phase()
-        load_flat(self.q, self.genomes.weights(members[0]))
+        load_flat(self.q, self.genomes.weights(members[0]))  # the policy until an elite is chosen
         self._hand_out_all()
 
     def _seed(self) -> int:
@@ -181,89 +178,127 @@ class GeneticAlgorithm:
         self.learn_from = (step, self.updates)
 
     # -- jobs ----------------------------------------------------------------------------
+    # A job is a member's episode (job m) or a candidate's (job len(members) + c); a generation
+    # is one phase: its members' first episodes and the previous generation's candidates'
+    # episodes are handed out together, so nobody waits for the elite to be chosen.
 
-    def _needed(self) -> int:
-        """Episodes each entrant of this phase plays at least."""
-        return 1 if self.generation.phase == "members" else self.cfg.elite_episodes
+    def _genome(self, job: int) -> Genome:
+        g = self.generation
+        members = len(g.members)
+        genome = g.members[job] if job < members else g.candidates[job - members]
+        assert genome is not None  # member 0 gets no job while the elite is being chosen
+        return genome
+
+    def _owed(self) -> np.ndarray:
+        """Episodes each job still needs (negative: played more than needed; a job that takes
+        no more episodes has a large negative number)."""
+        g = self.generation
+        closed = -(1 << 30)
+        members = [1 if m is not None else closed for m in g.members]
+        trials = self.cfg.elite_episodes if g.choosing else closed
+        needed = np.array(members + [trials] * len(g.candidates), dtype=np.int64)
+        played = np.array([len(r) for r in g.scores + g.trials], dtype=np.int64)
+        return needed - played
 
     def _start_phase(self) -> None:
-        """Hand out the phase's jobs: each entrant its needed episodes, in turn."""
+        """Hand out the generation's jobs: the candidates' episodes in turn, then each member's
+        first (the elite's come from its episodes as a candidate)."""
         self.token += 1
-        entrants = range(len(self.generation.entrants))
-        self.pending = deque(job for _ in range(self._needed()) for job in entrants)
+        g, members = self.generation, len(self.generation.members)
+        owed = self._owed()
+        rounds = max(0, int(owed[members:].max(initial=0)))
+        trials = [
+            members + c
+            for r in range(rounds)
+            for c in range(len(g.candidates))
+            if owed[members + c] > r
+        ]
+        firsts = [m for m in range(members) if owed[m] > 0]
+        self.pending = deque(trials + firsts)
 
     def _hand_out(self, env: int) -> None:
-        """Give ``env`` its next job: one not handed out yet, else another episode of the
-        entrant with the fewest episodes played and under way (its mean gets surer, where
-        the environment would otherwise wait for the phase's last episodes)."""
-        g = self.generation
+        """Give ``env`` its next job: one not handed out yet, else another episode of the job
+        furthest behind what it needs (its mean gets surer, where the environment would
+        otherwise wait for the generation's last episodes)."""
         self.playing[env] = (NOTHING, NOTHING)  # its last job is done: not under way
         if self.pending:
             job = self.pending.popleft()
         else:
-            under_way = np.zeros(len(g.entrants), dtype=np.int64)
+            owed = self._owed()
             for token, playing in self.playing:
                 if token == self.token:
-                    under_way[playing] += 1
-            played = np.array([len(r) for r in g.results]) + under_way
-            job = int(np.argmin(played))  # the first of equals
+                    owed[playing] -= 1
+            job = int(np.argmax(owed))  # the first of equals
         self.playing[env] = (self.token, job)
-        self.population.assign(env, self.genomes.weights(g.entrants[job]))
+        self.population.assign(env, self.genomes.weights(self._genome(job)))
 
     def _hand_out_all(self) -> None:
         for env in range(self.num_envs):
             self._hand_out(env)
 
     def _credit(self, job: int, score: float) -> None:
-        g = self.generation
-        g.results[job].append(score)
-        if all(len(r) >= self._needed() for r in g.results):
-            self._members_done() if g.phase == "members" else self._choose_elite()
+        g, members = self.generation, len(self.generation.members)
+        if job < members:
+            g.scores[job].append(score)
+        elif g.choosing:
+            g.trials[job - members].append(score)
+            if all(len(t) >= self.cfg.elite_episodes for t in g.trials):
+                self._choose_elite()
+        if not g.choosing and all(g.scores):
+            self._next_generation()
 
     def _ranked(self) -> list[int]:
         """The members, best first (ties: the lower index, so a seeded run is repeatable)."""
         g = self.generation
         return sorted(range(len(g.members)), key=lambda m: (-g.fitness(m), m))
 
-    def _members_done(self) -> None:
-        g, ranked = self.generation, self._ranked()
-        fitness = np.array([g.fitness(m) for m in range(len(g.members))])
-        self.scores["best"], self.scores["mean"] = float(fitness.max()), float(fitness.mean())
-        if self.cfg.elite_episodes == 0:
-            self._next_generation(g.members[ranked[0]], g.fitness(ranked[0]))
-            return
-        chosen = [g.members[m] for m in ranked[: self.cfg.elite_candidates]]
-        if self.elite is not None and self.elite not in chosen:
-            chosen.append(self.elite)  # the elite keeps its place unless beaten
-        g.candidates, g.trials, g.phase = chosen, [[] for _ in chosen], "elite"
-        self.genomes.keep([*self._parents(), *chosen])
-        self._start_phase()
-
-    def _parents(self) -> list[Genome]:
-        g = self.generation
-        return [g.members[m] for m in self._ranked()[: self.cfg.truncation]]
-
     def _choose_elite(self) -> None:
+        """The candidate of the best mean becomes the elite: member 0 and the policy."""
         g = self.generation
         means = [float(np.mean(t)) for t in g.trials]
         best = int(np.argmax(means))  # the first of equals: the better single episode
-        self._next_generation(g.candidates[best], means[best])
+        self._make_elite(g.candidates[best], list(g.trials[best]))
 
-    def _next_generation(self, elite: Genome, score: float) -> None:
-        parents = self._parents()
-        self.genomes.keep([*parents, elite])
+    def _make_elite(self, elite: Genome, episodes: list[float]) -> None:
+        g = self.generation
+        g.members[0], g.scores[0] = elite, episodes
         self.elite = elite
-        self.scores["elite"] = score
+        self.scores["elite"] = float(np.mean(episodes))
         load_flat(self.q, self.genomes.weights(elite))
+
+    def _next_generation(self) -> None:
+        """Every member scored: the best parent the next generation, whose candidates for the
+        elite are the best few (and the elite)."""
+        g, ranked = self.generation, self._ranked()
+        fitness = np.array([g.fitness(m) for m in range(len(g.members))])
+        self.scores["best"], self.scores["mean"] = float(fitness.max()), float(fitness.mean())
+        members = [m for m in g.members if m is not None]
+        parents = [members[m] for m in ranked[: self.cfg.truncation]]
+        candidates = [members[m] for m in ranked[: self.cfg.elite_candidates]]
+        if self.elite is not None and self.elite not in candidates:
+            candidates.append(self.elite)  # the elite keeps its place unless beaten
         children = [
             (*parents[int(self.rng.integers(len(parents)))], self._seed())
             for _ in range(self.cfg.population - 1)
         ]
+        self.genomes.keep([*parents, *candidates])
         self.updates += 1
         self.steps_per_unit = max(1, self.steps_seen - self.steps_at_generation)
         self.steps_at_generation = self.steps_seen
-        members = [elite, *children]
-        self.generation = Generation(self.updates, members, [[] for _ in members])
+        if self.cfg.elite_episodes == 0:  # the elite: the best single episode, played again
+            self.generation = Generation(
+                self.updates, [None, *children], [[] for _ in range(len(children) + 1)]
+            )
+            self._make_elite(members[ranked[0]], [])
+        else:
+            n = len(children) + 1
+            self.generation = Generation(
+                self.updates,
+                [None, *children],
+                [[] for _ in range(n)],
+                candidates,
+                [[] for _ in candidates],
+            )
         self._start_phase()
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -274,8 +309,7 @@ class GeneticAlgorithm:
             POLICY_KEY: self.q.state_dict(),
             "ga": {
                 "generation": g.number,
-                "phase": g.phase,
-                "members": [list(m) for m in g.members],
+                "members": [[] if m is None else list(m) for m in g.members],
                 "scores": g.scores,
                 "candidates": [list(c) for c in g.candidates],
                 "trials": g.trials,
@@ -295,11 +329,10 @@ class GeneticAlgorithm:
         self.q.load_state_dict(state[POLICY_KEY])
         g = Generation(
             int(s["generation"]),
-            [tuple(m) for m in s["members"]],
+            [tuple(m) if m else None for m in s["members"]],
             [[float(v) for v in r] for r in s["scores"]],
             [tuple(c) for c in s["candidates"]],
             [[float(v) for v in t] for t in s["trials"]],
-            s["phase"],
         )
         self.generation, self.updates = g, g.number
         self.elite = None if s["elite"] is None else tuple(s["elite"])
@@ -308,12 +341,12 @@ class GeneticAlgorithm:
         self.episodes, self.wasted_steps, self.steps_seen = (int(v) for v in s["counts"])
         self.steps_at_generation = int(s["steps_at_generation"])
         self.steps_per_unit = int(s["steps_per_unit"])
-        # The weights rebuilt from the seeds: this generation's parents (and the elite), then,
-        # in the elite phase, the next parents and the candidates from them.
-        parents = [m[:-1] for m in g.members[1:] if len(m) > 1]
-        self.genomes.keep([*parents, *([] if self.elite is None else [self.elite])])
-        if g.phase == "elite":
-            self.genomes.keep([*self._parents(), *g.candidates])
+        # The weights rebuilt from the seeds: the children's parents, then the candidates and
+        # the elite (each from the longest beginning kept).
+        parents = [m[:-1] for m in g.members[1:] if m is not None and len(m) > 1]
+        self.genomes.keep(parents)
+        known = [m for m in (g.members[0], self.elite) if m is not None]
+        self.genomes.keep([*parents, *g.candidates, *known])
         if self.elite is not None and not torch.equal(
             self.genomes.weights(self.elite), flat_parameters(self.q)
         ):
@@ -324,11 +357,7 @@ class GeneticAlgorithm:
                 "torch draws other random numbers than the one that saved the run, so the search "
                 "goes on from other members than it had (the policy is the saved elite)"
             )
-        self.token += 1
-        needed = self._needed()
-        self.pending = deque(
-            job for round_ in range(needed) for job, r in enumerate(g.results) if len(r) <= round_
-        )
+        self._start_phase()
         self.playing = [(NOTHING, NOTHING)] * self.num_envs
         self._hand_out_all()
 
