@@ -98,6 +98,7 @@ class Script:
 
     def __init__(self, ga: GeneticAlgorithm) -> None:
         self.ga = ga
+        assert ga.acting_net is not None  # as the loop does: every environment gets a job
         self.memory = EpisodeScores(ga.num_envs)
         self.turn = 0
         self.log: list[tuple[int, tuple[int, int], float]] = []  # (env, (token, job), score)
@@ -136,7 +137,7 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     while ga.generation.choosing:
         script.episode()
     # Children were under way while the candidates played: nobody waited for the elite.
-    assert any(0 < job < 6 for token, job in ga.playing if token == ga.token)
+    assert any(0 < job < 6 for token, job in ga.playing.values() if token == ga.token)
     elite = g.members[0]
     assert elite in ranked[:2] and ga.elite == elite
     assert torch.equal(flat_parameters(ga.q), ga.genomes.weights(elite))  # the policy
@@ -161,7 +162,7 @@ def test_free_environments_play_more_episodes_and_late_ones_count_for_nobody():
     # (the first of the fewest), it does not wait idle for the generation's last episodes.
     assert ga.playing[1] == (ga.token, 0)
     script.until_generation(1)
-    late = [env for env, (token, _) in enumerate(ga.playing) if token != ga.token]
+    late = [env for env, (token, _) in ga.playing.items() if token != ga.token]
     assert late  # episodes of generation 0 still under way
     done = [list(r) for r in ga.generation.scores + ga.generation.trials]
     wasted = ga.wasted_steps

@@ -101,7 +101,6 @@ class GeneticAlgorithm:
         self.device = device
         self.q = net.to(device).requires_grad_(False)  # the elite: what play and export use
         self.num_envs = cfg.env.num_envs
-        self.population = Population(self.q, self.num_envs, device)
         self.genomes = Genomes(self.q, cfg.ga.sigma)
         self.rng = np.random.default_rng(cfg.env.seed + 3)
         self.losses = LossMeter(device)  # no losses: the interface's meter stays empty
@@ -112,7 +111,11 @@ class GeneticAlgorithm:
         self.steps_per_unit = 1  # env steps per generation, measured as they finish
         self.token = 0  # counts generations: an episode counts only in the one it started in
         self.pending: deque[int] = deque()  # the generation's jobs not handed out yet
-        self.playing = [(NOTHING, NOTHING)] * self.num_envs  # each env's (token, job)
+        # The jobs under way, by ticket (an environment here, or a job lent to a remote actor):
+        # (token, job), the token the generation's it started in.
+        self.playing: dict[int, tuple[int, int]] = {}
+        self.tickets = self.num_envs  # the next remote ticket (below it: the environments)
+        self._population: Population | None = None  # built when the loop acts here
         self.elite: Genome | None = None
         self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
         self.episodes = 0  # episodes played, counted or not
@@ -124,7 +127,6 @@ class GeneticAlgorithm:
         self.genomes.keep([])
         self._start_phase()
         load_flat(self.q, self.genomes.weights(members[0]))  # the policy until an elite is chosen
-        self._hand_out_all()
 
     def _seed(self) -> int:
         return int(self.rng.integers(SEED_LIMIT))
@@ -133,7 +135,17 @@ class GeneticAlgorithm:
 
     @property
     def acting_net(self) -> nn.Module:
+        """Every environment's member, in batched calls (built here on first use: a run whose
+        actors are remote never acts here)."""
         return self.population
+
+    @property
+    def population(self) -> Population:
+        if self._population is None:
+            self._population = Population(self.q, self.num_envs, self.device)
+            for env in range(self.num_envs):
+                self._hand_out(env)
+        return self._population
 
     def describe(self) -> str:
         return (
@@ -161,13 +173,7 @@ class GeneticAlgorithm:
         """Credit the episodes that ended to their members and hand those environments their
         next jobs (a generation ends inside when its last episode is credited)."""
         for episode in memory.take():
-            self.episodes += 1
-            self.steps_seen += episode.length
-            token, job = self.playing[episode.env]
-            if token == self.token:
-                self._credit(job, episode.score)
-            else:
-                self.wasted_steps += episode.length
+            self.settle(episode.env, episode.score, episode.length)
             self._hand_out(episode.env)
         if self.device.type == "cuda":
             # The members' weights came from the host: landed before the actor's next forward
@@ -176,6 +182,41 @@ class GeneticAlgorithm:
 
     def resume_at(self, step: int, refill: int = 0) -> None:
         self.learn_from = (step, self.updates)
+
+    # -- jobs for remote actors (edgerl.run.remote) ----------------------------------------
+
+    def take(self) -> tuple[int, Genome]:
+        """A job for a remote actor: its ticket (to :meth:`settle` or :meth:`release` it by)
+        and the genome to play one episode with."""
+        ticket, self.tickets = self.tickets, self.tickets + 1
+        job = self._next_job()
+        self.playing[ticket] = (self.token, job)
+        return ticket, self._genome(job)
+
+    def settle(self, ticket: int, score: float, length: int) -> None:
+        """The episode of ``ticket`` ended with ``score`` after ``length`` steps: it counts for
+        its job if its generation is still the one under way (a generation may end inside)."""
+        token, job = self.playing.pop(ticket, (NOTHING, NOTHING))
+        self.episodes += 1
+        self.steps_seen += length
+        if token == self.token:
+            self._credit(job, score)
+        else:
+            self.wasted_steps += length
+
+    def release(self, ticket: int) -> None:
+        """``ticket``'s episode will never end (its actor was lost, or dropped it unplayed):
+        its job is owed again, to the next taker."""
+        self.playing.pop(ticket, None)
+
+    def current(self, token: int) -> bool:
+        """Whether jobs taken under ``token`` still count (their generation is under way)."""
+        return token == self.token
+
+    def kept_genomes(self) -> tuple[int, list[Genome]]:
+        """The genomes whose weights a remote actor should keep to play this generation's
+        children at one draw of noise each (the parents), with the generation's number."""
+        return self.generation.number, list(self.genomes.kept)
 
     # -- jobs ----------------------------------------------------------------------------
     # A job is a member's episode (job m) or a candidate's (job len(members) + c); a generation
@@ -216,25 +257,24 @@ class GeneticAlgorithm:
         firsts = [m for m in range(members) if owed[m] > 0]
         self.pending = deque(trials + firsts)
 
-    def _hand_out(self, env: int) -> None:
-        """Give ``env`` its next job: one not handed out yet, else another episode of the job
-        furthest behind what it needs (its mean gets surer, where the environment would
+    def _next_job(self) -> int:
+        """The next job to hand out: one not handed out yet, else another episode of the job
+        furthest behind what it needs (its mean gets surer, where an environment would
         otherwise wait for the generation's last episodes)."""
-        self.playing[env] = (NOTHING, NOTHING)  # its last job is done: not under way
         if self.pending:
-            job = self.pending.popleft()
-        else:
-            owed = self._owed()
-            for token, playing in self.playing:
-                if token == self.token:
-                    owed[playing] -= 1
-            job = int(np.argmax(owed))  # the first of equals
+            return self.pending.popleft()
+        owed = self._owed()
+        for token, playing in self.playing.values():
+            if token == self.token:
+                owed[playing] -= 1
+        return int(np.argmax(owed))  # the first of equals
+
+    def _hand_out(self, env: int) -> None:
+        """Give environment ``env`` (here) its next job."""
+        self.playing.pop(env, None)  # its last job is done: not under way
+        job = self._next_job()
         self.playing[env] = (self.token, job)
         self.population.assign(env, self.genomes.weights(self._genome(job)))
-
-    def _hand_out_all(self) -> None:
-        for env in range(self.num_envs):
-            self._hand_out(env)
 
     def _credit(self, job: int, score: float) -> None:
         g, members = self.generation, len(self.generation.members)
@@ -358,8 +398,10 @@ class GeneticAlgorithm:
                 "goes on from other members than it had (the policy is the saved elite)"
             )
         self._start_phase()
-        self.playing = [(NOTHING, NOTHING)] * self.num_envs
-        self._hand_out_all()
+        self.playing = {}
+        if self._population is not None:  # the environments here start new episodes
+            for env in range(self.num_envs):
+                self._hand_out(env)
 
 
 def build(net: nn.Module, cfg: Config, device: torch.device) -> GeneticAlgorithm:
