@@ -18,6 +18,8 @@ from edgerl.run.transport import Chunk
 
 
 class InProcessFleet:
+    plays = "steps"
+
     def __init__(self, cfg: Config, spec: EnvSpec) -> None:
         self.cfg, self.spec = cfg, spec
         self.per_actor = cfg.env.num_envs

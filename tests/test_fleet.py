@@ -173,6 +173,52 @@ def test_cartpole_learns_with_two_remote_actors_and_goes_on_when_a_node_is_lost(
     assert json.loads(play.stdout)["return_mean"] >= 300
 
 
+def generation(run: Path) -> int:
+    return int((status(run).get("figures") or {}).get("generation", 0))
+
+
+@pytest.mark.slow
+def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_are_replayed(
+    ray_cluster, tmp_path
+):
+    """agent.algo=ga with two actors that get seeds and send back scores: one node removed
+    mid-generation, its members' episodes played by the other (or the generation would wait
+    for them forever), and the search still solves CartPole."""
+    run = tmp_path / "run"
+    proc = start_train(ray_cluster, run, "--set", "agent.algo=ga", "--steps", "300000")
+    try:
+        wait_for(proc, "two actors running", lambda: running(run) == 2)
+        wait_for(proc, "generation 2", lambda: generation(run) >= 2)
+        lost = actors(run)[1]
+        (node,) = [n for n in ray_cluster.cluster.worker_nodes if n.node_id == lost["node_id"]]
+        ray_cluster.cluster.remove_node(node)
+        wait_for(proc, "the actor seen lost", lambda: actors(run)[1]["state"] != "running")
+        at_loss = generation(run)
+        wait_for(proc, "generations after the loss", lambda: generation(run) >= at_loss + 2)
+        assert running(run) == 1
+        fleet = status(run)["fleet"]
+        described = run_edgerl("status", "--run-dir", str(run)).stdout
+        assert "1 of 2 actors running" in described and "bytes out and" in described
+        ray_cluster.cluster.add_node(**WORKER)  # a node for the next tests
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "play the population's members from their seeds" in err
+    assert "fleet: actor 1 on node " in err and "was lost (its node died)" in err
+    # Seeds out, scores back: bytes per member played, pickled as Ray sends them.
+    assert fleet["members"] > 0
+    assert 0 < fleet["bytes_per_member"]["out"] < 400, fleet
+    assert 0 < fleet["bytes_per_member"]["back"] < 100, fleet
+    episodes = (run / "episodes.csv").read_text().splitlines()[1:]
+    assert len(episodes) >= fleet["members"]  # each one played, counted or not
+    play = run_edgerl("play", "--run-dir", str(run), "--episodes", "10", "--json")
+    assert play.returncode == 0, play.stderr[-2000:]
+    assert json.loads(play.stdout)["return_mean"] >= 300  # it learned (random play: about 22)
+
+
 def test_ctrl_c_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
     run = tmp_path / "run"
     proc = start_train(ray_cluster, run, "--steps", "1000000")

@@ -68,7 +68,7 @@ def test_a_fleet_is_checked_and_its_local_actors_leave_the_learner_the_other_cpu
 
     for sets, says in [
         (("replay.capacity=100",), r"at least 16 steps per environment of the fleet .* 128"),
-        (("agent.algo=pqn",), "fleet.actors needs a replay learner"),
+        (("agent.algo=pqn",), "fleet.actors needs a learner remote actors can feed"),
         (("env.batch_size=2",), "remote actors step their environments together"),
         (("perf.autotune=true",), "perf.autotune measures actors beside the learner"),
         (("fleet.resource=CPU=2",), "fleet.resource must be NAME or NAME=AMOUNT"),

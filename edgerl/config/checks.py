@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs, parse_resource
-from edgerl.config.learners import learner_info
+from edgerl.config.learners import LEARNERS, learner_info
 from edgerl.config.presets import NAMED_PRESETS
 from edgerl.config.sections import MAX_HIDDEN
 from edgerl.errors import ConfigError
@@ -76,10 +76,12 @@ def check_fleet(cfg: Config) -> None:
             "perf.autotune measures actors beside the learner; with fleet.actors set "
             "env.num_envs (each remote actor's environments) yourself"
         )
-    if not learner_info(cfg.agent.algo).remote_actors:
+    info = learner_info(cfg.agent.algo)
+    if not info.remote_actors:
+        able = " or ".join(name for name, i in LEARNERS.items() if i.remote_actors)
         raise ConfigError(
-            f"fleet.actors needs a replay learner (agent.algo=dqn): remote actors for "
-            f"agent.algo={cfg.agent.algo} are not built yet"
+            f"fleet.actors needs a learner remote actors can feed (agent.algo={able}): remote "
+            f"actors for agent.algo={cfg.agent.algo} are not built yet"
         )
     if cfg.env.batch_size > 0:
         raise ConfigError(
@@ -87,7 +89,7 @@ def check_fleet(cfg: Config) -> None:
             "actors step their environments together: set env.batch_size to 0 or -1"
         )
     total = fleet_envs(cfg)
-    if cfg.replay.capacity < total * 16:
+    if info.memory == "replay" and cfg.replay.capacity < total * 16:
         raise ConfigError(
             f"replay.capacity ({cfg.replay.capacity:,}) must hold at least 16 steps per "
             f"environment of the fleet ({fleet.actors} actors x env.num_envs="

@@ -30,7 +30,9 @@ class LearnerInfo:
     # Its unit of learning is made of all its environments' steps (a rollout of env.num_envs):
     # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
     own_num_envs: bool = False
-    remote_actors: bool = False  # a fleet's remote actors can feed it (edgerl.run.remote)
+    # A fleet's remote actors can feed it (edgerl.run.remote): steps into a replay, or, for a
+    # memory of "episodes", members' episodes played from their seeds.
+    remote_actors: bool = False
     # Its memory is written the game's own rewards, not the clipped ones learning uses (a
     # genetic algorithm's fitness is the score).
     raw_rewards: bool = False
@@ -111,6 +113,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         "edgerl.learners.ga",
         memory="episodes",
         beside_actor="",
+        remote_actors=True,  # they play members from seeds (edgerl.fleet.members)
         raw_rewards=True,
         switches_per_episode=True,
         presets=GA_PRESETS,

@@ -1,7 +1,8 @@
 """Actors on other machines feeding this learner, through Ray (the optional ``edgerl[fleet]``
 extra): the cluster (cluster.py), the actor process (actor.py) and the transport the training
 loop reads (transport.py). Nothing below this package imports it; Ray is imported only when a
-run asks for remote actors (``fleet.actors``)."""
+run asks for remote actors (``fleet.actors``). A population learner's fleet (member_fleet.py,
+members.py) plays members from their seeds instead of sending steps."""
 
 from __future__ import annotations
 
@@ -17,13 +18,18 @@ def open_fleet(cfg: Config, spec: EnvSpec) -> Transport:
     """Join the Ray cluster ``fleet.address`` names (or start one here) and return the
     transport of ``fleet.actors`` actors, not started yet. Raises MissingDependencyError
     without Ray, ConfigError or FleetError with one sentence when the cluster cannot be used."""
+    from edgerl.config.learners import learner_info
     from edgerl.fleet.cluster import Cluster
+    from edgerl.fleet.member_fleet import MemberFleet
     from edgerl.fleet.transport import RayFleet
 
     cluster = Cluster(cfg.fleet)
     cluster.open()
     try:
-        return RayFleet(cfg, spec, cluster)
+        # A population learner's actors play its members from their seeds; the others' send
+        # steps for its memory.
+        members = learner_info(cfg.agent.algo).memory == "episodes"
+        return (MemberFleet if members else RayFleet)(cfg, spec, cluster)
     except BaseException:
         cluster.close()
         raise

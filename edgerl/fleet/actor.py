@@ -56,15 +56,7 @@ class RemoteActor:
 
     def where(self) -> dict[str, Any]:
         """Where this actor runs: Ray's node id, the host name, the node's address, the pid."""
-        import ray
-
-        context = ray.get_runtime_context()
-        return {
-            "node": context.get_node_id(),
-            "host": socket.gethostname(),
-            "ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid(),
-        }
+        return where_am_i()
 
     def set_weights(self, weights: dict[str, np.ndarray], version: int) -> None:
         """Act with ``weights`` (numpy arrays by the policy network's state names) from now."""
@@ -140,3 +132,17 @@ class RemoteActor:
     def close(self) -> None:
         """Close the environments."""
         self.env.close()
+
+
+def where_am_i() -> dict[str, Any]:
+    """Where the calling Ray actor runs: Ray's node id, the host name, the node's address, the
+    pid."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {
+        "node": context.get_node_id(),
+        "host": socket.gethostname(),
+        "ip": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }

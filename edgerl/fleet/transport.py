@@ -73,6 +73,9 @@ class Slot:
 class RayFleet:
     """The :class:`~edgerl.run.transport.Transport` over Ray; see the module docstring."""
 
+    plays = "steps"  # what its actors send: batches of steps (a population's: episodes' scores)
+    actor_type: type = RemoteActor
+
     def __init__(self, cfg: Config, spec: EnvSpec, cluster: Cluster) -> None:
         self.cfg, self.spec, self.cluster = cfg, spec, cluster
         fleet = cfg.fleet
@@ -97,7 +100,7 @@ class RayFleet:
             resources=parse_resource(fleet.resource) or None,
             max_restarts=0,  # a lost actor is started again here, where it is named
             max_task_retries=0,
-        )(RemoteActor)
+        )(self.actor_type)
         self._closed = False
 
     # -- the transport ---------------------------------------------------------------------
@@ -125,6 +128,22 @@ class RayFleet:
 
     def receive(self, timeout_s: float) -> list[Chunk]:
         """Batches that arrived (see :class:`~edgerl.run.transport.Transport`)."""
+        chunks = []
+        for slot, chunk in self._arrivals(timeout_s):
+            steps = self.cfg.fleet.batch_steps
+            problem = chunk_problem(chunk, self.spec, steps, self.per_actor, self.version)
+            if problem is not None:  # nothing of it reaches the replay; the actor starts anew
+                self._lose(slot, DamagedBatchError(problem))
+                continue
+            self._delivered(slot, chunk.steps)
+            self.max_lag = max(self.max_lag, self.version - chunk.version)
+            chunks.append(chunk._replace(actor=slot.index, envs=slot.envs))
+            self._ask(slot)
+        return chunks
+
+    def _arrivals(self, timeout_s: float) -> list[tuple[Slot, Any]]:
+        """The answers that arrived, each with its actor's slot, after waiting up to
+        ``timeout_s`` for the first; an actor whose call failed is lost (named in the log)."""
         self._restart_lost()
         heads = [slot.inflight[0] for slot in self.slots if slot.inflight]
         if not heads:
@@ -134,24 +153,16 @@ class RayFleet:
         ready, _ = ray.wait(heads, num_returns=1, timeout=timeout_s)
         if ready:
             ready, _ = ray.wait(heads, num_returns=len(heads), timeout=0)
-        chunks = []
+        arrived = []
         for ref in ready:
             slot = self._owner.pop(ref)
             slot.inflight.popleft()
             try:
-                chunk = ray.get(ref)
+                arrived.append((slot, ray.get(ref)))
             except Exception as e:  # the actor, its process or its node is gone
                 self._lose(slot, e)
-                continue
-            steps = self.cfg.fleet.batch_steps
-            problem = chunk_problem(chunk, self.spec, steps, self.per_actor, self.version)
-            if problem is not None:  # nothing of it reaches the replay; the actor starts anew
-                self._lose(slot, DamagedBatchError(problem))
-                continue
-            chunks.append(self._delivered(slot, chunk))
-            self._ask(slot)
         self._note_waiting()
-        return chunks
+        return arrived
 
     def status(self) -> dict[str, Any]:
         """JSON-ready state: each actor's, and the fleet's totals."""
@@ -223,9 +234,9 @@ class RayFleet:
         slot.inflight.append(ref)
         self._owner[ref] = slot
 
-    def _delivered(self, slot: Slot, chunk: Chunk) -> Chunk:
-        """Book a batch from ``slot`` (the first of an instance: it runs, and where) and give
-        it its actor's and environments' ids."""
+    def _delivered(self, slot: Slot, steps: int) -> None:
+        """Book an answer of ``steps`` env steps from ``slot`` (the first of an instance: it
+        runs, and where)."""
         now = time.monotonic()
         if not slot.delivered:
             slot.delivered, slot.failed_starts, slot.state = True, 0, "running"
@@ -236,14 +247,11 @@ class RayFleet:
             how = "rejoined" if slot.attempts > 1 else "running"
             log.info("fleet: actor %d %s on %s", slot.index, how, describe_where(slot.where))
             slot.rate = (now, slot.transitions, slot.rate[2])
-        steps = chunk.steps
         slot.transitions += steps
         self.received += steps
-        self.max_lag = max(self.max_lag, self.version - chunk.version)
         start, before, _ = slot.rate
         if now - start >= RATE_WINDOW_S:
             slot.rate = (now, slot.transitions, (slot.transitions - before) / (now - start))
-        return chunk._replace(actor=slot.index, envs=slot.envs)
 
     def _lose(self, slot: Slot, error: BaseException) -> None:
         """``slot``'s actor is gone: name it and why, drop what it had in flight, and start it

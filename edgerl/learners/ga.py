@@ -116,6 +116,7 @@ class GeneticAlgorithm:
         self.playing: dict[int, tuple[int, int]] = {}
         self.tickets = self.num_envs  # the next remote ticket (below it: the environments)
         self._population: Population | None = None  # built when the loop acts here
+        self.remote = cfg.fleet.actors > 0  # remote actors take the jobs (take, settle)
         self.elite: Genome | None = None
         self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
         self.episodes = 0  # episodes played, counted or not
@@ -135,15 +136,15 @@ class GeneticAlgorithm:
 
     @property
     def acting_net(self) -> nn.Module:
-        """Every environment's member, in batched calls (built here on first use: a run whose
-        actors are remote never acts here)."""
+        """Every environment's member, in batched calls (built on first use: the environments
+        here take their first jobs then, unless remote actors play them all)."""
         return self.population
 
     @property
     def population(self) -> Population:
         if self._population is None:
             self._population = Population(self.q, self.num_envs, self.device)
-            for env in range(self.num_envs):
+            for env in range(0 if self.remote else self.num_envs):
                 self._hand_out(env)
         return self._population
 
@@ -209,9 +210,6 @@ class GeneticAlgorithm:
         its job is owed again, to the next taker."""
         self.playing.pop(ticket, None)
 
-    def current(self, token: int) -> bool:
-        """Whether jobs taken under ``token`` still count (their generation is under way)."""
-        return token == self.token
 
     def kept_genomes(self) -> tuple[int, list[Genome]]:
         """The genomes whose weights a remote actor should keep to play this generation's
@@ -399,7 +397,7 @@ class GeneticAlgorithm:
             )
         self._start_phase()
         self.playing = {}
-        if self._population is not None:  # the environments here start new episodes
+        if self._population is not None and not self.remote:  # new episodes here
             for env in range(self.num_envs):
                 self._hand_out(env)
 

@@ -49,6 +49,10 @@ class ActingRun(Protocol):
 
     def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None: ...
 
+    def record_episodes(
+        self, scores: np.ndarray, lengths: np.ndarray, envs: np.ndarray, steps: int
+    ) -> None: ...
+
     def tick(self) -> None: ...
 
     def show_frame(

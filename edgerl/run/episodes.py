@@ -68,6 +68,13 @@ class Episodes:
         if self.shown in ended:
             self.shown_episode = self.count + 1
 
+    def add_whole(self, ret: float, length: int, env: int, step: int, wall_s: float) -> None:
+        """An episode played elsewhere, in environment ``env``, ended at env step ``step``."""
+        self.recent.append(ret)
+        self.count += 1
+        if self._csv is not None:
+            self._csv.write(step, self.count, env, ret, length, wall_s)
+
     def restart(self, envs: np.ndarray) -> None:
         """Environments ``envs`` start over without their episodes ending (a remote actor lost
         and started again): what those episodes had gathered is dropped, never counted."""

@@ -1,5 +1,6 @@
 """The training loop when the actors are elsewhere (``fleet.actors``): their batches go into the
-learner's memory, the learning they owe is made, and weights and exploration rates go back.
+learner's memory, the learning they owe is made, and weights and exploration rates go back. (A
+population learner's actors play its members instead: :func:`run_members`.)
 
 **The replay ratio stays exact.** The run's step counts the transitions received and written;
 after each batch the pipeline makes exactly the learning the learner owes at that step
@@ -24,6 +25,7 @@ flight (the status shows the largest lag seen).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 
 def run_remote(run: ActingRun, transport: Transport, total: int) -> None:
     """Learn from ``transport``'s actors until ``total`` steps or a stop request."""
+    if transport.plays == "members":
+        run_members(run, transport, total)
+        return
     learner, learning, fleet = run.learner, run.learning, run.cfg.fleet
     assert learning is not None
     transport.start(weights_of(run), learner.updates, seed=run.cfg.env.seed + run.step)
@@ -54,6 +59,26 @@ def run_remote(run: ActingRun, transport: Transport, total: int) -> None:
         if learner.updates - sent >= fleet.weights_every:
             transport.publish(weights_of(run), learner.updates)
             sent = learner.updates
+        run.tick()
+
+
+def run_members(run: ActingRun, fleet: Any, total: int) -> None:
+    """A population learner's loop (``fleet``: :class:`~edgerl.fleet.member_fleet.MemberFleet`):
+    the actors take the learner's jobs (a member's seeds each) and send back each episode's
+    score and length; the learner settles them (a generation may end inside) and the run counts
+    every env step the actors took, their idle environments' too."""
+    learner = run.learner
+    fleet.start_members(learner, seed=run.cfg.env.seed + run.step)
+    while run.step < total and not run.stop_requested:
+        for played in fleet.receive_members(TICK_EVERY_S):
+            for ticket, score, length in zip(
+                played.tickets.tolist(),
+                played.scores.tolist(),
+                played.lengths.tolist(),
+                strict=True,
+            ):
+                learner.settle(ticket, score, length)
+            run.record_episodes(played.scores, played.lengths, played.envs, played.steps)
         run.tick()
 
 

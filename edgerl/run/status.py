@@ -431,9 +431,16 @@ def fleet_lines(fleet: dict[str, Any] | None) -> list[str]:
     )
     head = f"fleet ({fleet.get('address')}): {running if isinstance(running, int) else '?'} of "
     head += f"{plural(len(actors), 'actor')} running"
-    if isinstance(total, int):
+    members, sizes = fleet.get("members"), fleet.get("bytes_per_member")
+    if isinstance(members, int):  # a population's actors: episodes played from seeds
+        head += f", {plural(members, 'episode')} played"
+        if isinstance(sizes, dict) and all(
+            isinstance(sizes.get(k), (int, float)) for k in ("out", "back")
+        ):
+            head += f" ({sizes['out']:,.0f} bytes out and {sizes['back']:,.0f} back per member)"
+    elif isinstance(total, int):
         head += f", {total:,} transitions received"
-    if isinstance(lag, int):
+    if isinstance(lag, int) and not isinstance(members, int):
         head += f", weights at most {plural(lag, 'update')} behind the newest sent"
     return [_printable(head)] + [_printable(_actor_line(a)) for a in actors]
 

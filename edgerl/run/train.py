@@ -386,6 +386,15 @@ class Trainer:
         done = result.terminated | result.truncated
         self.book.add(result.rewards, done, envs, self.step, self.wall_s())
 
+    def record_episodes(
+        self, scores: np.ndarray, lengths: np.ndarray, envs: np.ndarray, steps: int
+    ) -> None:
+        """Count ``steps`` env steps played elsewhere, in which the whole episodes of
+        ``scores``, ``lengths`` and ``envs`` ended (a population's remote actors)."""
+        self.step += steps
+        for episode in zip(scores.tolist(), lengths.tolist(), envs.tolist(), strict=True):
+            self.book.add_whole(*episode, self.step, self.wall_s())
+
     def _result(self, stopped: bool) -> TrainResult:
         phases = self._pace.phases(self.step, time.monotonic())  # fill and learn: steps, seconds
         counts = (self.step, self.cfg.train.steps, self.episodes, self.return_mean(), self.wall_s())

@@ -41,6 +41,7 @@ class Transport(Protocol):
     (``edgerl.fleet.open_fleet``), which raises EdgerlError subclasses for what a user can fix."""
 
     num_envs: int  # environments over all actors: the replay's rows
+    plays: str  # "steps" (batches of steps, these methods) or "members" (run/remote.py)
 
     def start(self, weights: dict[str, np.ndarray], version: int, seed: int) -> None:
         """Start the actors with these weights (the learner's ``version``: its update count);

@@ -1,0 +1,159 @@
+"""The fleet of a population learner (the genetic algorithm): ``fleet.actors`` Ray actors
+(:class:`~edgerl.fleet.members.MemberActor`) that play members' episodes from their seeds.
+
+The learner is the source of jobs (:class:`JobSource`): each call to an actor carries
+``env.num_envs`` new jobs (tickets and genomes), the generation they were taken in and, when the
+parents changed, the genomes whose weights to keep; it comes back with the episodes that ended.
+Each actor has ``fleet.max_inflight`` calls in flight, so it always has the next jobs queued.
+Actors are started, lost, named and started again as the step fleet's are
+(:class:`~edgerl.fleet.transport.RayFleet`); a lost actor's jobs, played or queued, go back to
+the learner, which hands them to the next taker: no member goes without its episode.
+
+The bytes each call carries (as pickled for Ray) are counted both ways: ``status()`` gives them
+per member evaluated.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgerl.fleet.members import MemberActor, Played, pack_genomes
+from edgerl.fleet.transport import DamagedBatchError, RayFleet, Slot
+from edgerl.words import plural
+
+log = logging.getLogger(__name__)
+
+
+class JobSource(Protocol):
+    """What the fleet asks of the learner (:class:`~edgerl.learners.ga.GeneticAlgorithm`)."""
+
+    token: int  # the generation under way's token: jobs taken under another no longer count
+
+    def take(self) -> tuple[int, tuple[int, ...]]: ...
+
+    def release(self, ticket: int) -> None: ...
+
+    def kept_genomes(self) -> tuple[int, list[tuple[int, ...]]]: ...
+
+
+class MemberFleet(RayFleet):
+    """Remote actors playing a population's members; see the module docstring."""
+
+    plays = "members"
+    actor_type = MemberActor
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.source: JobSource | None = None
+        self.outstanding: dict[int, set[int]] = {s.index: set() for s in self.slots}
+        self.kept_sent: dict[int, int] = {}  # each slot's instance: the parents' version sent
+        self.bytes_out = 0
+        self.bytes_back = 0
+        self.members_played = 0
+
+    def start_members(self, source: JobSource, seed: int) -> None:
+        """Start every actor, asking it to play ``source``'s jobs."""
+        self.source, self.seed = source, seed
+        for slot in self.slots:
+            self._launch(slot)
+        log.info(
+            "fleet: %s of %s each play the population's members from their seeds",
+            plural(len(self.slots), "remote actor"),
+            plural(self.per_actor, "environment"),
+        )
+
+    def receive_members(self, timeout_s: float) -> list[Played]:
+        """The episodes that ended (each answer's tickets are the learner's), after waiting up
+        to ``timeout_s`` for the first answer; asks each actor that answered for more."""
+        answers = []
+        for slot, played in self._arrivals(timeout_s):
+            problem = played_problem(played, self.outstanding[slot.index], self.per_actor)
+            if problem is not None:
+                self._lose(slot, DamagedBatchError(problem))
+                continue
+            self.bytes_back += len(pickle.dumps(played, protocol=5))
+            done = set(played.tickets.tolist()) | set(played.dropped.tolist())
+            self.outstanding[slot.index] -= done
+            self.members_played += len(played.tickets)
+            assert self.source is not None
+            for ticket in played.dropped.tolist():
+                self.source.release(ticket)
+            self._delivered(slot, played.steps)
+            answers.append(played._replace(envs=slot.envs[played.envs]))
+            self._ask(slot)
+        return answers
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        played = max(self.members_played, 1)
+        out["members"] = self.members_played
+        out["bytes_per_member"] = {
+            "out": round(self.bytes_out / played, 1),
+            "back": round(self.bytes_back / played, 1),
+        }
+        return out
+
+    # -- the actors -----------------------------------------------------------------------
+
+    def _launch(self, slot: Slot) -> None:
+        self.kept_sent.pop(slot.index, None)  # a new instance keeps nothing yet
+        super()._launch(slot)
+
+    def _ask(self, slot: Slot) -> None:
+        """``env.num_envs`` more jobs for ``slot``'s actor (and the parents, if newer)."""
+        source = self.source
+        assert source is not None
+        jobs = [source.take() for _ in range(self.per_actor)]
+        tickets = np.array([t for t, _ in jobs], dtype=np.int64)
+        seeds, lengths = pack_genomes([g for _, g in jobs])
+        kept = None
+        version, parents = source.kept_genomes()
+        if self.kept_sent.get(slot.index, -1) < version:
+            kept = (version, *pack_genomes(parents))
+            self.kept_sent[slot.index] = version
+        args = (tickets, seeds, lengths, source.token, kept)
+        self.bytes_out += len(pickle.dumps(args, protocol=5))
+        self.outstanding[slot.index] |= set(tickets.tolist())
+        ref = slot.handle.play.remote(*args)
+        slot.inflight.append(ref)
+        self._owner[ref] = slot
+
+    def _lose(self, slot: Slot, error: BaseException) -> None:
+        """``slot``'s actor is gone: the jobs it held go back to the learner first."""
+        if self.source is not None:
+            for ticket in sorted(self.outstanding[slot.index]):
+                self.source.release(ticket)
+        self.outstanding[slot.index] = set()
+        super()._lose(slot, error)
+
+
+def played_problem(played: Any, outstanding: set[int], num_envs: int) -> str | None:
+    """Why an actor's answer must not be used (None: it may): every field of the type and shape
+    asked, each ticket one the actor was given and not answered yet, environments it has,
+    finite scores and lengths of at least one step."""
+    if not isinstance(played, Played):
+        return f"it answered a {type(played).__name__}, not the episodes it played"
+    arrays = (played.tickets, played.scores, played.lengths, played.envs, played.dropped)
+    if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays):
+        return "its answer's fields are not one-dimensional arrays"
+    n = len(played.tickets)
+    if len(played.scores) != n or len(played.lengths) != n or len(played.envs) != n:
+        return "its answer has a score, a length and an environment for some episodes only"
+    if any(a.dtype.kind != "i" for a in (played.tickets, played.dropped, played.envs)):
+        return "its tickets or environments are not integers"
+    if ((played.envs < 0) | (played.envs >= num_envs)).any():
+        return "it names environments it does not have"
+    given = np.concatenate([played.tickets, played.dropped]).tolist()
+    if len(set(given)) != len(given) or not set(given) <= outstanding:
+        return "it answered for episodes it was not given"
+    if played.scores.dtype.kind != "f" or not np.isfinite(played.scores).all():
+        return "its scores are not finite numbers"
+    if played.lengths.dtype.kind != "i" or (played.lengths < 1).any():
+        return "its episode lengths are not whole numbers of steps"
+    if not isinstance(played.steps, int) or played.steps < 0:
+        return "its step count is not a whole number"
+    return None
