@@ -528,6 +528,47 @@ def test_silent_and_half_sent_connections_are_closed(served):
     assert served.get("/api/runs")[0] == 200  # and the page answers as before
 
 
+def test_one_address_cannot_hold_every_connection(served):
+    """Connections from one address beyond PER_ADDRESS_CONNECTIONS are closed at once; another
+    address is served meanwhile, and the first again once its connections close."""
+    from edgerl.serve.server import IDLE_S, PER_ADDRESS_CONNECTIONS
+
+    host, port = served.url.split("//")[1].strip("/").rsplit(":", 1)
+    held = [
+        socket.create_connection((host, int(port)), timeout=10 * IDLE_S)
+        for _ in range(PER_ADDRESS_CONNECTIONS)
+    ]
+    try:
+        extra = socket.create_connection((host, int(port)), timeout=10 * IDLE_S)
+        opened = time.monotonic()
+        try:
+            assert extra.recv(1) == b""  # closed by the server...
+        except ConnectionResetError:
+            pass  # ...or reset: either way refused
+        finally:
+            extra.close()
+        assert time.monotonic() - opened < IDLE_S * 0.5  # at once, not by the idle rule
+        # Another address of this machine (all of 127/8 is loopback) is served meanwhile.
+        other = socket.create_connection(
+            (host, int(port)), timeout=60, source_address=("127.0.0.2", 0)
+        )
+        with other:
+            other.sendall(b"GET /api/runs HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert other.recv(4096).split(b" ")[1] in (b"200", b"401")
+    finally:
+        for conn in held:
+            conn.close()
+    deadline = time.monotonic() + 60
+    while True:  # the server sees the closes within moments
+        try:
+            assert served.get("/api/runs")[0] == 200
+            break
+        except (AssertionError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_malformed_requests_are_one_line_in_the_log_not_a_traceback_each(served):
     """aiohttp answered each with 400 and logged a traceback at ERROR: anyone could fill the
     journal. Now: 400, and one INFO line a minute with the count."""

@@ -7,6 +7,7 @@ whose cores the trainer keeps busy, a page being watched takes what the trainer 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import logging
@@ -29,6 +30,87 @@ log = logging.getLogger(__name__)
 # connections stopped the page and /metrics for everyone before any token was asked for).
 IDLE_S = 15.0
 BAD_REQUEST_NOTE_S = 60.0  # malformed requests are said at most once a minute, with a count
+# Open connections at once: from one address, and in all (the unit's LimitNOFILE is 8,192). A
+# browser opens about six to a host, and the page's game streams are capped at 32; beyond these
+# a new connection is closed at once, so no one address can hold every socket.
+PER_ADDRESS_CONNECTIONS = 64
+ALL_CONNECTIONS = 1024
+
+
+class ConnectionCap:
+    """A protocol factory around aiohttp's (``runner.server``) that closes a connection at once
+    when its address has :data:`PER_ADDRESS_CONNECTIONS` open or the server
+    :data:`ALL_CONNECTIONS`; the ones it keeps go to aiohttp's handler unchanged."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol]) -> None:
+        self.factory = factory
+        self.open: collections.Counter[str] = collections.Counter()
+        self.refused = 0
+        self.noted_at = -BAD_REQUEST_NOTE_S
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Capped(self)
+
+    def admit(self, address: str) -> bool:
+        if self.open[address] >= PER_ADDRESS_CONNECTIONS or self.open.total() >= ALL_CONNECTIONS:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self.noted_at >= BAD_REQUEST_NOTE_S:  # once a minute at most, counted
+                log.warning(
+                    "edgerl serve: %d connections refused in the last minute: one address "
+                    "may open %d at once, all together %d",
+                    self.refused,
+                    PER_ADDRESS_CONNECTIONS,
+                    ALL_CONNECTIONS,
+                )
+                self.noted_at, self.refused = now, 0
+            return False
+        self.open[address] += 1
+        return True
+
+    def leave(self, address: str) -> None:
+        self.open[address] -= 1
+        if self.open[address] <= 0:
+            del self.open[address]
+
+
+class _Capped(asyncio.Protocol):
+    """One connection: admitted (and handed to aiohttp's handler) or closed at once."""
+
+    def __init__(self, cap: ConnectionCap) -> None:
+        self.cap = cap
+        self.inner: asyncio.Protocol | None = None
+        self.address = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        if not self.cap.admit(self.address):
+            transport.abort()
+            return
+        self.inner = self.cap.factory()
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.inner is not None:
+            self.cap.leave(self.address)
+            self.inner.connection_lost(exc)
+            self.inner = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
 
 
 class BadRequestLines(logging.Filter):
@@ -108,22 +190,26 @@ async def _serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
         logger=http_logger(),
     )
     await runner.setup()
-    site = web.TCPSite(runner, opts.host, opts.port)
+    assert runner.server is not None
+    loop = asyncio.get_running_loop()
     try:
-        await site.start()
+        listening = await loop.create_server(
+            ConnectionCap(runner.server), opts.host, opts.port, reuse_address=True
+        )
     except OSError as e:
         await runner.cleanup()
         raise ServeError(listen_error(opts.host, opts.port, e)) from None
-    port = runner.addresses[0][1] if runner.addresses else opts.port
+    sockets = listening.sockets
+    port = sockets[0].getsockname()[1] if sockets else opts.port
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
     ready(f"http://{shown}:{port}/")
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
         log.info("edgerl serve: stopping")
+        listening.close()  # no new connections; the open ones are closed by the runner
         await runner.cleanup()
     return 0
