@@ -219,6 +219,69 @@ def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_a
     assert json.loads(play.stdout)["return_mean"] >= 300  # it learned (random play: about 22)
 
 
+def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_on(
+    ray_cluster, monkeypatch
+):
+    """The transport itself, in this process, joined to the real cluster: actor 1 sends NaN
+    rewards (as a lying or broken board would); none of its batches is delivered, it is named
+    with why, started again (and dropped again), while actor 0's batches keep coming."""
+    import numpy as np
+
+    from edgerl.config import build_layers, resolve
+    from edgerl.envs import probe
+    from edgerl.fleet.actor import RemoteActor
+    from edgerl.fleet.cluster import Cluster
+    from edgerl.fleet.transport import RayFleet
+    from edgerl.learners.factory import q_network
+
+    class Liar(RemoteActor):  # defined here: Ray sends the class itself to the nodes
+        def __init__(self, config, spec, seed):  # type: ignore[no-untyped-def]
+            super().__init__(config, spec, seed)
+            self.lies = seed % 2 == 1  # actor 1's seeds are odd (3 environments each)
+
+        def collect(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            chunk = super().collect(*args, **kwargs)
+            if self.lies:
+                return chunk._replace(rewards=np.full_like(chunk.rewards, np.nan))
+            return chunk
+
+    class LyingFleet(RayFleet):
+        actor_type = Liar
+
+    for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_COLOR_PREFIX"):
+        monkeypatch.setenv(key, os.environ.get(key, "0"))  # what Cluster.open sets: undone
+    sets = [f"fleet.address={ray_cluster.address}", "fleet.actors=2", "env.num_envs=3"]
+    cfg = resolve(
+        build_layers(
+            None,
+            [*sets, "fleet.resource=edgerl_test", "hw.monitor=false", "display.enabled=false"],
+            {"env.id": "CartPole-v1"},
+            use_system=False,
+        )
+    )
+    spec = probe(cfg.env.id)
+    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
+    cluster = Cluster(cfg.fleet)
+    cluster.open()
+    fleet = LyingFleet(cfg, spec, cluster)
+    delivered: list[int] = []
+    try:
+        fleet.start(weights, 0, seed=0)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            delivered += [chunk.actor for chunk in fleet.receive(1.0)]
+            if delivered.count(0) >= 5 and fleet.slots[1].attempts >= 2:
+                break
+        state = fleet.status()
+    finally:
+        fleet.close()
+    assert delivered.count(0) >= 5 and 1 not in delivered, delivered
+    assert fleet.slots[1].attempts >= 2  # started again after the damaged batch
+    lost = state["actors"][1]["lost"]
+    assert "sent a damaged batch" in lost and "none of it was kept" in lost, lost
+    assert "reward" in lost, lost  # what was wrong: the rewards
+
+
 def test_ctrl_c_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
     run = tmp_path / "run"
     proc = start_train(ray_cluster, run, "--steps", "1000000")
