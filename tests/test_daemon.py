@@ -107,6 +107,7 @@ def service_config(tmp_path: Path, **extra: str) -> Path:
         id = "ALE/Pong-v5"
         num_envs = 2
         [agent]
+        algo = "dqn"
         learning_starts = 100
         batch_size = 8
         train_freq = 16

@@ -99,14 +99,16 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
         )
 
     if "preset" in shortcuts:
-        from edgerl.config.presets import NAMED_PRESETS
+        from edgerl.config.presets import BOARD_PRESET, NAMED_PRESETS
 
         listed = "; ".join(f"{name}: {p.summary}" for name, p in sorted(NAMED_PRESETS.items()))
+        board = f"{BOARD_PRESET}: the one for this machine's class, as the service chooses"
         options.append(
             click.option(
                 "--preset",
-                type=click.Choice(sorted(NAMED_PRESETS)),
-                help=f"A measured recipe (game, learner, settings); --set wins over it. {listed}.",
+                type=click.Choice(sorted([*NAMED_PRESETS, BOARD_PRESET])),
+                help=f"A measured recipe (game, learner, settings); --set wins over it. {listed}; "
+                f"{board}.",
             )
         )
 
@@ -144,12 +146,12 @@ def build_config(
 
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says
-        from edgerl.config.presets import named_preset_layer
+        from edgerl.hw.recipe import preset_layer
         from edgerl.run.quick import quick_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
-        chosen = quick_layer(resolve(layers)) if quick else named_preset_layer(str(preset))
+        chosen = quick_layer(resolve(layers)) if quick else preset_layer(str(preset))
         layers = [*files, chosen, *command_line]
     cfg = resolve(layers)
     return with_game(cfg)
@@ -211,7 +213,7 @@ def default_policy_run() -> Path:
     from edgerl.run.rundir import service_state_dir
     from edgerl.service.daemon import daemon_config
 
-    service_run = Path(daemon_config(None).train.run_dir)
+    service_run = Path(daemon_config(None, recipe=False).train.run_dir)
     roots = [service_state_dir() / "runs", Path("runs")]
     candidates = [service_run] + [
         p.parent for root in roots if root.is_dir() for p in root.glob("*/checkpoints")

@@ -17,7 +17,7 @@ from edgerl.errors import ConfigError
 
 def check_preset_device(name: str, cuda_usable: bool) -> None:
     """Raises ConfigError when preset ``name`` was measured on a CUDA GPU and none is usable."""
-    if NAMED_PRESETS[name].gpu and not cuda_usable:
+    if name in NAMED_PRESETS and NAMED_PRESETS[name].gpu and not cuda_usable:
         cpu_presets = sorted(n for n, p in NAMED_PRESETS.items() if not p.gpu)
         raise ConfigError(
             f"--preset {name} is a recipe for a CUDA GPU and none is usable here; on a CPU "
@@ -89,7 +89,7 @@ def check_fleet(cfg: Config) -> None:
             "actors step their environments together: set env.batch_size to 0 or -1"
         )
     total = fleet_envs(cfg)
-    if info.memory == "replay" and cfg.replay.capacity < total * 16:
+    if info.remote_actors == "steps" and cfg.replay.capacity < total * 16:
         raise ConfigError(
             f"replay.capacity ({cfg.replay.capacity:,}) must hold at least 16 steps per "
             f"environment of the fleet ({fleet.actors} actors x env.num_envs="

@@ -30,9 +30,10 @@ class LearnerInfo:
     # Its unit of learning is made of all its environments' steps (a rollout of env.num_envs):
     # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
     own_num_envs: bool = False
-    # A fleet's remote actors can feed it (edgerl.run.remote): steps into a replay, or, for a
-    # memory of "episodes", members' episodes played from their seeds.
-    remote_actors: bool = False
+    # What a fleet's remote actors send it (edgerl.run.remote): "steps" (batches of steps for
+    # its memory), "members" (the scores of its members' episodes, played from their seeds) or
+    # "" (no remote actors).
+    remote_actors: str = ""
     # Its memory is written the game's own rewards, not the clipped ones learning uses (a
     # genetic algorithm's fitness is the score).
     raw_rewards: bool = False
@@ -99,7 +100,7 @@ GA_PRESETS: dict[str, dict[str, Any]] = {
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
     "dqn": LearnerInfo(
-        "edgerl.learners.dqn", memory="replay", beside_actor="samples", remote_actors=True
+        "edgerl.learners.dqn", memory="replay", beside_actor="samples", remote_actors="steps"
     ),
     "pqn": LearnerInfo(
         "edgerl.learners.pqn",
@@ -113,7 +114,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         "edgerl.learners.ga",
         memory="episodes",
         beside_actor="",
-        remote_actors=True,  # they play members from seeds (edgerl.fleet.members)
+        remote_actors="members",  # they play members from seeds (edgerl.fleet.members)
         raw_rewards=True,
         switches_per_episode=True,
         presets=GA_PRESETS,

@@ -120,6 +120,25 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
         },
         gpu=True,
     ),
+    # pong-gpu's recipe for a Jetson's integrated GPU, not measured on one (no Jetson here): PQN
+    # on the GPU in the lagged pipeline, with the precision PyTorch's checks choose there
+    # (perf.amp auto: bf16 on Orin and Thor, fp16 or fp32 on older boards, as `edgerl doctor`
+    # says). The service picks it on a Jetson, with env.num_envs by the board's memory
+    # (edgerl.hw.recipe).
+    "pong-jetson": NamedPreset(
+        "Pong with PQN on a Jetson's integrated GPU: pong-gpu's recipe, estimated, not measured "
+        "on a board",
+        {
+            "env.id": "ALE/Pong-v5",
+            "agent.algo": "pqn",
+            "env.repeat_action_probability": 0.0,
+            "train.steps": 2_000_000,
+            "agent.eps_decay_steps": 250_000,
+            "eval.every_steps": 250_000,
+            "eval.episodes": 10,
+        },
+        gpu=True,
+    ),
     # DQN's recipe on a desktop GPU, measured on an H100 with 16 cores (docs/runs/pong-h100-dqn):
     # the CPU hour's n-step returns and exploration, 32 environments in ALE's async batches, the
     # learner on its own thread, and 128 samples every 16 env steps (the replay ratio of 32 every
@@ -150,14 +169,21 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
 }
 
 
+# --preset board: the recipe of NAMED_PRESETS this machine's class trains best
+# (edgerl.hw.recipe.preset_layer, which knows the machine; the service uses it when its config
+# chooses no learner).
+BOARD_PRESET = "board"
+
+
 def named_preset_layer(name: str) -> Layer:
-    """The settings of ``--preset name`` as a config layer; raises ConfigError for a name
-    that is not one of :data:`NAMED_PRESETS`."""
+    """The settings of ``--preset name`` as a config layer (naming itself in
+    ``train.recipe``); raises ConfigError for a name that is not one of :data:`NAMED_PRESETS`
+    (``board``: :func:`edgerl.hw.recipe.preset_layer`)."""
     if name not in NAMED_PRESETS:
-        raise ConfigError(
-            f"unknown preset {name!r}; the presets are: {', '.join(sorted(NAMED_PRESETS))}"
-        )
-    return Layer(f"--preset {name}", dict(NAMED_PRESETS[name].values))
+        choices = ", ".join(sorted([*NAMED_PRESETS, BOARD_PRESET]))
+        raise ConfigError(f"unknown preset {name!r}; the presets are: {choices}")
+    values = {**NAMED_PRESETS[name].values, "train.recipe": f"{name} (--preset {name})"}
+    return Layer(f"--preset {name}", values)
 
 
 def apply_presets(cfg: Config, obs_kind: str) -> Config:

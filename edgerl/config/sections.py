@@ -188,6 +188,11 @@ class TrainConfig:
         5.0, "seconds between metrics.csv rows", min=0.1, max=MAX_SECONDS, live=True
     )
     tensorboard: bool = setting(False, "also write TensorBoard events (needs edgerl[tensorboard])")
+    recipe: str = setting(
+        "",
+        "the named recipe these settings came from and why (--preset, or the service's choice "
+        "for this machine); shown by status, changes nothing",
+    )
 
 
 @dataclass

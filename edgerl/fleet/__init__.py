@@ -28,7 +28,7 @@ def open_fleet(cfg: Config, spec: EnvSpec) -> Transport:
     try:
         # A population learner's actors play its members from their seeds; the others' send
         # steps for its memory.
-        members = learner_info(cfg.agent.algo).memory == "episodes"
+        members = learner_info(cfg.agent.algo).remote_actors == "members"
         return (MemberFleet if members else RayFleet)(cfg, spec, cluster)
     except BaseException:
         cluster.close()

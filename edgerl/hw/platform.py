@@ -53,6 +53,7 @@ class Platform:
     l4t: str | None  # e.g. "36.4.4"
     cpu_count: int
     gpu: str  # "integrated Tegra GPU (GR3D)", an NVML device name, or "none"
+    memory_gb: float | None = None  # MemTotal of /proc/meminfo (a Jetson's GPU shares it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,4 +103,11 @@ def detect(root: Path | None = None) -> Platform:
     present = _read(hw_path("/sys/devices/system/cpu/present", root))
     cpus = count_cpus(present) if present else (os.cpu_count() or 1)
     gpu = "integrated Tegra GPU (GR3D)" if is_jetson else (nvml_gpu_name() or "none")
-    return Platform(is_jetson, model, l4t, cpus, gpu)
+    return Platform(is_jetson, model, l4t, cpus, gpu, mem_total_gb(root))
+
+
+def mem_total_gb(root: Path | None = None) -> float | None:
+    """The machine's memory in GiB (``MemTotal`` of /proc/meminfo), or None where unreadable."""
+    text = _read(hw_path("/proc/meminfo", root)) or ""
+    m = re.search(r"^MemTotal:\s+(\d+) kB", text, re.MULTILINE)
+    return int(m[1]) / 2**20 if m else None

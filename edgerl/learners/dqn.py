@@ -27,6 +27,7 @@ from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import (
     indexed,
+    integrated_gpu,
     make_grad_scaler,
     resolve_amp,
     resolve_cuda_graphs,
@@ -116,10 +117,11 @@ class DQN:
         self.scaler = make_grad_scaler() if fp16_scaled else None
         self.fast = FastUpdate(self.update_step, self.q, self.optimizer, cuda_graphs, perf.compile)
         self.losses = LossMeter(device)
-        # Double DQN's online pass over next_obs joins the one over obs on a GPU, where a small
-        # batch is bound by kernel launches; on a CPU the joint backward would cost more than
-        # the second forward saves.
-        self.joint_forward = cfg.double and device.type == "cuda"
+        # Double DQN's online pass over next_obs joins the one over obs on a GPU of its own,
+        # where a small batch is bound by kernel launches; on a CPU the joint backward would
+        # cost more than the second forward saves, and so on a Jetson's integrated GPU, which
+        # its compute bounds at these batches (the reasoning; not measured on a board).
+        self.joint_forward = cfg.double and device.type == "cuda" and not integrated_gpu(device)
         self.per_launch = 1  # updates per call of the learner's CUDA graph (see prepare)
         self.captured_from: Sampler | None = None  # the replay a sampling graph samples
         self.steps_per_unit = self.cfg.train_freq  # one update per train_freq env steps

@@ -210,7 +210,6 @@ class GeneticAlgorithm:
         its job is owed again, to the next taker."""
         self.playing.pop(ticket, None)
 
-
     def kept_genomes(self) -> tuple[int, list[Genome]]:
         """The genomes whose weights a remote actor should keep to play this generation's
         children at one draw of noise each (the parents), with the generation's number."""

@@ -38,11 +38,12 @@ import torch
 from edgerl.config import Config, build_layers, resolve
 from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets, named_preset_layer
+from edgerl.config.presets import apply_presets
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
+from edgerl.hw.recipe import preset_layer
 from edgerl.learners.factory import memory_keeps_steps, q_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
@@ -127,7 +128,7 @@ def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
     layers = build_layers(opts.config_file, use_system=False)
     if opts.preset is not None:  # over the file, under what the bench and --set say
-        layers.append(named_preset_layer(opts.preset))
+        layers.append(preset_layer(opts.preset))
     # --env when given (a shortcut of None is left out: the game of the layers below)
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)

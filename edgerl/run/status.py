@@ -76,6 +76,7 @@ class StatusWriter(Hook):
             "state": self.state,
             "message": self.message,
             "env": run.cfg.env.id,
+            "recipe": run.cfg.train.recipe or None,
             "frames": run.spec.has_frames,  # whether a viewer will ever see a frame of it
             "run_dir": str(run.run_dir),
             "pid": os.getpid(),
@@ -190,7 +191,7 @@ NUMBER = ((int, float), (-1e300, 1e300))
 FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     **dict.fromkeys(
         ("state", "message", "env", "run_dir", "started_at", "updated_at", "checkpoint",
-         "checkpoint_error", "load_line", "clocks", "who_waits"),
+         "checkpoint_error", "load_line", "clocks", "who_waits", "recipe"),
         ((str,), None),
     ),
     **dict.fromkeys(
@@ -392,6 +393,8 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         f"load: {doc.get('load_line') or 'n/a'}",
         f"checkpoint: {checkpoint or 'none yet'}",
     ]
+    if doc.get("recipe"):
+        lines.insert(-1, f"recipe: {doc['recipe']}")
     if doc.get("who_waits"):
         lines.insert(-1, f"balance: {doc['who_waits']}")
     if doc.get("energy_j") is not None:

@@ -35,9 +35,18 @@ STATUS_EVERY_S = 5.0
 LIVE_KEYS = [k for k in keys() if field_info(k)[0].metadata.get("live")]
 
 
-def daemon_config(config_file: Path | None) -> Config:
-    """The service's config: the usual layers, with service defaults for keys nobody set."""
-    cfg = resolve(build_layers(config_file))
+def daemon_config(config_file: Path | None, recipe: bool = True) -> Config:
+    """The service's config: the usual layers, with service defaults for keys nobody set. A
+    config that chooses no learner (``agent.algo``) trains this machine's recipe
+    (:mod:`edgerl.hw.recipe`) under it: what the config sets wins, its game included
+    (``recipe`` False: without it, for commands that need only where the service's run is)."""
+    layers = build_layers(config_file)
+    cfg = resolve(layers)
+    if recipe and "agent.algo" not in cfg.explicit:
+        from edgerl.hw.recipe import board_recipe
+
+        recipe = board_recipe()
+        cfg = resolve([recipe.layer(keep_game="env.id" in cfg.explicit), *layers])
     service_defaults = {
         "hw.max_clocks": True,
         "train.run_dir": str(service_run_dir(cfg.env.id)),

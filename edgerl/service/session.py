@@ -8,6 +8,7 @@ restored and the monitor stopped on every exit path, in reverse order of setting
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from edgerl.run.rundir import run_umask
 from edgerl.run.signals import StopRequest
 from edgerl.run.status import StatusWriter
 from edgerl.run.train import Trainer
+
+log = logging.getLogger(__name__)
 
 
 class LoadHook(Hook):
@@ -86,6 +89,8 @@ def training_session(
     Raises what :class:`Trainer` raises for user errors, before touching the clocks, and
     StoppedDuringSetup when ``stop`` is requested before the trainer is ready.
     """
+    if cfg.train.recipe:  # where the settings came from, before the run says what it does
+        log.info("recipe: %s", cfg.train.recipe)
     session: Session | None = None
     side = SideFiles()  # one record of the side files that cannot be written
     status = StatusWriter(
