@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -86,6 +87,19 @@ def integrated_gpu(device: torch.device) -> bool:
         return bool(torch.cuda.get_device_properties(device).is_integrated)
     except Exception:  # an old torch without the field, or a driver problem: assume separate
         return False
+
+
+def host_event(device: torch.device | None = None) -> torch.cuda.Event:
+    """A CUDA event the host waits on (``synchronize``). On an integrated GPU (a Jetson's) the
+    waiting thread sleeps (``blocking=True``) instead of spinning: the CPU cores are the
+    emulators'. On a GPU of its own it spins, for the lower latency."""
+    device = device if device is not None else torch.device("cuda", torch.cuda.current_device())
+    return torch.cuda.Event(blocking=_integrated(indexed(device)))
+
+
+@functools.lru_cache(maxsize=16)
+def _integrated(device: torch.device) -> bool:
+    return integrated_gpu(device)
 
 
 def torch_default_threads() -> int:

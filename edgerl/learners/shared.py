@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from edgerl.config import AgentConfig
+from edgerl.hw.device import host_event
 
 FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP = 3.0  # forward + backward (twice the forward)
 LOSS_READ_EVERY = 16  # updates between reads of the summed loss from the GPU
@@ -144,7 +145,7 @@ class LossMeter:
         """A non-blocking copy of the sum into pinned memory, and the event that says it landed."""
         host = torch.empty((), dtype=torch.float32, pin_memory=True)
         host.copy_(device_sum, non_blocking=True)
-        landed = torch.cuda.Event()
+        landed = host_event(device_sum.device)
         landed.record()
         return host, landed
 

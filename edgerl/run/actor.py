@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgerl.hw.device import CUDA_GRAPH_WARMUP
+from edgerl.hw.device import CUDA_GRAPH_WARMUP, host_event
 from edgerl.policies.explore import epsilon_greedy, exploration
 
 
@@ -171,7 +171,7 @@ class Actor:
         copy."""
         self.stream = torch.cuda.Stream(priority=-1)  # higher than the learner's
         self._make_buffers(obs_shape, obs_dtype, pin=self.cuda)
-        self._done = torch.cuda.Event()
+        self._done = host_event()  # waited on every step: sleeps on an integrated GPU
         # The buffers and the weights' copies were written on the default stream, which the
         # actor's stream does not follow by itself: the graphs' warm-up, or an actor that acts
         # without graphs at once (a resume past the random phase), would read them unwritten.

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from edgerl.envs import EnvSpec
-from edgerl.hw.device import indexed
+from edgerl.hw.device import host_event, indexed
 from edgerl.memories.budget import action_dtype, available_memory, plan_memory
 from edgerl.memories.replay.sampling import (
     FIRST,
@@ -70,7 +70,7 @@ class _Staging:
         self.buffers = [
             torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin) for _ in range(depth)
         ]
-        self.events = [torch.cuda.Event() if pin else None for _ in range(depth)]
+        self.events = [host_event() if pin else None for _ in range(depth)]
         self.used = [False] * depth
         self.next = 0
         self.waits = 0  # times a buffer's previous copy had not landed yet (the actor waited)
