@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,6 +26,33 @@ def test_pong_frames_are_preprocessed_stacks():
         assert step.obs.shape == (2, 4, 84, 84)
         assert step.rewards.dtype == np.float32
         np.testing.assert_array_equal(step.obs[:, 2], obs[:, 3])  # the stack shifts
+
+
+def ale_threads_cpus(before: set[str]) -> list[str]:
+    """The CPU lists of this process's threads started since ``before`` (ALE's)."""
+    found = []
+    for tid in sorted(set(os.listdir("/proc/self/task")) - before):
+        status = Path(f"/proc/self/task/{tid}/status").read_text()
+        found += [line.split()[1] for line in status.splitlines() if "Cpus_allowed_list" in line]
+    return found
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.parametrize("pin", ["on", "off"])
+def test_pinned_emulator_threads_leave_the_first_cpu_to_the_python_loop(pin):
+    cpus = sorted(os.sched_getaffinity(0))
+    before = set(os.listdir("/proc/self/task"))
+    with make_env(EnvConfig(id="ALE/Pong-v5", num_envs=4, pin_threads=pin)) as env:
+        env.reset(seed=0)
+        lists = ale_threads_cpus(before)
+        assert lists  # ALE's pool started its threads
+        if pin == "on":
+            assert env.threads <= len(cpus) - 1
+            # One CPU each, never the first: that one is the Python loop's.
+            assert all(str(cpus[0]) != cpus_of and "-" not in cpus_of for cpus_of in lists)
+        else:
+            assert all(cpus_of == ",".join(map(str, cpus)) or "-" in cpus_of for cpus_of in lists)
+    assert os.sched_getaffinity(0) == set(cpus)  # the loop's own thread is left as it was
 
 
 @pytest.mark.parametrize("seed", [2**31 - 1, 2**31 + 5, 10**12])

@@ -33,6 +33,12 @@ class EnvConfig:
     threads: int = setting(
         0, "ALE emulator threads (0: one per environment, up to the CPUs)", min=0, max=MAX_THREADS
     )
+    pin_threads: str = setting(
+        "auto",
+        "Atari: keep ALE's threads off the first CPU, for the Python loop: on, off, or auto (on "
+        "with an integrated GPU, a Jetson's, whose cores are the emulators' and the loop's)",
+        choices=("auto", "on", "off"),
+    )
     batch_size: int = setting(
         -1,
         "Atari: act on the first batch_size environments to finish a step while the others "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 from typing import Any
 
@@ -93,11 +94,20 @@ class AleVecEnv(VecEnv):
         from gymnasium.vector import AutoresetMode
 
         threads = cfg.threads or min(cfg.num_envs, usable_cpus())
+        offset = -1  # ALE's threads on any CPU
+        cpus = sorted(os.sched_getaffinity(0))
+        if cfg.pin_threads == "on" and len(cpus) >= 2:
+            if cpus == list(range(cpus[0], cpus[0] + len(cpus))):  # ALE counts from an offset
+                threads = min(threads, len(cpus) - 1)
+                offset = cpus[0] + 1  # thread i on CPU offset + i: the first CPU is the loop's
+            else:
+                log.info("env.pin_threads: the CPUs here are not one range; ALE's threads float")
         self.threads = threads  # the emulator's threads
         batch = cfg.batch_size if 0 < cfg.batch_size < cfg.num_envs else 0
         self._batched = batch > 0
         common: dict[str, Any] = {
             "num_threads": threads,
+            "thread_affinity_offset": offset,
             "repeat_action_probability": cfg.repeat_action_probability,
             "max_num_frames_per_episode": cfg.max_episode_frames,
             "noop_max": cfg.noop_max,
