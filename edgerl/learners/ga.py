@@ -149,9 +149,14 @@ class GeneticAlgorithm:
         return self._population
 
     def describe(self) -> str:
+        played = (
+            "played by the fleet's actors from their seeds"
+            if self.remote
+            else ("in batched forward passes")
+        )
         return (
-            f"{self.device.type}, a population of {self.cfg.population:,} in batched forward "
-            f"passes, generation {self.generation.number}"
+            f"{self.device.type}, a population of {self.cfg.population:,} {played}, "
+            f"generation {self.generation.number}"
         )
 
     def figures(self) -> dict[str, float]:
