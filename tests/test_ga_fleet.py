@@ -38,8 +38,9 @@ def learner_and_actor(*sets: str) -> tuple[GeneticAlgorithm, MemberActor]:
     return ga, MemberActor(cfg.to_dict(), spec.to_dict(), seed=5)
 
 
-def call(ga: GeneticAlgorithm, n: int) -> tuple:
-    """What the fleet sends for ``n`` jobs (as MemberFleet._ask does)."""
+def call(ga: GeneticAlgorithm, n: int, wanted: int | None = None) -> tuple:
+    """What the fleet sends for ``n`` jobs, answered after ``wanted`` episodes (``n``: all)
+    (as MemberFleet._ask does)."""
     jobs = [ga.take() for _ in range(n)]
     tickets = np.array([t for t, _ in jobs], dtype=np.int64)
     version, parents = ga.kept_genomes()
@@ -47,6 +48,7 @@ def call(ga: GeneticAlgorithm, n: int) -> tuple:
         tickets,
         *pack_genomes([g for _, g in jobs]),
         ga.token,
+        n if wanted is None else wanted,
         (version, *pack_genomes(parents)),
     )
 
@@ -70,7 +72,7 @@ def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_th
     assert not ga.playing
     args = call(ga, 8)
     played = actor.play(*args)
-    assert played_problem(played, set(args[0].tolist()), actor.num_envs) is None
+    assert played_problem(played, set(args[0].tolist()), actor.num_envs, 0) is None
     assert len(played.tickets) >= 8 and set(played.tickets.tolist()) <= set(args[0].tolist())
     assert (played.scores == played.lengths).all()  # CartPole: one point per step
     assert played.steps >= played.lengths.sum() and played.steps % actor.num_envs == 0
@@ -85,6 +87,22 @@ def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_th
     out = len(pickle.dumps(args, protocol=5)) / 8
     back = len(pickle.dumps(played, protocol=5)) / len(played.tickets)
     assert out < 300 and back < 200, (out, back)
+
+
+def test_no_environment_waits_idle_when_the_fleet_asks_as_it_does():
+    """An instance's first call brings twice its environments' jobs and every call returns
+    after as many episodes as it has environments: its queue then holds the next jobs all
+    through every call, and no environment steps without a member."""
+    ga, actor = learner_and_actor("ga.population=30")
+    n = actor.num_envs
+    answered = 0
+    for i in range(6):
+        played = actor.play(*call(ga, 2 * n if i == 0 else n, wanted=n))
+        assert len(played.tickets) == n  # each call: one episode per environment
+        settle_all(ga, played)
+        answered += len(played.tickets)
+    assert actor.idle_steps == 0
+    assert len(actor.queue) == 0 and (actor.tickets >= 0).all()  # n under way, none waiting
 
 
 def test_jobs_queued_when_their_generation_ends_are_dropped_unplayed_and_owed_again():
@@ -126,7 +144,7 @@ def test_a_job_released_by_a_lost_actor_is_the_next_one_handed_out():
 def good_answer() -> Played:
     return Played(
         np.array([10, 11]), np.array([3.0, 4.0]), np.array([3, 4]), np.array([0, 1]),
-        np.array([12]), 8,
+        np.array([12]), 16,
     )  # fmt: skip
 
 
@@ -142,11 +160,14 @@ def good_answer() -> Played:
         (lambda p: p._replace(lengths=np.array([0, 4])), "whole numbers of steps"),
         (lambda p: p._replace(scores=np.array([1.0])), "some episodes only"),
         (lambda p: p._replace(tickets=np.array([10.0, 11.0])), "not integers"),
-        (lambda p: p._replace(steps=-1), "step count"),
+        (lambda p: p._replace(steps=-4), "step count"),
+        (lambda p: p._replace(steps=6), "step count"),  # not whole steps of its 4 environments
+        (lambda p: p._replace(steps=True), "step count"),
+        (lambda p: p._replace(lengths=np.array([3, 9])), "longer than all its steps"),
         (lambda p: p._replace(scores=np.zeros((2, 1))), "one-dimensional"),
     ],
 )
 def test_a_damaged_answer_is_refused_with_what_is_wrong(damage, words):
     outstanding = {10, 11, 12}
-    assert played_problem(good_answer(), outstanding, 4) is None
-    assert words in played_problem(damage(good_answer()), outstanding, 4)
+    assert played_problem(good_answer(), outstanding, 4, 0) is None
+    assert words in played_problem(damage(good_answer()), outstanding, 4, 0)

@@ -46,8 +46,11 @@ def test_the_service_trains_the_machines_recipe_when_its_config_chooses_no_learn
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("EDGERL_HW_ROOT", str(BOARDS / "nano_jp4"))  # a Nano without its GPU
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as here, on a GPU too
     silent = tmp_path / "silent.toml"
-    silent.write_text('[env]\nid = "ALE/Breakout-v5"\n[train]\nsteps = 5000\n')
+    silent.write_text(
+        f'[env]\nid = "ALE/Breakout-v5"\n[train]\nsteps = 5000\nrun_dir = "{tmp_path / "new"}"\n'
+    )
     cfg = daemon_config(silent)
     assert cfg.agent.algo == "pqn" and cfg.env.repeat_action_probability == 0.0
     assert cfg.env.id == "ALE/Breakout-v5" and cfg.train.steps == 5000  # the file wins
@@ -57,6 +60,16 @@ def test_the_service_trains_the_machines_recipe_when_its_config_chooses_no_learn
     own = daemon_config(chosen)
     assert own.agent.algo == "dqn" and own.train.recipe == ""  # a learner chosen: no recipe
     assert own.env.repeat_action_probability == 0.25
+    # A service set up before recipes goes on with its run as it was configured: a run there
+    # trained without a recipe keeps the defaults' learner (its checkpoint's).
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.toml").write_text('[agent]\nalgo = "dqn"\n[train]\nrecipe = ""\n')
+    silent.write_text(f'[train]\nrun_dir = "{old}"\n')
+    assert daemon_config(silent).agent.algo == "dqn" and daemon_config(silent).train.recipe == ""
+    # One trained with the recipe keeps it.
+    (old / "config.toml").write_text('[train]\nrecipe = "pong-cpu (no CUDA GPU)"\n')
+    assert daemon_config(silent).agent.algo == "pqn"
 
 
 def test_preset_board_names_the_recipe_and_status_shows_it():

@@ -528,6 +528,23 @@ def test_silent_and_half_sent_connections_are_closed(served):
     assert served.get("/api/runs")[0] == 200  # and the page answers as before
 
 
+@pytest.mark.parametrize(
+    ("peer", "key"),
+    [
+        (("192.0.2.7", 5000), "192.0.2.7"),
+        (("2001:db8:1:2:aaaa::1", 5000, 0, 0), "2001:db8:1:2::/64"),
+        (("2001:db8:1:2:ffff::9", 5001, 0, 0), "2001:db8:1:2::/64"),  # the same host's /64
+        (("::ffff:192.0.2.7", 5000, 0, 0), "192.0.2.7"),  # IPv4 on a dual-stack socket
+        (("fe80::1%eth0", 5000, 0, 2), "fe80::/64"),
+        (None, "?"),
+    ],
+)
+def test_a_connection_counts_against_its_address_or_its_ipv6_64(peer, key):
+    from edgerl.serve.server import peer_key
+
+    assert peer_key(peer) == key
+
+
 def test_one_address_cannot_hold_every_connection(served):
     """Connections from one address beyond PER_ADDRESS_CONNECTIONS are closed at once; another
     address is served meanwhile, and the first again once its connections close."""

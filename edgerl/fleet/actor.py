@@ -45,7 +45,7 @@ class RemoteActor:
         # Ray gives an actor as many threads as CPUs it reserved; a small forward pass needs one.
         torch.set_num_threads(max(1, int(cfg.fleet.cpus_per_actor)))
         self.net = q_network(cfg, self.spec).to(self.device).eval().requires_grad_(False)
-        self.env = make_env(dataclasses.replace(cfg.env, batch_size=0), self.spec)
+        self.env = make_env(actor_env_config(cfg, self.device), self.spec)
         self.num_envs = self.env.num_envs
         self.rng = np.random.default_rng(seed)
         self.obs = self.env.reset(seed=seed)
@@ -146,3 +146,13 @@ def where_am_i() -> dict[str, Any]:
         "ip": ray.util.get_node_ip_address(),
         "pid": os.getpid(),
     }
+
+
+def actor_env_config(cfg: Any, device: Any) -> Any:
+    """The learner's ``[env]`` as an actor on another board steps it: its environments in
+    lockstep (ALE's async mode is for a learner beside them), its threads pinned by this
+    board's CPUs and GPU (``env.pin_threads`` auto, unless the learner's config set it)."""
+    from edgerl.hw.device import resolve_pin_threads
+
+    pin = resolve_pin_threads(cfg.env.pin_threads, device)
+    return dataclasses.replace(cfg.env, batch_size=0, pin_threads=pin)

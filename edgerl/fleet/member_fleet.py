@@ -1,10 +1,13 @@
 """The fleet of a population learner (the genetic algorithm): ``fleet.actors`` Ray actors
 (:class:`~edgerl.fleet.members.MemberActor`) that play members' episodes from their seeds.
 
-The learner is the source of jobs (:class:`JobSource`): each call to an actor carries
-``env.num_envs`` new jobs (tickets and genomes), the generation they were taken in and, when the
-parents changed, the genomes whose weights to keep; it comes back with the episodes that ended.
-Each actor has ``fleet.max_inflight`` calls in flight, so it always has the next jobs queued.
+The learner is the source of jobs (:class:`JobSource`): each call to an actor carries new jobs
+(tickets and genomes: twice ``env.num_envs`` in an instance's first call, ``env.num_envs`` after),
+the generation they were taken in and, when the parents changed, the genomes whose weights to
+keep; it comes back once ``env.num_envs`` episodes ended, so the actor's queue holds its
+environments' next jobs all through a call (:mod:`edgerl.fleet.members`). The episodes are
+settled with the learner before the actor is asked again, so the next jobs are the new
+generation's when an answer ended the last.
 Actors are started, lost, named and started again as the step fleet's are
 (:class:`~edgerl.fleet.transport.RayFleet`); a lost actor's jobs, played or queued, go back to
 the learner, which hands them to the next taker: no member goes without its episode.
@@ -35,6 +38,8 @@ class JobSource(Protocol):
 
     def take(self) -> tuple[int, tuple[int, ...]]: ...
 
+    def settle(self, ticket: int, score: float, length: int) -> None: ...
+
     def release(self, ticket: int) -> None: ...
 
     def kept_genomes(self) -> tuple[int, list[tuple[int, ...]]]: ...
@@ -51,6 +56,8 @@ class MemberFleet(RayFleet):
         self.source: JobSource | None = None
         self.outstanding: dict[int, set[int]] = {s.index: set() for s in self.slots}
         self.kept_sent: dict[int, int] = {}  # each slot's instance: the parents' version sent
+        self.calls: dict[int, int] = {}  # each slot's instance: calls made to it
+        self.vector_steps: dict[int, int] = {}  # each slot's instance: its vector steps so far
         self.bytes_out = 0
         self.bytes_back = 0
         self.members_played = 0
@@ -67,21 +74,28 @@ class MemberFleet(RayFleet):
         )
 
     def receive_members(self, timeout_s: float) -> list[Played]:
-        """The episodes that ended (each answer's tickets are the learner's), after waiting up
-        to ``timeout_s`` for the first answer; asks each actor that answered for more."""
+        """The episodes that ended, settled with the learner (each answer's environments the
+        learner's ids), after waiting up to ``timeout_s`` for the first answer; asks each actor
+        that answered for more."""
+        source = self.source
+        assert source is not None
         answers = []
         for slot, played in self._arrivals(timeout_s):
-            problem = played_problem(played, self.outstanding[slot.index], self.per_actor)
+            i = slot.index
+            steps_so_far = self.vector_steps.get(i, 0) * self.per_actor
+            problem = played_problem(played, self.outstanding[i], self.per_actor, steps_so_far)
             if problem is not None:
                 self._lose(slot, DamagedBatchError(problem))
                 continue
+            self.vector_steps[i] = self.vector_steps.get(i, 0) + played.steps // self.per_actor
             self.bytes_back += len(pickle.dumps(played, protocol=5))
-            done = set(played.tickets.tolist()) | set(played.dropped.tolist())
-            self.outstanding[slot.index] -= done
+            self.outstanding[i] -= set(played.tickets.tolist()) | set(played.dropped.tolist())
             self.members_played += len(played.tickets)
-            assert self.source is not None
+            episodes = (played.tickets.tolist(), played.scores.tolist(), played.lengths.tolist())
+            for ticket, score, length in zip(*episodes, strict=True):
+                source.settle(ticket, score, length)
             for ticket in played.dropped.tolist():
-                self.source.release(ticket)
+                source.release(ticket)
             self._delivered(slot, played.steps)
             answers.append(played._replace(envs=slot.envs[played.envs]))
             self._ask(slot)
@@ -100,14 +114,19 @@ class MemberFleet(RayFleet):
     # -- the actors -----------------------------------------------------------------------
 
     def _launch(self, slot: Slot) -> None:
-        self.kept_sent.pop(slot.index, None)  # a new instance keeps nothing yet
+        for held in (self.kept_sent, self.calls, self.vector_steps):
+            held.pop(slot.index, None)  # a new instance: nothing kept, asked or played yet
         super()._launch(slot)
 
     def _ask(self, slot: Slot) -> None:
-        """``env.num_envs`` more jobs for ``slot``'s actor (and the parents, if newer)."""
+        """More jobs for ``slot``'s actor (twice ``env.num_envs`` in its first call, then
+        ``env.num_envs``), and the parents if newer; it answers after ``env.num_envs``
+        episodes."""
         source = self.source
         assert source is not None
-        jobs = [source.take() for _ in range(self.per_actor)]
+        first = self.calls.get(slot.index, 0) == 0
+        self.calls[slot.index] = self.calls.get(slot.index, 0) + 1
+        jobs = [source.take() for _ in range(self.per_actor * (2 if first else 1))]
         tickets = np.array([t for t, _ in jobs], dtype=np.int64)
         seeds, lengths = pack_genomes([g for _, g in jobs])
         kept = None
@@ -115,7 +134,7 @@ class MemberFleet(RayFleet):
         if self.kept_sent.get(slot.index, -1) < version:
             kept = (version, *pack_genomes(parents))
             self.kept_sent[slot.index] = version
-        args = (tickets, seeds, lengths, source.token, kept)
+        args = (tickets, seeds, lengths, source.token, self.per_actor, kept)
         self.bytes_out += len(pickle.dumps(args, protocol=5))
         self.outstanding[slot.index] |= set(tickets.tolist())
         ref = slot.handle.play.remote(*args)
@@ -131,10 +150,14 @@ class MemberFleet(RayFleet):
         super()._lose(slot, error)
 
 
-def played_problem(played: Any, outstanding: set[int], num_envs: int) -> str | None:
+def played_problem(
+    played: Any, outstanding: set[int], num_envs: int, steps_before: int
+) -> str | None:
     """Why an actor's answer must not be used (None: it may): every field of the type and shape
     asked, each ticket one the actor was given and not answered yet, environments it has,
-    finite scores and lengths of at least one step."""
+    finite scores, a step count of whole vector steps, and episode lengths of at least one step
+    and at most the vector steps its instance has taken (``steps_before`` env steps before this
+    answer)."""
     if not isinstance(played, Played):
         return f"it answered a {type(played).__name__}, not the episodes it played"
     arrays = (played.tickets, played.scores, played.lengths, played.envs, played.dropped)
@@ -152,8 +175,11 @@ def played_problem(played: Any, outstanding: set[int], num_envs: int) -> str | N
         return "it answered for episodes it was not given"
     if played.scores.dtype.kind != "f" or not np.isfinite(played.scores).all():
         return "its scores are not finite numbers"
+    steps = played.steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0 or steps % num_envs:
+        return f"its step count is not a whole number of steps of its {num_envs} environments"
     if played.lengths.dtype.kind != "i" or (played.lengths < 1).any():
         return "its episode lengths are not whole numbers of steps"
-    if not isinstance(played.steps, int) or played.steps < 0:
-        return "its step count is not a whole number"
+    if (played.lengths > (steps_before + steps) // num_envs).any():
+        return "it played episodes longer than all its steps"
     return None

@@ -7,11 +7,13 @@ noise per child), and plays one whole episode with it in one of its environments
 the network is a few bytes per seed out and about twenty back per member, where a step-collecting
 actor sends every frame.
 
-The actor keeps a queue of jobs between calls: each call adds the learner's new jobs and returns
-once as many episodes have ended (or nothing is left to play), so its environments start their
-next job the step their episode ends. An environment with nothing to play goes on with the member
-it had until its episode ends (those steps count for nobody); a job waiting in the queue when its
-generation ended is dropped unplayed and its ticket sent back.
+The actor keeps a queue of jobs between calls and steps its environments only inside a call.
+An instance's first call brings twice as many jobs as it has environments, each later call as
+many, and every call returns once as many episodes have ended as it has environments: so the
+queue holds the environments' next jobs all through a call, and an environment starts its next
+member the step its episode ends. Should the queue run dry all the same, an environment goes on
+with the member it had until its episode ends (those steps count for nobody). A job waiting in
+the queue when its generation ended is dropped unplayed and its ticket sent back.
 
 :class:`MemberActor` is a plain class (the transport makes it a Ray actor), so tests and the
 benchmark run it without Ray too.
@@ -19,14 +21,13 @@ benchmark run it without Ray too.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from edgerl.fleet.actor import where_am_i
+from edgerl.fleet.actor import actor_env_config, where_am_i
 
 
 class Played(NamedTuple):
@@ -73,7 +74,7 @@ class MemberActor:
         torch.set_num_threads(max(1, int(cfg.fleet.cpus_per_actor)))
         net = q_network(cfg, self.spec).eval().requires_grad_(False)
         self.genomes = Genomes(net, cfg.ga.sigma)
-        self.env = make_env(dataclasses.replace(cfg.env, batch_size=0), self.spec)
+        self.env = make_env(actor_env_config(cfg, torch.device("cpu")), self.spec)
         self.num_envs = n = self.env.num_envs
         self.population = Population(net, n, torch.device("cpu"))
         self.obs = self.env.reset(seed=seed)
@@ -83,6 +84,7 @@ class MemberActor:
         self.score = np.zeros(n, dtype=np.float64)
         self.length = np.zeros(n, dtype=np.int64)
         self.kept_version = -1  # the learner's generation whose parents are kept
+        self.idle_steps = 0  # env steps of environments that had no job (they count for nobody)
         self.busy_s = 0.0
 
     def where(self) -> dict[str, Any]:
@@ -95,11 +97,13 @@ class MemberActor:
         seeds: np.ndarray,
         lengths: np.ndarray,
         token: int,
+        wanted: int,
         kept: tuple[int, np.ndarray, np.ndarray] | None = None,
     ) -> Played:
         """Queue the jobs ``tickets`` (genomes packed by :func:`pack_genomes`), taken in
-        generation ``token``, and play until as many episodes have ended. ``kept`` (a
-        generation's number and its parents, packed) replaces the weights kept when newer."""
+        generation ``token``, and play until ``wanted`` episodes have ended (or nothing is left
+        to play). ``kept`` (a generation's number and its parents, packed) replaces the weights
+        kept when newer."""
         started = time.perf_counter()
         if kept is not None and kept[0] > self.kept_version:
             self.genomes.keep(unpack_genomes(kept[1], kept[2]))
@@ -111,7 +115,7 @@ class MemberActor:
         ended: list[tuple[int, float, int, int]] = []
         steps = 0
         self._start_jobs()
-        while len(ended) < len(tickets) and (self.queue or (self.tickets >= 0).any()):
+        while len(ended) < wanted and (self.queue or (self.tickets >= 0).any()):
             steps += self._step(ended)
             self._start_jobs()
         self.busy_s += time.perf_counter() - started
@@ -141,6 +145,7 @@ class MemberActor:
 
         with torch.no_grad():
             q = self.population(torch.from_numpy(self.obs), self.population.every_env)
+        self.idle_steps += int(np.count_nonzero(self.tickets < 0))
         result = self.env.step(q.argmax(dim=1).numpy())
         self.obs = result.obs
         self.score += result.rewards

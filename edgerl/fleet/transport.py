@@ -94,6 +94,8 @@ class RayFleet:
         self.received = 0
         self._owner: dict[Any, Slot] = {}  # each ObjectRef in flight -> its slot
         self._config, self._spec = cfg.to_dict(), spec.to_dict()
+        if "env.pin_threads" not in cfg.explicit:  # each board decides by its own CPUs and GPU
+            self._config["env"]["pin_threads"] = "auto"
         self._actor_class = self.ray.remote(
             num_cpus=fleet.cpus_per_actor,
             num_gpus=fleet.gpus_per_actor,

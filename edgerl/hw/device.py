@@ -89,6 +89,14 @@ def integrated_gpu(device: torch.device) -> bool:
         return False
 
 
+def resolve_pin_threads(setting: str, device: torch.device) -> str:
+    """``env.pin_threads`` made "on" or "off": auto is on with an integrated GPU (a Jetson's:
+    its cores are the emulators' and the Python loop's) and three CPUs or more."""
+    if setting != "auto":
+        return setting
+    return "on" if integrated_gpu(device) and usable_cpus() >= 3 else "off"
+
+
 def host_event(device: torch.device | None = None) -> torch.cuda.Event:
     """A CUDA event the host waits on (``synchronize``). On an integrated GPU (a Jetson's) the
     waiting thread sleeps (``blocking=True``) instead of spinning: the CPU cores are the

@@ -28,10 +28,11 @@ environments as their episodes end. The next generation's children need only the
 they play while the previous generation's candidates play for the elite (member 0, whose
 fitness is then its candidate episodes): one phase per generation. Once every job of a
 generation is under way, an environment that comes free plays another episode of the job
-furthest behind (a fitness is the mean of a member's episodes), so no environment waits idle
-for the generation's last episode; an episode still under way when its generation ends counts
-for nobody (``wasted_steps``). An episode counts for
-its member only if it started with that member: the loop records a step before acting on the
+furthest behind, of equals the one with the fewest episodes in (a job still under way elsewhere
+before a member already scored; a fitness is the mean of a member's episodes), so no
+environment waits idle for the generation's last episode; an episode still under way when its
+generation ends counts for nobody (``wasted_steps``). An episode counts for its member only if
+it started with that member: the loop records a step before acting on the
 next (the registry line says ``switches_per_episode``), so the first action of an episode comes
 from the member it was handed to.
 """
@@ -261,15 +262,19 @@ class GeneticAlgorithm:
 
     def _next_job(self) -> int:
         """The next job to hand out: one not handed out yet, else another episode of the job
-        furthest behind what it needs (its mean gets surer, where an environment would
-        otherwise wait for the generation's last episodes)."""
+        furthest behind what it needs (an environment would otherwise wait for the generation's
+        last episodes); of equals, one with the fewest episodes in (a job still under way, on a
+        slow or lost actor, before a member already scored, whose mean only gets surer), then
+        the first."""
         if self.pending:
             return self.pending.popleft()
         owed = self._owed()
         for token, playing in self.playing.values():
             if token == self.token:
                 owed[playing] -= 1
-        return int(np.argmax(owed))  # the first of equals
+        g = self.generation
+        played = np.array([len(r) for r in g.scores + g.trials], dtype=np.int64)
+        return int(np.lexsort((np.arange(len(owed)), played, -owed))[0])
 
     def _hand_out(self, env: int) -> None:
         """Give environment ``env`` (here) its next job."""

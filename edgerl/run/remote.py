@@ -65,19 +65,11 @@ def run_remote(run: ActingRun, transport: Transport, total: int) -> None:
 def run_members(run: ActingRun, fleet: Any, total: int) -> None:
     """A population learner's loop (``fleet``: :class:`~edgerl.fleet.member_fleet.MemberFleet`):
     the actors take the learner's jobs (a member's seeds each) and send back each episode's
-    score and length; the learner settles them (a generation may end inside) and the run counts
-    every env step the actors took, their idle environments' too."""
-    learner = run.learner
-    fleet.start_members(learner, seed=run.cfg.env.seed + run.step)
+    score and length, which the fleet settles with the learner (a generation may end inside);
+    the run counts every env step the actors took, their idle environments' too."""
+    fleet.start_members(run.learner, seed=run.cfg.env.seed + run.step)
     while run.step < total and not run.stop_requested:
         for played in fleet.receive_members(TICK_EVERY_S):
-            for ticket, score, length in zip(
-                played.tickets.tolist(),
-                played.scores.tolist(),
-                played.lengths.tolist(),
-                strict=True,
-            ):
-                learner.settle(ticket, score, length)
             run.record_episodes(played.scores, played.lengths, played.envs, played.steps)
         run.tick()
 

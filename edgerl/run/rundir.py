@@ -194,18 +194,24 @@ class RunDir:
             self._lock_fd = None
 
 
-def run_env(run_dir: Path) -> dict[str, Any]:
-    """The ``[env]`` table of the run kept in ``run_dir`` (from its config.toml); empty when
-    there is none or it is damaged."""
+def run_section(run_dir: Path, section: str) -> dict[str, Any] | None:
+    """The ``[section]`` table of the run kept in ``run_dir`` (from its config.toml): None when
+    there is no run's config there or it is damaged, empty when it has no such table."""
     from edgerl.config.parse import parse_toml_file
     from edgerl.errors import ConfigError
 
     try:
         saved = parse_toml_file(run_dir / "config.toml")
-    except ConfigError:  # missing or damaged: the game is not known
-        return {}
-    env = saved.get("env")
-    return env if isinstance(env, dict) else {}  # the file may be damaged
+    except ConfigError:  # missing or damaged: nothing is known of it
+        return None
+    table = saved.get(section, {})
+    return table if isinstance(table, dict) else {}  # the file may be damaged
+
+
+def run_env(run_dir: Path) -> dict[str, Any]:
+    """The ``[env]`` table of the run kept in ``run_dir`` (from its config.toml); empty when
+    there is none or it is damaged."""
+    return run_section(run_dir, "env") or {}
 
 
 def run_game(run_dir: Path) -> str | None:

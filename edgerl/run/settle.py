@@ -21,13 +21,12 @@ from edgerl.config.learners import learner_info
 from edgerl.config.presets import apply_presets
 from edgerl.envs import EnvSpec, probe
 from edgerl.errors import ConfigError
-from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.device import (
     configure_for_training,
-    integrated_gpu,
     resolve_amp,
     resolve_cuda_graphs,
     resolve_device,
+    resolve_pin_threads,
 )
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
 from edgerl.run.autotune import Choice, autotune_config
@@ -66,9 +65,7 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
             torch.cuda.empty_cache()
     run_dir = cfg.train.run_dir or str(default_run_dir(spec.short_name))
     batch = 0 if cfg.fleet.actors else resolve_env_batch(cfg, spec, device)
-    pin = cfg.env.pin_threads
-    if pin == "auto":  # a Jetson's cores are the emulators' and the loop's: keep one for it
-        pin = "on" if integrated_gpu(device) and usable_cpus() >= 3 else "off"
+    pin = resolve_pin_threads(cfg.env.pin_threads, device)
     cfg = with_values(
         cfg, {"train.run_dir": run_dir, "env.batch_size": batch, "env.pin_threads": pin}
     )

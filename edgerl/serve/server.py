@@ -10,6 +10,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import signal
@@ -30,9 +31,9 @@ log = logging.getLogger(__name__)
 # connections stopped the page and /metrics for everyone before any token was asked for).
 IDLE_S = 15.0
 BAD_REQUEST_NOTE_S = 60.0  # malformed requests are said at most once a minute, with a count
-# Open connections at once: from one address, and in all (the unit's LimitNOFILE is 8,192). A
-# browser opens about six to a host, and the page's game streams are capped at 32; beyond these
-# a new connection is closed at once, so no one address can hold every socket.
+# Open connections at once: from one address (an IPv6 /64), and in all (the unit's LimitNOFILE
+# is 8,192). A browser opens about six to a host, and the page's game streams are capped at 32;
+# beyond these a new connection is closed at once, so no one address can hold every socket.
 PER_ADDRESS_CONNECTIONS = 64
 ALL_CONNECTIONS = 1024
 
@@ -74,6 +75,22 @@ class ConnectionCap:
             del self.open[address]
 
 
+def peer_key(peer: object) -> str:
+    """What one connection counts against: its IPv4 address, or its IPv6 address's /64 (one
+    host is given a /64 and may use any address in it)."""
+    if not isinstance(peer, tuple) or not peer:
+        return "?"
+    try:
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+    except ValueError:
+        return str(peer[0])
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # IPv4 on a dual-stack socket
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
 class _Capped(asyncio.Protocol):
     """One connection: admitted (and handed to aiohttp's handler) or closed at once."""
 
@@ -83,8 +100,7 @@ class _Capped(asyncio.Protocol):
         self.address = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        self.address = peer_key(transport.get_extra_info("peername"))
         if not self.cap.admit(self.address):
             transport.abort()
             return

@@ -24,7 +24,7 @@ from edgerl.config import Config, build_layers, field_info, keys, resolve, with_
 from edgerl.errors import EdgerlError
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats, progress_fields
-from edgerl.run.rundir import service_run_dir
+from edgerl.run.rundir import run_section, service_run_dir
 from edgerl.run.train import Trainer
 from edgerl.service.logs import set_level, setup_service_logging
 from edgerl.service.notify import Notifier, watchdog_interval_s
@@ -42,16 +42,27 @@ def daemon_config(config_file: Path | None, recipe: bool = True) -> Config:
     (``recipe`` False: without it, for commands that need only where the service's run is)."""
     layers = build_layers(config_file)
     cfg = resolve(layers)
-    if recipe and "agent.algo" not in cfg.explicit:
+    if recipe and takes_recipe(cfg):
         from edgerl.hw.recipe import board_recipe
 
-        recipe = board_recipe()
-        cfg = resolve([recipe.layer(keep_game="env.id" in cfg.explicit), *layers])
+        chosen = board_recipe()
+        cfg = resolve([chosen.layer(keep_game="env.id" in cfg.explicit), *layers])
     service_defaults = {
         "hw.max_clocks": True,
         "train.run_dir": str(service_run_dir(cfg.env.id)),
     }
     return with_values(cfg, {k: v for k, v in service_defaults.items() if k not in cfg.explicit})
+
+
+def takes_recipe(cfg: Config) -> bool:
+    """Whether the service trains this machine's recipe: its config sets no learner, and its
+    run directory holds no run trained without a recipe (a service set up before recipes goes
+    on with the run it has, as it was configured)."""
+    if "agent.algo" in cfg.explicit:
+        return False
+    run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else service_run_dir(cfg.env.id)
+    saved = run_section(run_dir, "train")
+    return saved is None or bool(saved.get("recipe"))
 
 
 def live_changes(
