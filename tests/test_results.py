@@ -145,9 +145,12 @@ def test_the_command_of_a_row_is_what_its_config_says(cli):
         assert r.code == 0, r.err
         shown = tomllib.loads(r.out)
         saved = tomllib.loads((run_dir(row) / "config.toml").read_text())
-        # env.batch_size = -1 (auto) is resolved by the trainer for its device
+        # env.batch_size = -1 and env.pin_threads (auto) are resolved by the trainer for its
+        # device (a run from before pin_threads has none)
         assert shown["env"].pop("batch_size") == -1
         saved["env"].pop("batch_size")
+        assert shown["env"].pop("pin_threads") == "auto"
+        saved["env"].pop("pin_threads", None)
         if "make_kwargs" not in saved["env"]:  # a run from before the key: gymnasium's defaults
             assert shown["env"].pop("make_kwargs") == {}
         for section in ("env", "agent", "pqn", "eval"):
