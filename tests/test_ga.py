@@ -158,10 +158,9 @@ def test_free_environments_play_more_episodes_and_late_ones_count_for_nobody():
     script.episode()  # 3 environments, 4 members: env 0's next job is the last new one
     assert ga.playing[0] == (ga.token, 3) and not ga.pending
     script.episode()
-    # Env 1 comes free with every member played or under way once: it does not wait idle for
-    # the generation's last episodes but plays the first member with no episode in yet (member
-    # 2, still under way in env 2: whichever ends first scores it), not a scored one again.
-    assert ga.playing[1] == (ga.token, 2)
+    # Env 1 comes free with every member played or under way once: it plays member 0 again
+    # (the first of the fewest), it does not wait idle for the generation's last episodes.
+    assert ga.playing[1] == (ga.token, 0)
     script.until_generation(1)
     late = [env for env, (token, _) in ga.playing.items() if token != ga.token]
     assert late  # episodes of generation 0 still under way

@@ -50,7 +50,7 @@ def call(ga: GeneticAlgorithm, n: int, wanted: int | None = None) -> tuple:
         ga.token,
         n if wanted is None else wanted,
         (version, *pack_genomes(parents)),
-    )
+    )  # max_seconds: the actor's default, no limit
 
 
 def settle_all(ga: GeneticAlgorithm, played: Played) -> None:
@@ -89,20 +89,25 @@ def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_th
     assert out < 300 and back < 200, (out, back)
 
 
-def test_no_environment_waits_idle_when_the_fleet_asks_as_it_does():
-    """An instance's first call brings twice its environments' jobs and every call returns
-    after as many episodes as it has environments: its queue then holds the next jobs all
-    through every call, and no environment steps without a member."""
+@pytest.mark.parametrize("max_seconds", [float("inf"), 0.0])
+def test_no_environment_waits_idle_when_the_fleet_asks_as_it_does(max_seconds):
+    """An instance's first call brings twice its environments' jobs, each later one as many as
+    the last answer gave back, and a call returns after as many episodes as it has
+    environments (or at its time limit: 0, a single step): it holds twice its environments'
+    jobs all through, and no environment steps without a member."""
     ga, actor = learner_and_actor("ga.population=30")
     n = actor.num_envs
-    answered = 0
-    for i in range(6):
-        played = actor.play(*call(ga, 2 * n if i == 0 else n, wanted=n))
-        assert len(played.tickets) == n  # each call: one episode per environment
+    refill, answered = 2 * n, 0
+    for _ in range(6 if max_seconds else 400):  # 0: one step a call
+        played = actor.play(*call(ga, refill, wanted=n), max_seconds)
+        if max_seconds:
+            assert len(played.tickets) == n  # one episode per environment each call
         settle_all(ga, played)
+        refill = len(played.tickets) + len(played.dropped)
         answered += len(played.tickets)
-    assert actor.idle_steps == 0
-    assert len(actor.queue) == 0 and (actor.tickets >= 0).all()  # n under way, none waiting
+        held = len(actor.queue) + int((actor.tickets >= 0).sum())
+        assert held == 2 * n - refill  # the next call's refill makes it twice n again
+    assert actor.idle_steps == 0 and answered > 0
 
 
 def test_jobs_queued_when_their_generation_ends_are_dropped_unplayed_and_owed_again():
@@ -139,6 +144,15 @@ def test_a_job_released_by_a_lost_actor_is_the_next_one_handed_out():
     assert genome == lost_genome and ticket not in [t for t, _ in taken]
     ga.settle(lost_ticket, 99.0, 5)  # an answer of the lost actor arriving late counts for none
     assert not any(ga.generation.scores)
+
+
+def test_a_job_a_slow_actor_holds_goes_before_scored_members_are_played_again():
+    ga, _ = learner_and_actor("ga.population=6")
+    taken = [ga.take() for _ in range(6)]  # every member's first episode handed out
+    for ticket, _ in taken[:4] + taken[5:]:
+        ga.settle(ticket, 10.0, 10)  # all scored but member 4, whose board is slow
+    slow = taken[4][1]
+    assert ga.take()[1] == slow  # played again elsewhere: the generation need not wait for it
 
 
 def good_answer() -> Played:

@@ -2,10 +2,11 @@
 (:class:`~edgerl.fleet.members.MemberActor`) that play members' episodes from their seeds.
 
 The learner is the source of jobs (:class:`JobSource`): each call to an actor carries new jobs
-(tickets and genomes: twice ``env.num_envs`` in an instance's first call, ``env.num_envs`` after),
-the generation they were taken in and, when the parents changed, the genomes whose weights to
-keep; it comes back once ``env.num_envs`` episodes ended, so the actor's queue holds its
-environments' next jobs all through a call (:mod:`edgerl.fleet.members`). The episodes are
+(tickets and genomes: twice ``env.num_envs`` in an instance's first call, then as many as the
+last answer gave back), the generation they were taken in and, when the parents changed, the
+genomes whose weights to keep; it comes back once ``env.num_envs`` episodes ended or after
+:data:`ANSWER_EVERY_S`, so the actor holds twice its environments' jobs all through
+(:mod:`edgerl.fleet.members`). One call is in flight per actor. The episodes are
 settled with the learner before the actor is asked again, so the next jobs are the new
 generation's when an answer ended the last.
 Actors are started, lost, named and started again as the step fleet's are
@@ -29,6 +30,8 @@ from edgerl.fleet.transport import DamagedBatchError, RayFleet, Slot
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
+
+ANSWER_EVERY_S = 1.0  # an actor answers at least this often (Atari episodes run for minutes)
 
 
 class JobSource(Protocol):
@@ -56,7 +59,7 @@ class MemberFleet(RayFleet):
         self.source: JobSource | None = None
         self.outstanding: dict[int, set[int]] = {s.index: set() for s in self.slots}
         self.kept_sent: dict[int, int] = {}  # each slot's instance: the parents' version sent
-        self.calls: dict[int, int] = {}  # each slot's instance: calls made to it
+        self.refill: dict[int, int] = {}  # each slot's instance: jobs its last answer gave back
         self.vector_steps: dict[int, int] = {}  # each slot's instance: its vector steps so far
         self.bytes_out = 0
         self.bytes_back = 0
@@ -98,6 +101,7 @@ class MemberFleet(RayFleet):
                 source.release(ticket)
             self._delivered(slot, played.steps)
             answers.append(played._replace(envs=slot.envs[played.envs]))
+            self.refill[i] = len(played.tickets) + len(played.dropped)
             self._ask(slot)
         return answers
 
@@ -113,20 +117,24 @@ class MemberFleet(RayFleet):
 
     # -- the actors -----------------------------------------------------------------------
 
+    def calls_in_flight(self) -> int:
+        """One: an actor steps only inside a call and holds a round of jobs beyond its
+        environments already, so a second call in flight would only take more of the
+        generation's jobs ahead (played late, or dropped when the generation ends)."""
+        return 1
+
     def _launch(self, slot: Slot) -> None:
-        for held in (self.kept_sent, self.calls, self.vector_steps):
+        for held in (self.kept_sent, self.refill, self.vector_steps):
             held.pop(slot.index, None)  # a new instance: nothing kept, asked or played yet
         super()._launch(slot)
 
     def _ask(self, slot: Slot) -> None:
-        """More jobs for ``slot``'s actor (twice ``env.num_envs`` in its first call, then
-        ``env.num_envs``), and the parents if newer; it answers after ``env.num_envs``
-        episodes."""
+        """More jobs for ``slot``'s actor (twice ``env.num_envs`` in its first call, then as
+        many as its last answer gave back), and the parents if newer."""
         source = self.source
         assert source is not None
-        first = self.calls.get(slot.index, 0) == 0
-        self.calls[slot.index] = self.calls.get(slot.index, 0) + 1
-        jobs = [source.take() for _ in range(self.per_actor * (2 if first else 1))]
+        count = self.refill.get(slot.index, 2 * self.per_actor)
+        jobs = [source.take() for _ in range(count)]
         tickets = np.array([t for t, _ in jobs], dtype=np.int64)
         seeds, lengths = pack_genomes([g for _, g in jobs])
         kept = None
@@ -134,7 +142,7 @@ class MemberFleet(RayFleet):
         if self.kept_sent.get(slot.index, -1) < version:
             kept = (version, *pack_genomes(parents))
             self.kept_sent[slot.index] = version
-        args = (tickets, seeds, lengths, source.token, self.per_actor, kept)
+        args = (tickets, seeds, lengths, source.token, self.per_actor, kept, ANSWER_EVERY_S)
         self.bytes_out += len(pickle.dumps(args, protocol=5))
         self.outstanding[slot.index] |= set(tickets.tolist())
         ref = slot.handle.play.remote(*args)

@@ -9,9 +9,10 @@ actor sends every frame.
 
 The actor keeps a queue of jobs between calls and steps its environments only inside a call.
 An instance's first call brings twice as many jobs as it has environments, each later call as
-many, and every call returns once as many episodes have ended as it has environments: so the
-queue holds the environments' next jobs all through a call, and an environment starts its next
-member the step its episode ends. Should the queue run dry all the same, an environment goes on
+many as the last answer gave back (episodes ended, jobs dropped), and a call returns once as
+many episodes have ended as it has environments, or after about a second: so the environments
+and the queue hold twice the environments' jobs all through, and an environment starts its
+next member the step its episode ends. Should the queue run dry all the same, an environment goes on
 with the member it had until its episode ends (those steps count for nobody). A job waiting in
 the queue when its generation ended is dropped unplayed and its ticket sent back.
 
@@ -99,12 +100,15 @@ class MemberActor:
         token: int,
         wanted: int,
         kept: tuple[int, np.ndarray, np.ndarray] | None = None,
+        max_seconds: float = float("inf"),
     ) -> Played:
         """Queue the jobs ``tickets`` (genomes packed by :func:`pack_genomes`), taken in
-        generation ``token``, and play until ``wanted`` episodes have ended (or nothing is left
-        to play). ``kept`` (a generation's number and its parents, packed) replaces the weights
-        kept when newer."""
+        generation ``token``, and play until ``wanted`` episodes have ended, nothing is left to
+        play, or ``max_seconds`` have passed (so that the learner hears from it often even
+        when episodes are long). ``kept`` (a generation's number and its parents, packed)
+        replaces the weights kept when newer."""
         started = time.perf_counter()
+        deadline = started + max_seconds
         if kept is not None and kept[0] > self.kept_version:
             self.genomes.keep(unpack_genomes(kept[1], kept[2]))
             self.kept_version = kept[0]
@@ -118,6 +122,8 @@ class MemberActor:
         while len(ended) < wanted and (self.queue or (self.tickets >= 0).any()):
             steps += self._step(ended)
             self._start_jobs()
+            if time.perf_counter() >= deadline:
+                break
         self.busy_s += time.perf_counter() - started
         out = np.array(ended, dtype=np.float64).reshape(-1, 4)
         return Played(

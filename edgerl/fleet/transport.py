@@ -209,7 +209,7 @@ class RayFleet:
     def _launch(self, slot: Slot) -> None:
         """Start ``slot``'s actor (Ray places it where there is room, or it waits there) and
         ask it for its first batches."""
-        fleet, n = self.cfg.fleet, len(self.slots)
+        n = len(self.slots)
         # Distinct seeds for every actor and every start of one (ALE seeds env i with seed + i).
         seed = (self.seed + self.per_actor * (slot.index + n * slot.attempts)) % (
             MAX_SEED - self.per_actor
@@ -220,8 +220,12 @@ class RayFleet:
         slot.state = "restarting" if slot.lost else "starting"
         slot.delivered, slot.version = False, -1
         slot.launched_at, slot.noted_waiting = time.monotonic(), False
-        for _ in range(fleet.max_inflight):
+        for _ in range(self.calls_in_flight()):
             self._ask(slot)
+
+    def calls_in_flight(self) -> int:
+        """Calls each actor has in flight: ``fleet.max_inflight`` batches."""
+        return self.cfg.fleet.max_inflight
 
     def _ask(self, slot: Slot) -> None:
         """One more batch of ``slot``'s actor, with the newest weights if it has older ones."""

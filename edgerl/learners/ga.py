@@ -28,9 +28,9 @@ environments as their episodes end. The next generation's children need only the
 they play while the previous generation's candidates play for the elite (member 0, whose
 fitness is then its candidate episodes): one phase per generation. Once every job of a
 generation is under way, an environment that comes free plays another episode of the job
-furthest behind, of equals the one with the fewest episodes in (a job still under way elsewhere
-before a member already scored; a fitness is the mean of a member's episodes), so no
-environment waits idle for the generation's last episode; an episode still under way when its
+furthest behind (a fitness is the mean of a member's episodes; with remote actors, of equals
+the one with no episode in yet, such as one a slow board holds), so no environment waits idle
+for the generation's last episode; an episode still under way when its
 generation ends counts for nobody (``wasted_steps``). An episode counts for its member only if
 it started with that member: the loop records a step before acting on the
 next (the registry line says ``switches_per_episode``), so the first action of an episode comes
@@ -263,15 +263,17 @@ class GeneticAlgorithm:
     def _next_job(self) -> int:
         """The next job to hand out: one not handed out yet, else another episode of the job
         furthest behind what it needs (an environment would otherwise wait for the generation's
-        last episodes); of equals, one with the fewest episodes in (a job still under way, on a
-        slow or lost actor, before a member already scored, whose mean only gets surer), then
-        the first."""
+        last episodes), the first of equals. With remote actors, of equals one with the fewest
+        episodes in goes first: a job under way on a slow or stuck board before a member
+        already scored (whose mean would only get surer), so no generation waits for a board."""
         if self.pending:
             return self.pending.popleft()
         owed = self._owed()
         for token, playing in self.playing.values():
             if token == self.token:
                 owed[playing] -= 1
+        if not self.remote:  # here every episode under way ends at the same pace
+            return int(np.argmax(owed))
         g = self.generation
         played = np.array([len(r) for r in g.scores + g.trials], dtype=np.int64)
         return int(np.lexsort((np.arange(len(owed)), played, -owed))[0])
