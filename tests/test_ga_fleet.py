@@ -6,6 +6,7 @@ actor are tested on a real Ray cluster (test_fleet.py)."""
 from __future__ import annotations
 
 import pickle
+from collections import deque
 
 import numpy as np
 import pytest
@@ -91,22 +92,24 @@ def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_th
 
 @pytest.mark.parametrize("max_seconds", [float("inf"), 0.0])
 def test_no_environment_waits_idle_when_the_fleet_asks_as_it_does(max_seconds):
-    """An instance's first call brings twice its environments' jobs, each later one as many as
-    the last answer gave back, and a call returns after as many episodes as it has
-    environments (or at its time limit: 0, a single step): it holds twice its environments'
-    jobs all through, and no environment steps without a member."""
+    """An instance's first call brings twice its environments' jobs and its second as many,
+    each later one as many as the last answer gave back, and a call returns after as many
+    episodes as it has environments (or at its time limit: 0, a single step): each call starts
+    with a job waiting for each environment, and no environment steps without a member."""
     ga, actor = learner_and_actor("ga.population=30")
     n = actor.num_envs
-    refill, answered = 2 * n, 0
-    for _ in range(6 if max_seconds else 400):  # 0: one step a call
-        played = actor.play(*call(ga, refill, wanted=n), max_seconds)
+    # Two calls in flight (fleet.max_inflight): the instance's first two, then one per answer
+    # with the jobs that answer gave back; the actor runs them in order.
+    refills, answered = deque([2 * n, n]), 0
+    for _ in range(8 if max_seconds else 400):  # 0: one step a call
+        played = actor.play(*call(ga, refills.popleft(), wanted=n), max_seconds)
         if max_seconds:
             assert len(played.tickets) == n  # one episode per environment each call
         settle_all(ga, played)
-        refill = len(played.tickets) + len(played.dropped)
+        refills.append(len(played.tickets) + len(played.dropped))
         answered += len(played.tickets)
         held = len(actor.queue) + int((actor.tickets >= 0).sum())
-        assert held == 2 * n - refill  # the next call's refill makes it twice n again
+        assert held + sum(refills) == 3 * n  # with the call in flight: three rounds
     assert actor.idle_steps == 0 and answered > 0
 
 

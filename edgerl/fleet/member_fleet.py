@@ -2,12 +2,14 @@
 (:class:`~edgerl.fleet.members.MemberActor`) that play members' episodes from their seeds.
 
 The learner is the source of jobs (:class:`JobSource`): each call to an actor carries new jobs
-(tickets and genomes: twice ``env.num_envs`` in an instance's first call, then as many as the
-last answer gave back), the generation they were taken in and, when the parents changed, the
-genomes whose weights to keep; it comes back once ``env.num_envs`` episodes ended or after
-:data:`ANSWER_EVERY_S`, so the actor holds twice its environments' jobs all through
-(:mod:`edgerl.fleet.members`). One call is in flight per actor. The episodes are
-settled with the learner before the actor is asked again, so the next jobs are the new
+(tickets and genomes: as many as the actor's last answer gave back), the generation they were
+taken in and, when the parents changed, the genomes whose weights to keep; it comes back once
+``env.num_envs`` episodes ended or after :data:`ANSWER_EVERY_S`. With ``fleet.max_inflight``
+calls in flight (an instance's first brings twice ``env.num_envs`` jobs, its other first ones
+``env.num_envs`` each) every call starts with a job waiting for each of the actor's
+environments, and the actor has its next call as it answers one: no environment waits for a
+member, and the actor never waits for the learner (:mod:`edgerl.fleet.members`). The episodes
+are settled with the learner before the actor is asked again, so the next jobs are the new
 generation's when an answer ended the last.
 Actors are started, lost, named and started again as the step fleet's are
 (:class:`~edgerl.fleet.transport.RayFleet`); a lost actor's jobs, played or queued, go back to
@@ -117,23 +119,20 @@ class MemberFleet(RayFleet):
 
     # -- the actors -----------------------------------------------------------------------
 
-    def calls_in_flight(self) -> int:
-        """One: an actor steps only inside a call and holds a round of jobs beyond its
-        environments already, so a second call in flight would only take more of the
-        generation's jobs ahead (played late, or dropped when the generation ends)."""
-        return 1
-
     def _launch(self, slot: Slot) -> None:
-        for held in (self.kept_sent, self.refill, self.vector_steps):
-            held.pop(slot.index, None)  # a new instance: nothing kept, asked or played yet
+        for held in (self.kept_sent, self.vector_steps):
+            held.pop(slot.index, None)  # a new instance: nothing kept or played yet
         super()._launch(slot)
 
     def _ask(self, slot: Slot) -> None:
-        """More jobs for ``slot``'s actor (twice ``env.num_envs`` in its first call, then as
-        many as its last answer gave back), and the parents if newer."""
+        """More jobs for ``slot``'s actor: as many as its last answer gave back (twice
+        ``env.num_envs`` in its first call), and the parents if newer."""
         source = self.source
         assert source is not None
-        count = self.refill.get(slot.index, 2 * self.per_actor)
+        # An instance's first call: a job for each environment and one waiting for each; its
+        # other first calls a round each, for the episodes that end while the one before runs.
+        first = 2 if not slot.inflight else 1
+        count = self.refill.pop(slot.index, first * self.per_actor)
         jobs = [source.take() for _ in range(count)]
         tickets = np.array([t for t, _ in jobs], dtype=np.int64)
         seeds, lengths = pack_genomes([g for _, g in jobs])

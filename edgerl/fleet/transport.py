@@ -220,12 +220,8 @@ class RayFleet:
         slot.state = "restarting" if slot.lost else "starting"
         slot.delivered, slot.version = False, -1
         slot.launched_at, slot.noted_waiting = time.monotonic(), False
-        for _ in range(self.calls_in_flight()):
+        for _ in range(self.cfg.fleet.max_inflight):
             self._ask(slot)
-
-    def calls_in_flight(self) -> int:
-        """Calls each actor has in flight: ``fleet.max_inflight`` batches."""
-        return self.cfg.fleet.max_inflight
 
     def _ask(self, slot: Slot) -> None:
         """One more batch of ``slot``'s actor, with the newest weights if it has older ones."""
