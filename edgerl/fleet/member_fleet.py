@@ -4,13 +4,13 @@
 The learner is the source of jobs (:class:`JobSource`): each call to an actor carries new jobs
 (tickets and genomes: as many as the actor's last answer gave back), the generation they were
 taken in and, when the parents changed, the genomes whose weights to keep; it comes back once
-``env.num_envs`` episodes ended or after :data:`ANSWER_EVERY_S`. With ``fleet.max_inflight``
-calls in flight (an instance's first brings twice ``env.num_envs`` jobs, its other first ones
-``env.num_envs`` each) every call starts with a job waiting for each of the actor's
-environments, and the actor has its next call as it answers one: no environment waits for a
-member, and the actor never waits for the learner (:mod:`edgerl.fleet.members`). The episodes
-are settled with the learner before the actor is asked again, so the next jobs are the new
-generation's when an answer ended the last.
+a quarter of the actor's environments (:meth:`MemberFleet.spare`) ended an episode, or after
+:data:`ANSWER_EVERY_S`. With ``fleet.max_inflight`` calls in flight (an instance's first brings
+a job for each environment and that quarter more, its other first ones the quarter each) every
+call starts with a job waiting for each episode it waits to end: no environment waits for a
+member, the actor never waits for the learner, and few jobs are taken ahead of the generation
+(:mod:`edgerl.fleet.members`). The episodes are settled with the learner before the actor is
+asked again, so the next jobs are the new generation's when an answer ended the last.
 Actors are started, lost, named and started again as the step fleet's are
 (:class:`~edgerl.fleet.transport.RayFleet`); a lost actor's jobs, played or queued, go back to
 the learner, which hands them to the next taker: no member goes without its episode.
@@ -119,20 +119,25 @@ class MemberFleet(RayFleet):
 
     # -- the actors -----------------------------------------------------------------------
 
+    def spare(self) -> int:
+        """Episodes an actor's call waits to end (a quarter of its environments, at least one),
+        and the jobs waiting for them: small, so that few of a generation's jobs are taken
+        ahead of it, but calls not so many that each costs more than its episodes."""
+        return max(1, -(-self.per_actor // 4))
+
     def _launch(self, slot: Slot) -> None:
         for held in (self.kept_sent, self.vector_steps):
             held.pop(slot.index, None)  # a new instance: nothing kept or played yet
         super()._launch(slot)
 
     def _ask(self, slot: Slot) -> None:
-        """More jobs for ``slot``'s actor: as many as its last answer gave back (twice
-        ``env.num_envs`` in its first call), and the parents if newer."""
+        """More jobs for ``slot``'s actor: as many as its last answer gave back (at an
+        instance's first calls, one per environment and :meth:`spare` more, then :meth:`spare`
+        for each other call in flight), and the parents if newer."""
         source = self.source
         assert source is not None
-        # An instance's first call: a job for each environment and one waiting for each; its
-        # other first calls a round each, for the episodes that end while the one before runs.
-        first = 2 if not slot.inflight else 1
-        count = self.refill.pop(slot.index, first * self.per_actor)
+        start = self.per_actor + self.spare() if not slot.inflight else self.spare()
+        count = self.refill.pop(slot.index, start)
         jobs = [source.take() for _ in range(count)]
         tickets = np.array([t for t, _ in jobs], dtype=np.int64)
         seeds, lengths = pack_genomes([g for _, g in jobs])
@@ -141,7 +146,7 @@ class MemberFleet(RayFleet):
         if self.kept_sent.get(slot.index, -1) < version:
             kept = (version, *pack_genomes(parents))
             self.kept_sent[slot.index] = version
-        args = (tickets, seeds, lengths, source.token, self.per_actor, kept, ANSWER_EVERY_S)
+        args = (tickets, seeds, lengths, source.token, self.spare(), kept, ANSWER_EVERY_S)
         self.bytes_out += len(pickle.dumps(args, protocol=5))
         self.outstanding[slot.index] |= set(tickets.tolist())
         ref = slot.handle.play.remote(*args)

@@ -8,13 +8,14 @@ the network is a few bytes per seed out and about twenty back per member, where 
 actor sends every frame.
 
 The actor keeps a queue of jobs between calls and steps its environments only inside a call,
-which returns once as many episodes have ended as it has environments, or after about a second.
-The fleet sends an instance twice its environments' jobs in its first call and as many in each
-other first one, then in each call as many as the last answer gave back (episodes ended, jobs
-dropped): every call starts with a job waiting for each environment, and an environment starts
-its next member the step its episode ends. Should the queue run dry all the same, an
-environment goes on with the member it had until its episode ends (those steps count for
-nobody). A job waiting in the queue when its generation ended is dropped unplayed and its
+which returns once the episodes it was asked to wait for have ended, or after about a second.
+The fleet sends an instance a job for each environment and as many more as a call waits for
+in its first call, that many in each other first one, then in each call as many as the last
+answer gave back (episodes ended, jobs dropped): every call starts with a job waiting for each
+episode it waits to end, and an environment starts its next member the step its episode
+ends. Should the queue run dry all the same (more episodes ending in one step than it waited
+for), an environment goes on with the member it had until its episode ends (those steps count
+for nobody). A job waiting in the queue when its generation ended is dropped unplayed and its
 ticket sent back.
 
 :class:`MemberActor` is a plain class (the transport makes it a Ray actor), so tests and the
