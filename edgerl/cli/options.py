@@ -239,6 +239,7 @@ def default_policy_run() -> Path:
 
 
 def _say_chosen(run: Path, why: str, looked_in: list[Path]) -> None:
-    """One line on stderr: the run a command chose by itself, and why."""
-    places = ", ".join(dict.fromkeys(str(p) for p in looked_in))
+    """One line on stderr: the run a command chose by itself, and why (naming the places
+    looked in that exist)."""
+    places = ", ".join(dict.fromkeys(str(p) for p in looked_in if p.exists())) or "."
     click.echo(f"run {run}: {why} in {places} (--run-dir picks another)", err=True)

@@ -89,7 +89,8 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
         },
     ),
     "pong-cpu": NamedPreset(
-        "Pong with PQN on a CPU of two cores, sticky actions off: greedy 18+ within an hour",
+        "Pong with PQN on a CPU of two cores, sticky actions off: greedy 18+ within an hour on "
+        "a 2-core Intel Xeon",
         {
             "env.id": "ALE/Pong-v5",
             "agent.algo": "pqn",

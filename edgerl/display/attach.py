@@ -79,6 +79,17 @@ class Attachment:
             return f"no trainer is running in {self.run_dir}"
         return f"no trainer is running in {self.run_dir}: the run {liveness(doc).reason}"
 
+    def ended(self) -> bool:
+        """Whether the run there has ended: no trainer uses the directory and its status.json
+        says the run is not running (a one-shot view need not wait for a trainer)."""
+        if trainer_of(self.run_dir) is not None:
+            return False
+        try:
+            doc = read_status(self.run_dir)
+        except EdgerlError:  # no status yet: a trainer may be starting
+            return False
+        return not liveness(doc).running
+
     def _pointer_pid(self) -> int | None:
         try:
             return int(read_pointer(self.run_dir)["pid"])

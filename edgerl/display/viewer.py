@@ -220,6 +220,11 @@ def run_snapshot(opts: ViewOptions) -> int:
             frame = attach.latest()
             reader = attach.reader
             waited = time.monotonic() - started
+            if frame is None and waited >= PROBLEM_GRACE_S and attach.ended():
+                raise EdgerlError(  # its status says it stopped: no frame will come by itself
+                    f"no frame to save: {attach.idle()}; a snapshot shows a running trainer's "
+                    f"game (edgerl train --run-dir {opts.run_dir} to train on)"
+                )
             if not said and frame is None and attach.problem is None and waited >= PROBLEM_GRACE_S:
                 said = _say_waiting(opts, attach)  # a problem ends the wait instead, said once
             if frame is not None and reader is not None:
