@@ -426,3 +426,18 @@ def test_a_loops_energy_per_env_step_is_the_reported_power_over_its_window(monke
     loop = loops.whole_loop(cfg, "sync", 1, 3.0)
     expected_mj = 10_000 / loop["steps_per_s_raw"]  # 10 W over the window's steps
     assert loop["mj_per_env_step"] == pytest.approx(expected_mj, rel=0.35)
+
+
+def test_a_loop_that_counted_no_step_says_so_and_gives_no_figure_or_advice():
+    """Under load a loop's window can pass while its 128 environments are built: a newcomer
+    saw '0.0 steps/s = 0% of the limit ... the learner waits for the environments'."""
+    from edgerl.measure.report import _loop_lines
+
+    loop = {
+        "mode": "sync", "num_envs": 128, "steps_per_s": 0.0, "share_of_limit": 0.0,
+        "vs_sync_1_env": None, "learner_busy": 0.0,
+        "who_waits": "the learner waits for the environments",
+    }  # fmt: skip
+    (line,) = _loop_lines(loop, None)
+    assert "no step was counted" in line and "--seconds" in line
+    assert "of the limit" not in line and "waits" not in line

@@ -134,6 +134,12 @@ def _limit_lines(lim: dict[str, Any]) -> list[str]:
 def _loop_lines(loop: dict[str, Any], raw: float | None) -> list[str]:
     """One whole loop's row and what it adds (``raw``: the emulator alone at its count)."""
     lines = []
+    if not loop["steps_per_s"]:  # nothing counted in its window: no figure, and no advice on it
+        return [
+            f"loop {loop['mode']:5s} {loop['num_envs']:>2d} env(s): no step was counted in its "
+            "window (the machine was too busy, or building its environments took the window): "
+            "measure again with more --seconds"
+        ]
     note = f" ({loop['share_note']})" if loop.get("share_note") else ""
     in_loop = loop.get("ms_per_update_in_loop")
     vs = loop["vs_sync_1_env"]
