@@ -101,13 +101,12 @@ def host_event(device: torch.device | None = None) -> torch.cuda.Event:
     """A CUDA event the host waits on (``synchronize``). On an integrated GPU (a Jetson's) the
     waiting thread sleeps (``blocking=True``) instead of spinning: the CPU cores are the
     emulators'. On a GPU of its own it spins, for the lower latency."""
-    device = device if device is not None else torch.device("cuda", torch.cuda.current_device())
-    return torch.cuda.Event(blocking=_integrated(indexed(device)))
+    return torch.cuda.Event(blocking=_integrated(device or torch.device("cuda")))
 
 
 @functools.lru_cache(maxsize=16)
 def _integrated(device: torch.device) -> bool:
-    return integrated_gpu(device)
+    return integrated_gpu(device)  # False where no CUDA is (a stand-in's events in the tests)
 
 
 def torch_default_threads() -> int:
