@@ -10,6 +10,7 @@ holds one actor, so removing a worker loses exactly one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -102,6 +103,18 @@ def start_train(cluster: RayCluster, run: Path, *args: str) -> subprocess.Popen:
     )
 
 
+@contextlib.contextmanager
+def trainer(cluster: RayCluster, run: Path, *args: str) -> Iterator[subprocess.Popen]:
+    """:func:`start_train`'s process, killed by its pid if the test ends before it does."""
+    proc = start_train(cluster, run, *args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def wait_for(
     proc: subprocess.Popen, what: str, check: Callable[[], bool], timeout: float = 300
 ) -> None:
@@ -137,8 +150,7 @@ def test_cartpole_learns_with_two_remote_actors_and_goes_on_when_a_node_is_lost(
     """The local run's bar (tests/test_learning.py: greedy 450+ after 60,000 steps) with two
     actors on two other nodes, one of them removed mid-run and another node added later."""
     run = tmp_path / "run"
-    proc = start_train(ray_cluster, run, "--steps", "60000")
-    try:
+    with trainer(ray_cluster, run, "--steps", "60000") as proc:
         wait_for(proc, "two actors running", lambda: running(run) == 2)
         wait_for(proc, "step 15,000", lambda: status(run).get("step", 0) >= 15_000)
         lost = actors(run)[1]
@@ -154,10 +166,6 @@ def test_cartpole_learns_with_two_remote_actors_and_goes_on_when_a_node_is_lost(
         ray_cluster.cluster.add_node(**WORKER)  # a node comes back: the actor rejoins
         wait_for(proc, "the actor back", lambda: running(run) == 2)
         _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert "fleet: actor 1 on node " in err and "was lost (its node died)" in err
     assert "training goes on with 1 actor of 2" in err and "fleet: actor 1 rejoined on" in err
@@ -185,8 +193,7 @@ def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_a
     mid-generation, its members' episodes played by the other (or the generation would wait
     for them forever), and the search still solves CartPole."""
     run = tmp_path / "run"
-    proc = start_train(ray_cluster, run, "--set", "agent.algo=ga", "--steps", "300000")
-    try:
+    with trainer(ray_cluster, run, "--set", "agent.algo=ga", "--steps", "300000") as proc:
         wait_for(proc, "two actors running", lambda: running(run) == 2)
         wait_for(proc, "generation 2", lambda: generation(run) >= 2)
         lost = actors(run)[1]
@@ -201,10 +208,6 @@ def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_a
         assert "1 of 2 actors running" in described and "bytes out and" in described
         ray_cluster.cluster.add_node(**WORKER)  # a node for the next tests
         _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert "play the population's members from their seeds" in err
     assert "fleet: actor 1 on node " in err and "was lost (its node died)" in err
@@ -284,17 +287,12 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
 
 def test_ctrl_c_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
     run = tmp_path / "run"
-    proc = start_train(ray_cluster, run, "--steps", "1000000")
-    try:
+    with trainer(ray_cluster, run, "--steps", "1000000") as proc:
         wait_for(proc, "two actors running", lambda: running(run) == 2)
         wait_for(proc, "step 2,000", lambda: status(run).get("step", 0) >= 2_000)
         pids = [a["pid"] for a in actors(run)]
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 130, err[-3000:]
     assert "stopped by SIGINT; run the same command to resume" in err
     gone = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], 60)[1]

@@ -30,11 +30,11 @@ fitness is then its candidate episodes): one phase per generation. Once every jo
 generation is under way, an environment that comes free plays another episode of the job
 furthest behind (a fitness is the mean of a member's episodes; with remote actors, of equals
 the one with no episode in yet, such as one a slow board holds), so no environment waits idle
-for the generation's last episode; an episode still under way when its
-generation ends counts for nobody (``wasted_steps``). An episode counts for its member only if
-it started with that member: the loop records a step before acting on the
-next (the registry line says ``switches_per_episode``), so the first action of an episode comes
-from the member it was handed to.
+for the generation's last episode; an episode still under way when its generation ends counts
+for nobody (``wasted_steps``). An episode counts for its member only if it started with that
+member: the loop records a step before acting on the next (the registry line says
+``switches_per_episode``), so the first action of an episode comes from the member it was
+handed to.
 """
 
 from __future__ import annotations
@@ -145,16 +145,13 @@ class GeneticAlgorithm:
     def population(self) -> Population:
         if self._population is None:
             self._population = Population(self.q, self.num_envs, self.device)
-            for env in range(0 if self.remote else self.num_envs):
-                self._hand_out(env)
+            self._hand_out_all()
         return self._population
 
     def describe(self) -> str:
-        played = (
-            "played by the fleet's actors from their seeds"
-            if self.remote
-            else ("in batched forward passes")
-        )
+        played = "in batched forward passes"
+        if self.remote:
+            played = "played by the fleet's actors from their seeds"
         return (
             f"{self.device.type}, a population of {self.cfg.population:,} {played}, "
             f"generation {self.generation.number}"
@@ -285,6 +282,11 @@ class GeneticAlgorithm:
         self.playing[env] = (self.token, job)
         self.population.assign(env, self.genomes.weights(self._genome(job)))
 
+    def _hand_out_all(self) -> None:
+        """Every environment here takes a job (none where remote actors play them all)."""
+        for env in range(0 if self.remote else self.num_envs):
+            self._hand_out(env)
+
     def _credit(self, job: int, score: float) -> None:
         g, members = self.generation, len(self.generation.members)
         if job < members:
@@ -408,9 +410,8 @@ class GeneticAlgorithm:
             )
         self._start_phase()
         self.playing = {}
-        if self._population is not None and not self.remote:  # new episodes here
-            for env in range(self.num_envs):
-                self._hand_out(env)
+        if self._population is not None:  # the environments here start new episodes
+            self._hand_out_all()
 
 
 def build(net: nn.Module, cfg: Config, device: torch.device) -> GeneticAlgorithm:

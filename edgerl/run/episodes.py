@@ -58,18 +58,15 @@ class Episodes:
             return
         ended = np.flatnonzero(done) if envs is None else envs[done]
         for i in ended.tolist():
-            ret = float(self.returns[i])
-            self.recent.append(ret)
-            self.count += 1
-            if self._csv is not None:
-                self._csv.write(step, self.count, i, ret, int(self.lengths[i]), wall_s)
+            self.add_whole(float(self.returns[i]), int(self.lengths[i]), i, step, wall_s)
         self.returns[ended] = 0.0
         self.lengths[ended] = 0
         if self.shown in ended:
             self.shown_episode = self.count + 1
 
     def add_whole(self, ret: float, length: int, env: int, step: int, wall_s: float) -> None:
-        """An episode played elsewhere, in environment ``env``, ended at env step ``step``."""
+        """An episode of environment ``env`` ended at env step ``step`` (one of :meth:`add`'s,
+        or one played elsewhere, whose steps this book never saw)."""
         self.recent.append(ret)
         self.count += 1
         if self._csv is not None:
