@@ -357,7 +357,8 @@ def test_console_view_says_it_is_waiting(cli, tmp_path):
         "view", "--run-dir", tmp_path / "idle", "--console", "--frames", "1", "--timeout", "0.5"
     )
     assert r.code == 2
-    assert f"waiting for a trainer in {tmp_path / 'idle'}" in r.out
+    assert f"no trainer is running in {tmp_path / 'idle'}" in r.out
+    assert "waiting up to 0.5 s for a trainer to start there" in r.out
 
 
 def test_a_run_on_vector_observations_says_it_has_no_frames(cli, tmp_path):
@@ -390,6 +391,9 @@ def test_the_console_view_of_a_finished_run_ends_after_its_timeout(cli, tmp_path
     assert r.returncode == 2, r.stderr
     assert f"no trainer is running in {run}: the run finished at" in r.stderr
     assert "step 64 of 64" in r.stderr and "Traceback" not in r.stderr
+    # while it waits, the screen says why no frame comes, not only that it waits
+    assert f"no trainer is running in {run}: the run finished at" in r.stdout
+    assert "waiting up to 1 s for a trainer to start there" in r.stdout
     # a snapshot of a run that ended ends at once (not after its --timeout), saying why
     started = time.monotonic()
     r = cli("view", "--run-dir", run, "--snapshot", tmp_path / "x.png", "--timeout", "600")

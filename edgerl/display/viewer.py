@@ -63,6 +63,19 @@ def _waiting_banner(run_dir: Path) -> str:
     return f"waiting for a trainer in {run_dir} (display.enabled = true)..."
 
 
+def _console_wait(opts: ViewOptions, attach: Attachment) -> str:
+    """What the console shows while no trainer gives frames: the banner, and why none does when
+    no trainer runs there (a stopped run waited in silence for the whole timeout)."""
+    if attach.problem:
+        return _waiting_banner(opts.run_dir) + "\n" + attach.problem
+    if (why := attach.idle()) is not None:
+        return (
+            f"{why}\nwaiting up to {opts.timeout_s:g} s for a trainer to start there "
+            f"(edgerl train --run-dir {opts.run_dir} trains on)"
+        )
+    return _waiting_banner(opts.run_dir)
+
+
 def _give_up(opts: ViewOptions, attach: Attachment) -> EdgerlError | None:
     """For the window and the console after ``--timeout`` without a frame: the error to end
     with when no frame will come, or None to wait on for a trainer that runs."""
@@ -149,6 +162,7 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
     tty_out = out.isatty()
     clear = "\x1b[H\x1b[2J" if tty_out else ""
     shown_wait, text, last_at, noted = "", "", 0.0, 0.0
+    wait, idle_at = _waiting_banner(opts.run_dir), 0.0
     try:
         with Keys() as keys:
             while True:
@@ -184,9 +198,8 @@ def run_console(opts: ViewOptions, out: TextIO | None = None) -> int:
                         out.flush()
                         noted = now
                 elif reader is None:
-                    wait = _waiting_banner(opts.run_dir)
-                    if attach.problem:
-                        wait += "\n" + attach.problem
+                    if time.monotonic() - idle_at >= 1.0:  # why, looked up once a second
+                        idle_at, wait = time.monotonic(), _console_wait(opts, attach)
                     if wait != shown_wait:  # say it once, not a blank screen, not a flood
                         out.write(clear + wait + "\n" + ("q quits\n" if keys.fd >= 0 else ""))
                         out.flush()
