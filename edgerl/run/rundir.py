@@ -90,6 +90,29 @@ def trainer_of(path: Path) -> int | None:
     return int(text) if pid_alive(int(text)) else None
 
 
+# Why a run directory could not be written, by errno, and what the user can do about it
+_UNWRITABLE: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the disk is full", "free some space, or give another directory with --run-dir"),
+    errno.EACCES: (
+        "permission denied",
+        "give a directory of your own with --run-dir, or fix its owner and mode",
+    ),
+    errno.EPERM: ("operation not permitted", "give a directory of your own with --run-dir"),
+    errno.EROFS: ("a read-only file system", "give a directory on a writable disk with --run-dir"),
+    errno.ENOTDIR: ("a part of its path is a file", "give another directory with --run-dir"),
+}
+
+
+def unwritable(path: Path, error: OSError) -> str:
+    """The sentence for a run directory that could not be made or written, with the fix that
+    fits the error (a folder under /proc "does not exist" however its mode is set)."""
+    reason, fix = _UNWRITABLE.get(
+        error.errno or 0,
+        (error.strerror or str(error), "give a directory on a disk of yours with --run-dir"),
+    )
+    return f"run directory {path} is not writable ({reason}): {fix}"
+
+
 class RunDir:
     """A run directory held with an exclusive lock while a trainer uses it."""
 
@@ -155,17 +178,7 @@ class RunDir:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            reason = e.strerror or str(e)
-            if e.errno == errno.ENOSPC:
-                reason = "the disk is full"
-            fix = (
-                "free some space, or give another directory with --run-dir"
-                if e.errno == errno.ENOSPC
-                else "give a directory of your own with --run-dir, or fix its owner and mode"
-            )
-            raise RunDirError(
-                f"run directory {self.path} is not writable ({reason}): {fix}"
-            ) from None
+            raise RunDirError(unwritable(self.path, e)) from None
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
