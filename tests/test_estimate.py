@@ -10,7 +10,13 @@ import pytest
 from edgerl.config import build_layers, resolve
 from edgerl.config.learners import LEARNERS
 from edgerl.run import estimate
-from edgerl.run.estimate import PaceEstimate, expectation, pace_sentence, records
+from edgerl.run.estimate import (
+    PaceEstimate,
+    expectation,
+    pace_sentence,
+    record_for,
+    records,
+)
 from edgerl.run.train import Trainer
 
 
@@ -90,5 +96,18 @@ def test_an_atari_run_on_a_cpu_says_its_measured_pace_once_and_that_it_is_long(
     assert len(said) == 1 and said[0] == hook.said
     assert "steps left take about" in said[0] and "days" in said[0]  # a billion steps
     assert "edgerl train --quick" in said[0]
+    # the time to the target: when this run gets to the step Pong's PQN record reached 19.9 at
+    assert (
+        "the run on record reached a greedy 19.9 at step 1,500,032 (on a 2-core Intel Xeon): at "
+        "this pace this run is at that step in about " in said[0]
+    )
     # a second into learning no Pong game has ended: said, so that the run does not look dead
     assert "no episode has ended yet: each of the 4 environments plays its first game" in said[0]
+
+
+def test_the_record_to_reach_is_the_same_game_learner_and_class_of_machine():
+    pong_cpu = record_for("ALE/Pong-v5", "pqn", gpu=False)
+    assert pong_cpu is not None and pong_cpu.run == "pong-cpu-2core"
+    assert record_for("ALE/Pong-v5", "dqn", gpu=False).run == "pong-cpu-2core-dqn-epyc"
+    assert record_for("ALE/Asterix-v5", "pqn", gpu=False) is None  # only the GA's is on record
+    assert record_for("ALE/Asterix-v5", "ga", gpu=True) is None  # on a CPU, not a GPU

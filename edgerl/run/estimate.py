@@ -94,6 +94,23 @@ def expectation(env_id: str, algo: str, gpu: bool) -> str | None:
     )
 
 
+def record_for(env_id: str, algo: str, gpu: bool) -> Record | None:
+    """The fastest run on record of ``env_id`` with ``algo`` on this class of machine, if any."""
+    machine = "gpu" if gpu else "cpu"
+    same = [r for r in records() if (r.env_id, r.algo, r.machine) == (env_id, algo, machine)]
+    return min(same, key=lambda r: r.wall_s, default=None)
+
+
+def record_sentence(record: Record, seconds: float) -> str:
+    """When this run gets to the step a record reached its score at, at the pace measured here
+    (the time to the target score, where a run like it is on record)."""
+    return (
+        f"the run on record reached a greedy {record.greedy_mean:g} at step {record.steps:,} "
+        f"(on {record.where}): at this pace this run is at that step in about "
+        f"{duration(seconds)}, and there if it learns as that run did"
+    )
+
+
 class PaceEstimate(Hook):
     """Says once, after :data:`MEASURE_S` of learning, the pace measured here and the time the
     steps left take at it (with the quick run and a GPU suggested where an Atari run on a CPU
@@ -117,6 +134,9 @@ class PaceEstimate(Hook):
         pace = (run.step - first) / (now - started)
         left = max(0, run.cfg.train.steps - run.step)
         self.said = pace_sentence(pace, left, now - started, cpu_load().describe())
+        record = record_for(run.cfg.env.id, run.cfg.agent.algo, self.gpu)
+        if record is not None and pace > 0 and run.step < record.steps <= run.cfg.train.steps:
+            self.said += "; " + record_sentence(record, (record.steps - run.step) / pace)
         if stats.episodes == 0:  # many environments, each in its first game: it looks dead
             envs = fleet_envs(run.cfg)  # a fleet's: every actor's environments
             self.said += (
