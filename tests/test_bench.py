@@ -45,6 +45,9 @@ def test_bench_json(cli):
         "replay.capacity=2000",
     )
     assert r.code == 0, r.err
+    # what it is about to do, set-up included: the actor at 2 envs, the loops sync 1 and 4, async 4
+    assert "4 measurements of 1 s" in r.err and "at least 4 s of measuring" in r.err
+    assert "on 2 CPU cores the whole takes about 12 s or more" in r.err
     doc = json.loads(r.out)
     assert set(doc["env_steps_per_s"]) == {"1", "4", "8", "16"}
     assert set(doc["act_per_s"]) == {"1", "8", "32"}
