@@ -421,3 +421,12 @@ def test_the_precision_line_on_a_discrete_gpu_says_what_auto_runs(
     check = check_precision(Context(Config(), device=torch.device("cuda", 0), torch_ok=True))
     assert check.status == "pass" and said in check.found and not_said not in check.found
     assert check.data["amp"] is None and check.data["cuda_graphs"] is True
+
+
+def test_a_check_whose_message_spans_lines_is_one_line_of_the_table():
+    from edgerl.doctor.core import Check
+
+    # jetson-stats' message when its service is down, as an emulated Orin printed it
+    said = "The jtop.service is not active. Please run:\nsudo jtop --install-service"
+    line = Check("jtop", "warn", f"the jtop service does not answer ({said})", "a\nfix").line()
+    assert "\n" not in line and "Please run: sudo jtop --install-service)  fix: a fix" in line

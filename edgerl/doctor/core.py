@@ -26,6 +26,12 @@ STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
 NAME_WIDTH = 20  # the longest check name (update/channels_last), so lines stay aligned
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks made spaces: a library's message may span lines (jtop's
+    "... Please run:\nsudo jtop --install-service"), a check is one line of the table."""
+    return " ".join(text.split())
+
+
 @dataclass(frozen=True)
 class Check:
     """One finding: ``pass``, ``warn`` (works, with a limitation worth knowing), ``fail`` (this
@@ -43,8 +49,8 @@ class Check:
 
     def line(self) -> str:
         """The check as one line of the table: status, name, what was found, the fix."""
-        fix = f"  fix: {self.fix}" if self.fix else ""
-        return f"{self.status:<4}  {self.name:<{NAME_WIDTH}}  {self.found}{fix}"
+        fix = f"  fix: {one_line(self.fix)}" if self.fix else ""
+        return f"{self.status:<4}  {self.name:<{NAME_WIDTH}}  {one_line(self.found)}{fix}"
 
     def to_dict(self) -> dict[str, Any]:
         """The check as a JSON object: name, status, found, fix and data."""
