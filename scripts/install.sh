@@ -103,7 +103,11 @@ install_venv() {
         say "Jetson ($(head -c 60 "${HW_ROOT%/}/etc/nv_tegra_release")): using JetPack's torch"
         run "$PYTHON" -m venv --system-site-packages "$VENV"
         local check='import torch; assert torch.cuda.is_available(), "no CUDA"'
-        if [ "$DRY_RUN" = 0 ] && ! "$VENV/bin/python" -c "$check" 2>/dev/null; then
+        # EDGERL_TORCH_WITHOUT_CUDA=1: an emulated board (scripts/arm64_check.sh), whose
+        # stand-in for JetPack's torch is a CPU build
+        if [ "${EDGERL_TORCH_WITHOUT_CUDA:-0}" = 1 ]; then
+            say "EDGERL_TORCH_WITHOUT_CUDA=1: not asking JetPack's torch for CUDA"
+        elif [ "$DRY_RUN" = 0 ] && ! "$VENV/bin/python" -c "$check" 2>/dev/null; then
             die "JetPack's PyTorch with CUDA was not found (torch.cuda.is_available() is not True in
   $PYTHON). Install NVIDIA's PyTorch wheel for your JetPack, as described in
   https://docs.nvidia.com/deeplearning/frameworks/install-pytorch-jetson-platform/index.html

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# edgerl on a Jetson's CPU architecture, without a Jetson: a Debian arm64 userland run under
+# qemu-user-static (binfmt_misc), with an AGX Orin's files (tests/fixtures/boards) as the board.
+#
+#   sudo scripts/arm64_check.sh [--root DIR] [--board NAME] [--out DIR]
+#
+# What it does, each step timed into $OUT/steps.tsv and logged in $OUT/<step>.log:
+#  1. a Debian bookworm arm64 root (debootstrap) in DIR, kept for the next run;
+#  2. JetPack's torch stood in for by PyPI's aarch64 CPU build of the same release, installed
+#     system-wide as JetPack's is, and relabelled with JetPack 6.1's version string
+#     (2.5.0a0+872d972e41.nv24.08), so that the install takes the Jetson path it takes on a board;
+#  3. scripts/install.sh (EDGERL_HW_ROOT: the board's files; EDGERL_TORCH_WITHOUT_CUDA=1, as
+#     no CUDA runs under emulation), then the onnx extra;
+#  4. edgerl doctor, a short CartPole run, a few hundred Pong steps, export --onnx and play.
+# It is slow (every instruction emulated): 18 minutes on two cores, 4 more for a new root and
+# torch; `make test` does not run it (tests/test_arm64.py does, with EDGERL_ARM64=1). Needs root,
+# debootstrap, qemu-user-static and the network to Debian's mirror and PyPI. Python is
+# bookworm's 3.11: JetPack 6 has 3.10 and JetPack 7 3.12, which no Debian release of arm64 offers.
+set -euo pipefail
+
+ROOTFS=/var/tmp/edgerl-arm64
+BOARD=agx_orin_jp6
+OUT=${OUT:-$PWD/arm64-check}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+TORCH=2.5.0   # JetPack 6.1's release; PyPI's aarch64 wheel of it is a CPU build
+JETPACK_TORCH=2.5.0a0+872d972e41.nv24.08
+NUMPY=1.26.4  # NVIDIA's guide pins NumPy 1.x beside its torch
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --root) ROOTFS=${2:?--root needs a directory}; shift 2 ;;
+        --board) BOARD=${2:?--board needs a name in tests/fixtures/boards}; shift 2 ;;
+        --out) OUT=${2:?--out needs a directory}; shift 2 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+        *) echo "arm64_check: error: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+die() { echo "arm64_check: error: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "it needs root (debootstrap, chroot, binfmt_misc): run it with sudo"
+command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
+QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
+[ -f "$QEMU_CONF" ] || die "qemu-user-static is missing: apt-get install qemu-user-static"
+[ -d "$SRC/tests/fixtures/boards/$BOARD" ] || die "no board $BOARD in tests/fixtures/boards"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+printf 'step\tseconds\tstatus\n' >"$OUT/steps.tsv"
+
+# Each step: its output in $OUT/<name>.log, its time and exit status in steps.tsv.
+step() {
+    local name=$1; shift
+    local start=$SECONDS rc=0
+    echo "arm64_check: $name ..."
+    "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+    printf '%s\t%d\t%d\n' "$name" $((SECONDS - start)) "$rc" >>"$OUT/steps.tsv"
+    echo "arm64_check: $name: exit $rc after $((SECONDS - start)) s"
+    if [ "$rc" != 0 ]; then
+        tail -20 "$OUT/$name.log" >&2
+        die "$name failed (all of it: $OUT/$name.log)"
+    fi
+}
+
+# arm64 binaries run through qemu: binfmt_misc mounted and qemu-aarch64 registered (a container
+# or a machine without systemd-binfmt has neither).
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    cat "$QEMU_CONF" >/proc/sys/fs/binfmt_misc/register
+fi
+
+if [ ! -f "$ROOTFS/etc/debian_version" ]; then
+    step debootstrap debootstrap --arch=arm64 --variant=minbase \
+        --include=python3,python3-venv,python3-pip,python3-dev,ca-certificates,procps,passwd \
+        bookworm "$ROOTFS" "$MIRROR"
+fi
+# This machine's extra certificate authorities (a TLS-inspecting proxy's) and name servers
+cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/" 2>/dev/null \
+    || true
+cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+
+MOUNTS=()
+cleanup() {
+    local m
+    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${MOUNTS[i]}" || true; done
+}
+trap cleanup EXIT
+for m in proc sys dev; do
+    if ! mountpoint -q "$ROOTFS/$m"; then
+        if [ "$m" = proc ]; then
+            mount -t proc proc "$ROOTFS/proc"
+        else
+            mount --bind "/$m" "$ROOTFS/$m"
+        fi
+        MOUNTS+=("$ROOTFS/$m")
+    fi
+done
+
+# Inside the arm64 root: a clean environment (no pip settings of this machine), the board's files
+inside() {
+    chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        HOME=/root LANG=C.UTF-8 EDGERL_HW_ROOT=/board "$@"
+}
+step certificates inside update-ca-certificates
+
+if ! inside python3 -c 'import torch' 2>/dev/null; then
+    step torch inside python3 -m pip install --break-system-packages --no-cache-dir \
+        --progress-bar off "torch==$TORCH" "numpy==$NUMPY"
+fi
+# The relabelling: torch's own version and its distribution's metadata say JetPack's string.
+step relabel inside python3 - "$JETPACK_TORCH" <<'PY'
+import importlib.metadata as md, pathlib, re, sys
+label = sys.argv[1]
+dist = md.distribution("torch")
+info = pathlib.Path(dist._path)
+if dist.version != label:
+    meta = info / "METADATA"
+    meta.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {label}", meta.read_text()))
+    version_py = pathlib.Path(dist.locate_file("torch/version.py"))
+    text = re.sub(r"(?m)^__version__ = .*$", f"__version__ = '{label}'", version_py.read_text())
+    version_py.write_text(text)
+    info.rename(info.with_name(f"torch-{label}.dist-info"))
+print("torch", md.version("torch"))
+PY
+
+rm -rf "$ROOTFS/board" "$ROOTFS/src/edgerl" "$ROOTFS/runs" "$ROOTFS/opt/edgerl"  # a fresh install
+cp -r "$SRC/tests/fixtures/boards/$BOARD" "$ROOTFS/board"
+mkdir -p "$ROOTFS/src/edgerl" "$ROOTFS/runs"
+# The work tree's tracked files, as they are now
+(cd "$SRC" && git ls-files -z | xargs -0 tar -cf - --no-recursion) \
+    | tar -xf - -C "$ROOTFS/src/edgerl"
+
+inside python3 -c 'import platform, sys; print(platform.machine(), sys.version.split()[0])' \
+    >"$OUT/platform.txt"
+step install inside env EDGERL_TORCH_WITHOUT_CUDA=1 bash /src/edgerl/scripts/install.sh
+VENV=/opt/edgerl/venv
+# With the install's pins (JetPack's NumPy stays). ONNX Runtime 1.28 and newer crash on import
+# under Debian 12's qemu 7.2 (SIGSEGV; 1.19 to 1.26 import and run), which says nothing of a real
+# arm64 CPU; a Jetson takes NVIDIA's onnxruntime-gpu anyway (docs/install.md).
+step onnx-extra inside "$VENV/bin/pip" install --no-cache-dir --progress-bar off \
+    -c /opt/edgerl/constraints.txt onnx 'onnxruntime<1.27'
+# doctor's verdict on an emulated board (no GPU, no clocks to set) is kept, not required
+step doctor inside sh -c 'edgerl doctor; echo "doctor exit status: $?"'
+# Emulated, CartPole learns at 2 steps/s (an MLP update takes about a second): 500 steps of
+# learning after the preset's 1,000. A Pong update takes over a minute: 2 of them, after 292
+# steps of 4 environments played.
+step cartpole inside edgerl train --env CartPole-v1 --steps 1500 --run-dir /runs/cartpole \
+    --set train.log_every_s=30
+step pong inside edgerl train --env ALE/Pong-v5 --steps 300 --run-dir /runs/pong \
+    --set agent.learning_starts=292 --set train.log_every_s=30
+step export inside edgerl export --onnx --run-dir /runs/cartpole
+step play inside edgerl play --run-dir /runs/cartpole --episodes 3 --json
+step play-pong inside edgerl play --run-dir /runs/pong --episodes 1 --json
+cp "$OUT/steps.tsv" "$OUT/steps.done.tsv"
+echo "arm64_check: every step passed; times in $OUT/steps.tsv"

@@ -1,0 +1,58 @@
+"""edgerl on a Jetson's CPU architecture: scripts/arm64_check.sh in a Debian arm64 userland under
+qemu-user-static, with an AGX Orin's captured files as the board.
+
+Every instruction is emulated, so it takes the better part of an hour on two cores: outside
+`make test`. Run it as root with EDGERL_ARM64=1 (and optionally EDGERL_ARM64_ROOT, the arm64 root
+to keep between runs); docs/install.md says what it showed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "arm64_check.sh"
+STEPS = ["install", "onnx-extra", "doctor", "cartpole", "pong", "export", "play", "play-pong"]
+
+
+def test_the_help_says_what_it_needs_and_a_wrong_option_is_one_sentence():
+    r = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, check=True)
+    assert "qemu-user-static" in r.stdout and "JetPack" in r.stdout and "set -e" not in r.stdout
+    r = subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "arm64_check: error: unknown option --bogus (see --help)"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("EDGERL_ARM64") != "1", reason="emulated arm64 run: set EDGERL_ARM64=1"
+)
+def test_install_doctor_train_export_and_play_on_emulated_arm64(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        pytest.skip("needs root and debootstrap")
+    root = os.environ.get("EDGERL_ARM64_ROOT", str(tmp_path / "root"))
+    out = tmp_path / "out"
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "--root", root, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=4 * 3600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    with (out / "steps.tsv").open() as f:
+        done = {row["step"]: int(row["status"]) for row in csv.DictReader(f, delimiter="\t")}
+    assert all(done.get(step) == 0 for step in STEPS), done
+    assert (out / "platform.txt").read_text().startswith("aarch64 ")
+    doctor = (out / "doctor.log").read_text()
+    assert "AGX Orin" in doctor and "2.5.0a0+872d972e41.nv24.08" in doctor
+    assert "Jetson (" in (out / "install.log").read_text()  # the Jetson path: JetPack's torch kept
+    played = (out / "play.log").read_text()
+    assert json.loads(played[played.index("{") :])["episodes"] == 3
