@@ -2,13 +2,14 @@
 # edgerl on a Jetson's CPU architecture, without a Jetson: a Debian arm64 userland run under
 # qemu-user-static (binfmt_misc), with an AGX Orin's files (tests/fixtures/boards) as the board.
 #
-#   sudo scripts/arm64_check.sh [--root DIR] [--board NAME] [--out DIR]
+#   sudo scripts/arm64_check.sh [--jetpack 6.0|6.1] [--root DIR] [--board NAME] [--out DIR]
 #
 # What it does, each step timed into $OUT/steps.tsv and logged in $OUT/<step>.log:
-#  1. a Debian bookworm arm64 root (debootstrap) in DIR, kept for the next run;
+#  1. a Debian bookworm arm64 root (debootstrap) in DIR, kept for the next run (one per JetPack);
 #  2. JetPack's torch stood in for by PyPI's aarch64 CPU build of the same release, installed
-#     system-wide as JetPack's is, and relabelled with JetPack 6.1's version string
-#     (2.5.0a0+872d972e41.nv24.08), so that the install takes the Jetson path it takes on a board;
+#     system-wide as JetPack's is, and relabelled with that JetPack's version string (6.1, the
+#     default: 2.5.0a0+872d972e41.nv24.08; 6.0: 2.3.0a0+40ec155e58.nv24.03, with the board's
+#     L4T release made 36.3), so that the install takes the Jetson path it takes on a board;
 #  3. scripts/install.sh (EDGERL_HW_ROOT: the board's files; EDGERL_TORCH_WITHOUT_CUDA=1, as
 #     no CUDA runs under emulation), then the onnx extra;
 #  4. edgerl doctor, a short CartPole run, a few hundred Pong steps, export --onnx and play.
@@ -18,19 +19,19 @@
 # bookworm's 3.11: JetPack 6 has 3.10 and JetPack 7 3.12, which no Debian release of arm64 offers.
 set -euo pipefail
 
-ROOTFS=/var/tmp/edgerl-arm64
+ROOTFS=""  # default: /var/tmp/edgerl-arm64-jp<JetPack>, one root per JetPack's torch
 BOARD=agx_orin_jp6
 OUT=${OUT:-$PWD/arm64-check}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-TORCH=2.5.0   # JetPack 6.1's release; PyPI's aarch64 wheel of it is a CPU build
-JETPACK_TORCH=2.5.0a0+872d972e41.nv24.08
-NUMPY=1.26.4  # NVIDIA's guide pins NumPy 1.x beside its torch
+JETPACK=6.1
+NUMPY=1.26.4  # NVIDIA's guide pins NumPy 1.x beside its torch (Ubuntu's 1.21.5 has no 3.11 build)
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --root) ROOTFS=${2:?--root needs a directory}; shift 2 ;;
         --board) BOARD=${2:?--board needs a name in tests/fixtures/boards}; shift 2 ;;
+        --jetpack) JETPACK=${2:?--jetpack needs 6.0 or 6.1}; shift 2 ;;
         --out) OUT=${2:?--out needs a directory}; shift 2 ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) echo "arm64_check: error: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -38,6 +39,14 @@ while [ $# -gt 0 ]; do
 done
 
 die() { echo "arm64_check: error: $*" >&2; exit 1; }
+# JetPack's torch release (PyPI's aarch64 wheel of it is a CPU build), NVIDIA's version string
+# of it, and the L4T revision of that JetPack (R36.<revision>)
+case "$JETPACK" in
+    6.0) TORCH=2.3.0; JETPACK_TORCH=2.3.0a0+40ec155e58.nv24.03; L4T_REVISION=3.0 ;;
+    6.1) TORCH=2.5.0; JETPACK_TORCH=2.5.0a0+872d972e41.nv24.08; L4T_REVISION=4.4 ;;
+    *) echo "arm64_check: error: --jetpack $JETPACK: give 6.0 or 6.1" >&2; exit 2 ;;
+esac
+ROOTFS=${ROOTFS:-/var/tmp/edgerl-arm64-jp$JETPACK}
 [ "$(id -u)" = 0 ] || die "it needs root (debootstrap, chroot, binfmt_misc): run it with sudo"
 command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
 QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
@@ -104,7 +113,11 @@ inside() {
 }
 step certificates inside update-ca-certificates
 
-if ! inside python3 -c 'import torch' 2>/dev/null; then
+HAS_TORCH=$(inside python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+if [ -n "$HAS_TORCH" ] && [ "$HAS_TORCH" != "$JETPACK_TORCH" ]; then
+    die "$ROOTFS holds torch $HAS_TORCH, not JetPack $JETPACK's: give each JetPack its own --root"
+fi
+if [ -z "$HAS_TORCH" ]; then
     step torch inside python3 -m pip install --break-system-packages --no-cache-dir \
         --progress-bar off "torch==$TORCH" "numpy==$NUMPY"
 fi
@@ -126,6 +139,7 @@ PY
 
 rm -rf "$ROOTFS/board" "$ROOTFS/src/edgerl" "$ROOTFS/runs" "$ROOTFS/opt/edgerl"  # a fresh install
 cp -r "$SRC/tests/fixtures/boards/$BOARD" "$ROOTFS/board"
+sed -i "s/REVISION: [0-9.]*/REVISION: $L4T_REVISION/" "$ROOTFS/board/etc/nv_tegra_release"
 mkdir -p "$ROOTFS/src/edgerl" "$ROOTFS/runs"
 # The work tree's tracked files, as they are now
 (cd "$SRC" && git ls-files -z | xargs -0 tar -cf - --no-recursion) \

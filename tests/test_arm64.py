@@ -1,9 +1,10 @@
 """edgerl on a Jetson's CPU architecture: scripts/arm64_check.sh in a Debian arm64 userland under
 qemu-user-static, with an AGX Orin's captured files as the board.
 
-Every instruction is emulated, so it takes the better part of an hour on two cores: outside
+Every instruction is emulated, so it takes about 20 minutes on two cores: outside
 `make test`. Run it as root with EDGERL_ARM64=1 (and optionally EDGERL_ARM64_ROOT, the arm64 root
-to keep between runs); docs/install.md says what it showed.
+to keep between runs, and EDGERL_ARM64_JETPACK, 6.0 or 6.1); docs/install.md says what it
+showed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "arm64_check.sh"
+LABELS = {"6.0": "2.3.0a0+40ec155e58.nv24.03", "6.1": "2.5.0a0+872d972e41.nv24.08"}
 STEPS = ["install", "onnx-extra", "doctor", "cartpole", "pong", "export", "play", "play-pong"]
 
 
@@ -29,6 +31,8 @@ def test_the_help_says_what_it_needs_and_a_wrong_option_is_one_sentence():
     assert r.returncode == 2 and r.stderr.strip() == (
         "arm64_check: error: unknown option --bogus (see --help)"
     )
+    r = subprocess.run(["bash", str(SCRIPT), "--jetpack", "5.1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--jetpack 5.1: give 6.0 or 6.1" in r.stderr
 
 
 @pytest.mark.slow
@@ -39,9 +43,10 @@ def test_install_doctor_train_export_and_play_on_emulated_arm64(tmp_path):
     if os.geteuid() != 0 or not shutil.which("debootstrap"):
         pytest.skip("needs root and debootstrap")
     root = os.environ.get("EDGERL_ARM64_ROOT", str(tmp_path / "root"))
+    jetpack = os.environ.get("EDGERL_ARM64_JETPACK", "6.1")
     out = tmp_path / "out"
     r = subprocess.run(
-        ["bash", str(SCRIPT), "--root", root, "--out", str(out)],
+        ["bash", str(SCRIPT), "--jetpack", jetpack, "--root", root, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=4 * 3600,
@@ -52,7 +57,8 @@ def test_install_doctor_train_export_and_play_on_emulated_arm64(tmp_path):
     assert all(done.get(step) == 0 for step in STEPS), done
     assert (out / "platform.txt").read_text().startswith("aarch64 ")
     doctor = (out / "doctor.log").read_text()
-    assert "AGX Orin" in doctor and "2.5.0a0+872d972e41.nv24.08" in doctor
+    assert "AGX Orin" in doctor and LABELS[jetpack] in doctor
+    assert f"(JetPack {jetpack}" in doctor  # the L4T release of that JetPack
     assert "Jetson (" in (out / "install.log").read_text()  # the Jetson path: JetPack's torch kept
     played = (out / "play.log").read_text()
     assert json.loads(played[played.index("{") :])["episodes"] == 3
