@@ -19,6 +19,13 @@
 # bookworm's 3.11: JetPack 6 has 3.10 and JetPack 7 3.12, which no Debian release of arm64 offers.
 set -euo pipefail
 
+# The mounts below (proc, sys, dev inside the arm64 root) are made in a mount namespace of the
+# script's own: however it ends, killed included, they go with it, and never outlive it in a
+# folder someone may delete later.
+if [ "${EDGERL_ARM64_NS:-}" != 1 ] && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
+    EDGERL_ARM64_NS=1 exec unshare --mount --propagation private bash "$0" "$@"
+fi
+
 ROOTFS=""  # default: /var/tmp/edgerl-arm64-jp<JetPack>, one root per JetPack's torch
 BOARD=agx_orin_jp6
 OUT=${OUT:-$PWD/arm64-check}
@@ -100,7 +107,7 @@ for m in proc sys dev; do
         if [ "$m" = proc ]; then
             mount -t proc proc "$ROOTFS/proc"
         else
-            mount --bind "/$m" "$ROOTFS/$m"
+            mount --rbind "/$m" "$ROOTFS/$m"  # with /dev/pts and /dev/shm
         fi
         MOUNTS+=("$ROOTFS/$m")
     fi
@@ -114,7 +121,8 @@ inside() {
 step certificates inside update-ca-certificates
 
 HAS_TORCH=$(inside python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
-if [ -n "$HAS_TORCH" ] && [ "$HAS_TORCH" != "$JETPACK_TORCH" ]; then
+# (a run stopped before the relabelling left PyPI's own version string: relabelled below)
+if [ -n "$HAS_TORCH" ] && [ "$HAS_TORCH" != "$JETPACK_TORCH" ] && [ "$HAS_TORCH" != "$TORCH" ]; then
     die "$ROOTFS holds torch $HAS_TORCH, not JetPack $JETPACK's: give each JetPack its own --root"
 fi
 if [ -z "$HAS_TORCH" ]; then
@@ -141,9 +149,13 @@ rm -rf "$ROOTFS/board" "$ROOTFS/src/edgerl" "$ROOTFS/runs" "$ROOTFS/opt/edgerl" 
 cp -r "$SRC/tests/fixtures/boards/$BOARD" "$ROOTFS/board"
 sed -i "s/REVISION: [0-9.]*/REVISION: $L4T_REVISION/" "$ROOTFS/board/etc/nv_tegra_release"
 mkdir -p "$ROOTFS/src/edgerl" "$ROOTFS/runs"
-# The work tree's tracked files, as they are now
-(cd "$SRC" && git ls-files -z | xargs -0 tar -cf - --no-recursion) \
-    | tar -xf - -C "$ROOTFS/src/edgerl"
+# The work tree's tracked files, as they are now (root may not own the checkout: safe.directory)
+copy_source() {
+    git -C "$SRC" -c safe.directory="$SRC" ls-files -z \
+        | tar -C "$SRC" --null --no-recursion -T - -cf - \
+        | tar -xf - -C "$ROOTFS/src/edgerl"
+}
+step source copy_source
 
 inside python3 -c 'import platform, sys; print(platform.machine(), sys.version.split()[0])' \
     >"$OUT/platform.txt"

@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "arm64_check.sh"
+QEMU = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")  # qemu-user-static's
 LABELS = {"6.0": "2.3.0a0+40ec155e58.nv24.03", "6.1": "2.5.0a0+872d972e41.nv24.08"}
 STEPS = ["install", "onnx-extra", "doctor", "cartpole", "pong", "export", "play", "play-pong"]
 
@@ -40,18 +42,26 @@ def test_the_help_says_what_it_needs_and_a_wrong_option_is_one_sentence():
     os.environ.get("EDGERL_ARM64") != "1", reason="emulated arm64 run: set EDGERL_ARM64=1"
 )
 def test_install_doctor_train_export_and_play_on_emulated_arm64(tmp_path):
-    if os.geteuid() != 0 or not shutil.which("debootstrap"):
-        pytest.skip("needs root and debootstrap")
-    root = os.environ.get("EDGERL_ARM64_ROOT", str(tmp_path / "root"))
+    if os.geteuid() != 0 or not shutil.which("debootstrap") or not QEMU.exists():
+        pytest.skip("needs root, debootstrap and qemu-user-static")
     jetpack = os.environ.get("EDGERL_ARM64_JETPACK", "6.1")
+    # the script's own default root (kept between runs), not a temporary folder of pytest's
+    root = os.environ.get("EDGERL_ARM64_ROOT", f"/var/tmp/edgerl-arm64-jp{jetpack}")
     out = tmp_path / "out"
-    r = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", str(SCRIPT), "--jetpack", jetpack, "--root", root, "--out", str(out)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=4 * 3600,
+        start_new_session=True,  # so that a timeout ends the emulated edgerl too, not only bash
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    try:
+        _, err = proc.communicate(timeout=4 * 3600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
     with (out / "steps.tsv").open() as f:
         done = {row["step"]: int(row["status"]) for row in csv.DictReader(f, delimiter="\t")}
     assert all(done.get(step) == 0 for step in STEPS), done
@@ -60,5 +70,11 @@ def test_install_doctor_train_export_and_play_on_emulated_arm64(tmp_path):
     assert "AGX Orin" in doctor and LABELS[jetpack] in doctor
     assert f"(JetPack {jetpack}" in doctor  # the L4T release of that JetPack
     assert "Jetson (" in (out / "install.log").read_text()  # the Jetson path: JetPack's torch kept
-    played = (out / "play.log").read_text()
-    assert json.loads(played[played.index("{") :])["episodes"] == 3
+    assert played(out / "play.log")["episodes"] == 3
+    assert played(out / "play-pong.log")["env"] == "ALE/Pong-v5"
+
+
+def played(log: Path) -> dict:
+    """The JSON document ``play --json`` printed: its own line among the log's others."""
+    (line,) = [ln for ln in log.read_text().splitlines() if ln.startswith("{")]
+    return json.loads(line)

@@ -69,10 +69,7 @@ def _console_wait(opts: ViewOptions, attach: Attachment) -> str:
     if attach.problem:
         return _waiting_banner(opts.run_dir) + "\n" + attach.problem
     if (why := attach.idle()) is not None:
-        return (
-            f"{why}\nwaiting up to {opts.timeout_s:g} s for a trainer to start there "
-            f"(edgerl train --run-dir {opts.run_dir} trains on)"
-        )
+        return f"{why}\nwaiting up to {opts.timeout_s:g} s for a trainer to start there"
     return _waiting_banner(opts.run_dir)
 
 

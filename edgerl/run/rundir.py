@@ -100,6 +100,11 @@ _UNWRITABLE: dict[int, tuple[str, str]] = {
     errno.EPERM: ("operation not permitted", "give a directory of your own with --run-dir"),
     errno.EROFS: ("a read-only file system", "give a directory on a writable disk with --run-dir"),
     errno.ENOTDIR: ("a part of its path is a file", "give another directory with --run-dir"),
+    errno.EEXIST: ("a file is in the way", "give another directory with --run-dir"),
+    errno.EDQUOT: (
+        "over your disk quota",
+        "free some space, or give another directory with --run-dir",
+    ),
 }
 
 
