@@ -82,6 +82,7 @@ class FrameRing:
         self.recreated = 0  # times the file was found damaged or replaced and made again
         self._fd = -1
         self._ino = 0
+        self._fixed_header = b""
         self._checked = -math.inf  # when damage() last ran
         self._create()
 
@@ -100,6 +101,7 @@ class FrameRing:
                 self.session, 0,
             )  # fmt: skip
             os.pwrite(fd, header, 0)
+            self._fixed_header = header[:WRITES_OFFSET]  # what damage() expects to read back
         except BaseException:
             os.close(fd)
             raise
@@ -132,6 +134,10 @@ class FrameRing:
             return "replaced"
         if st.st_size != self.size:
             return f"resized to {st.st_size:,} bytes"
+        # A file truncated and regrown by our own writes (4 slots are written again in a few
+        # steps, between two checks) has its size back but a header of zeros: no reader opens it.
+        if os.pread(self._fd, WRITES_OFFSET, 0) != self._fixed_header:
+            return "emptied or overwritten"
         return None
 
     def publish(self, frame: np.ndarray, meta: FrameMeta) -> None:
