@@ -19,13 +19,7 @@
 # bookworm's 3.11: JetPack 6 has 3.10 and JetPack 7 3.12, which no Debian release of arm64 offers.
 set -euo pipefail
 
-# The mounts below (proc, sys, dev inside the arm64 root) are made in a mount namespace of the
-# script's own: however it ends, killed included, they go with it, and never outlive it in a
-# folder someone may delete later.
-if [ "${EDGERL_ARM64_NS:-}" != 1 ] && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
-    EDGERL_ARM64_NS=1 exec unshare --mount --propagation private bash "$0" "$@"
-fi
-
+ARGS=("$@")  # for the run again in a mount namespace of its own (below)
 ROOTFS=""  # default: /var/tmp/edgerl-arm64-jp<JetPack>, one root per JetPack's torch
 BOARD=agx_orin_jp6
 OUT=${OUT:-$PWD/arm64-check}
@@ -59,6 +53,13 @@ command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get instal
 QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
 [ -f "$QEMU_CONF" ] || die "qemu-user-static is missing: apt-get install qemu-user-static"
 [ -d "$SRC/tests/fixtures/boards/$BOARD" ] || die "no board $BOARD in tests/fixtures/boards"
+
+# The mounts further down (proc, sys, dev inside the arm64 root) are made in a mount namespace
+# of the script's own: however it ends, killed included, they go with it, and never outlive it
+# in a folder someone may delete later. Where no namespace can be made, a trap undoes them.
+if [ "${EDGERL_ARM64_NS:-}" != 1 ] && unshare --mount --propagation private true 2>/dev/null; then
+    EDGERL_ARM64_NS=1 exec unshare --mount --propagation private bash "$0" "${ARGS[@]}"
+fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 printf 'step\tseconds\tstatus\n' >"$OUT/steps.tsv"
