@@ -63,13 +63,17 @@ def _waiting_banner(run_dir: Path) -> str:
     return f"waiting for a trainer in {run_dir} (display.enabled = true)..."
 
 
+def _start_wait(opts: ViewOptions) -> str:
+    return f"waiting up to {opts.timeout_s:g} s for a trainer to start there"
+
+
 def _console_wait(opts: ViewOptions, attach: Attachment) -> str:
     """What the console shows while no trainer gives frames: the banner, and why none does when
     no trainer runs there (a stopped run waited in silence for the whole timeout)."""
     if attach.problem:
         return _waiting_banner(opts.run_dir) + "\n" + attach.problem
     if (why := attach.idle()) is not None:
-        return f"{why}\nwaiting up to {opts.timeout_s:g} s for a trainer to start there"
+        return f"{why}\n{_start_wait(opts)}"
     return _waiting_banner(opts.run_dir)
 
 
@@ -87,7 +91,7 @@ def _say_waiting(opts: ViewOptions, attach: Attachment) -> bool:
     starting there: the wait goes on); True once said."""
     why = attach.idle()
     if why is not None:
-        log.warning("%s; waiting up to %g s for a trainer to start there", why, opts.timeout_s)
+        log.warning("%s; %s", why, _start_wait(opts))
     else:
         log.info(
             "waiting up to %g s for the trainer in %s to show a frame", opts.timeout_s, opts.run_dir
