@@ -155,3 +155,54 @@ def test_a_run_stopped_mid_rollout_resumes_and_learns_every_rollout(tmp_path, mo
         # after it are whole ones.
         per_rollout = cfg.env.num_envs * cfg.pqn.rollout_steps
         assert trainer.learner.rollouts == 3 + (4096 - trainer.learner.learn_from[0]) // per_rollout
+
+
+def slow_emulator(monkeypatch, seconds: float = 0.004) -> None:
+    """Each vector step of CartPole takes ``seconds`` (as ALE's step can on a CPU): the learner
+    then finishes its rollout while the actor is still collecting the next one."""
+    from edgerl.envs.gym_vector import GymVecEnv
+
+    recv = GymVecEnv.recv
+
+    def slow_recv(self):
+        time.sleep(seconds)
+        return recv(self)
+
+    monkeypatch.setattr(GymVecEnv, "recv", slow_recv)
+
+
+def test_no_value_of_older_weights_is_learned_as_the_learners_own(tmp_path, monkeypatch):
+    """With an emulator slower than the learner, the actor acts on after the learner has
+    finished its rollout, with the older weights it adopted at the rollout's start: those
+    values are not the learner's, and the learner must not reuse them as its own."""
+    slow_emulator(monkeypatch)
+    original = PQN._next_values
+    checked, stale = [], []
+
+    def checking(self, memory):
+        used = original(self, memory)
+        steps, envs = memory.steps, memory.num_envs
+        own = self._greedy_values(memory.obs[1:].flatten(0, 1)).view(steps, envs)
+        checked.append(bool((memory.values_version[1:] >= 0).any()))
+        stale.append(float((used - own).abs().max()))
+        return used
+
+    monkeypatch.setattr(PQN, "_next_values", checking)
+    with Trainer(pqn_config(tmp_path, "perf.threads=1", steps=2048), quiet=True) as trainer:
+        trainer.run()
+    assert any(checked)  # values were noted: the test could have failed
+    assert max(stale) < 1e-4, stale
+
+
+def test_seeded_lagged_runs_repeat_exactly_with_a_slow_emulator(tmp_path, monkeypatch):
+    """The learner's targets do not depend on when the actor's steps land against its
+    learning: two seeded runs end with the same weights, bit for bit."""
+    slow_emulator(monkeypatch)
+    weights = []
+    for i in range(2):
+        cfg = pqn_config(tmp_path / str(i), "perf.threads=1", steps=2048)
+        with Trainer(cfg, quiet=True) as trainer:
+            trainer.run()
+            weights.append({k: v.clone() for k, v in trainer.learner.q.state_dict().items()})
+    for name in weights[0]:
+        assert torch.equal(weights[0][name], weights[1][name]), name

@@ -90,8 +90,8 @@ class LaggedRollouts(Pipeline):
         stored: bool = False,
         envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions with the weights of one rollout before (``stored`` is ignored:
-        the actor's values come from older weights than the learner's)."""
+        """Epsilon-greedy actions with the weights of one rollout before (the greedy values
+        noted for the memory carry those weights' version, not the learner's)."""
         rollout = self.acts // self.vector_steps  # the rollout this step belongs to
         self._adopt(rollout)
         out = super().act(obs, epsilon, shown, stored, envs)

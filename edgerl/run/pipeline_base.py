@@ -51,8 +51,16 @@ class Pipeline:
         self.act_s += time.perf_counter() - started
         values = self.actor.greedy_values
         if stored and values is not None and self._note_values is not None:
-            self._note_values(values, self.learner.updates)  # the weights that acted: its own
+            self._note_values(values, self._acted_version())
         return out
+
+    def _acted_version(self) -> int:
+        """The learner's update count the weights the actor just acted with come from: the
+        learner's own network in one loop; the actor's copy, as old as the pipeline made it,
+        where it has one (the learner may have learned on since: values of older weights are
+        tagged as theirs, and the learner reuses none of them as its own)."""
+        weights = self.actor.weights
+        return weights.version if weights.double else self.learner.updates
 
     def context(self) -> Any:
         """Where the training loop's GPU work goes (the actor's stream)."""
