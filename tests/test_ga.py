@@ -101,12 +101,16 @@ class Script:
         assert ga.acting_net is not None  # as the loop does: every environment gets a job
         self.memory = EpisodeScores(ga.num_envs)
         self.turn = 0
-        self.log: list[tuple[int, tuple[int, int], float]] = []  # (env, (token, job), score)
+        # (env, (token, job, place), score)
+        self.log: list[tuple[int, tuple[int, int, int], float]] = []
 
     def episode(self) -> None:
         env = self.turn % self.ga.num_envs
         self.turn += 1
-        score = score_of(self.ga, env)
+        self.end(env, score_of(self.ga, env))
+
+    def end(self, env: int, score: float) -> None:
+        """End environment ``env``'s episode with ``score``, as the loop would."""
         self.log.append((env, self.ga.playing[env], score))
         self.memory.add_first(np.zeros((3, 4)), np.array([env]))
         self.memory.score[env] = score
@@ -127,7 +131,7 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     first = list(ga.generation.members)
     assert len(first) == 6 and all(len(g) == 1 for g in first)  # an initial seed each
     script.until_generation(1)
-    fitness = {first[job]: s for (env, (token, job), s) in script.log}
+    fitness = {first[job]: s for (env, (token, job, place), s) in script.log}
     ranked = sorted(fitness, key=lambda g: -fitness[g])
     g = ga.generation
     assert g.candidates == ranked[:2]  # the two best single episodes play for the elite
@@ -137,7 +141,7 @@ def test_truncation_selection_and_an_elite_chosen_over_its_own_episodes():
     while ga.generation.choosing:
         script.episode()
     # Children were under way while the candidates played: nobody waited for the elite.
-    assert any(0 < job < 6 for token, job in ga.playing.values() if token == ga.token)
+    assert any(0 < job < 6 for token, job, _ in ga.playing.values() if token == ga.token)
     elite = g.members[0]
     assert elite in ranked[:2] and ga.elite == elite
     assert torch.equal(flat_parameters(ga.q), ga.genomes.weights(elite))  # the policy
@@ -156,22 +160,73 @@ def test_free_environments_play_more_episodes_and_late_ones_count_for_nobody():
     ga = GeneticAlgorithm(MLP(4, 2, (8,)), small(population=4), torch.device("cpu"))
     script = Script(ga)
     script.episode()  # 3 environments, 4 members: env 0's next job is the last new one
-    assert ga.playing[0] == (ga.token, 3) and not ga.pending
+    assert ga.playing[0] == (ga.token, 3, 0) and not ga.pending
     script.episode()
     # Env 1 comes free with every member played or under way once: it plays member 0 again
     # (the first of the fewest), it does not wait idle for the generation's last episodes.
-    assert ga.playing[1] == (ga.token, 0)
+    assert ga.playing[1] == (ga.token, 0, 1)
     script.until_generation(1)
-    late = [env for env, (token, _) in ga.playing.items() if token != ga.token]
+    late = [env for env, (token, _, _) in ga.playing.items() if token != ga.token]
     assert late  # episodes of generation 0 still under way
-    done = [list(r) for r in ga.generation.scores + ga.generation.trials]
     wasted = ga.wasted_steps
     while script.turn % ga.num_envs != late[0]:
         script.episode()
-    done = [list(r) for r in ga.generation.scores + ga.generation.trials]
+    done = episodes_in(ga)
     script.episode()  # a late episode ends: generation 1's results are as before
     assert ga.wasted_steps == wasted + 1
-    assert [list(r) for r in ga.generation.scores + ga.generation.trials] == done
+    assert episodes_in(ga) == done
+
+
+def episodes_in(ga: GeneticAlgorithm) -> list[list[tuple[int, float]]]:
+    """Each job's finished episodes, with their places among its episodes."""
+    g = ga.generation
+    return [[(i, v) for i, v in enumerate(r) if v == v] for r in g.scores + g.trials]
+
+
+def test_the_elite_stays_a_parent_when_every_child_scores_above_its_mean():
+    """Such et al.'s Algorithm 1: the elite is among the parents of the next generation
+    whatever the children's single episodes scored (a lucky episode of a child is not a
+    better network)."""
+    cfg = small(population=40, truncation=3, elite_episodes=2)
+    ga = GeneticAlgorithm(
+        MLP(4, 2, (8,)), with_values(cfg, {"env.num_envs": 4}), torch.device("cpu")
+    )
+    script = Script(ga)
+    while ga.updates < 1:  # generation 0: member m scores m
+        env = script.turn % ga.num_envs
+        script.turn += 1
+        script.end(env, float(ga.playing[env][1]))
+    while ga.updates < 2:  # the elite plays for 1 (its candidate episodes), every child for 50
+        env = script.turn % ga.num_envs
+        script.turn += 1
+        _, job, _ = ga.playing[env]
+        script.end(env, 1.0 if job >= len(ga.generation.members) else 50.0)
+    elite = ga.elite
+    assert elite is not None and ga.generation.number == 2
+    parents = {child[:-1] for child in ga.generation.members[1:]}
+    assert elite in parents  # 39 children of 3 parents: every parent has some
+    assert len(parents) == 3
+    assert elite in ga.generation.candidates  # and it plays again for the next elite
+
+
+def test_members_are_ranked_over_their_first_episodes_not_the_first_to_end():
+    """A spare environment replays member 0; the replay is short and lucky and ends before
+    member 0's first episode, which scores little. Member 0's fitness is its first episode:
+    a short replay ending first does not stand in for a long one still under way, and members
+    are ranked over as many episodes each."""
+    cfg = small(population=2, truncation=1, elite_candidates=1, elite_episodes=1)
+    ga = GeneticAlgorithm(MLP(4, 2, (8,)), cfg, torch.device("cpu"))
+    first = list(ga.generation.members)
+    script = Script(ga)
+    assert [ga.playing[e] for e in range(3)] == [(1, 0, 0), (1, 1, 0), (1, 0, 1)]
+    script.end(2, 100.0)  # member 0's replay: short and lucky
+    script.end(1, 5.0)  # member 1's only episode
+    assert ga.updates == 0  # member 0's first episode is still under way: not yet ranked
+    script.end(0, 1.0)
+    assert ga.updates == 1
+    assert ga.generation.candidates == [first[1]]
+    assert ga.figures()["best_score"] == 5.0
+    assert ga.figures()["mean_score"] == 3.0  # one episode each: (1 + 5) / 2
 
 
 def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_episode():
@@ -184,7 +239,7 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
     script.until_generation(1)
     for _ in range(4):  # mid-generation: some members scored, some under way
         script.episode()
-    scored = [list(r) for r in stopped.generation.scores + stopped.generation.trials]
+    scored = episodes_in(stopped)
     assert 0 < sum(map(len, scored)) < 6 + 2 * 2
     buffer = io.BytesIO()
     torch.save(stopped.state_dict(), buffer)
@@ -194,8 +249,7 @@ def test_a_resumed_search_goes_on_as_if_never_stopped_and_loses_no_finished_epis
         MLP(4, 2, (8,)), with_values(cfg, {"env.seed": 99}), torch.device("cpu")
     )
     resumed.load_state_dict(state)
-    g = resumed.generation
-    assert [list(r) for r in g.scores + g.trials] == scored  # nothing finished played again
+    assert episodes_in(resumed) == scored  # nothing finished played again
     Script(resumed).until_generation(3)
     assert resumed.generation.members == whole.generation.members
     assert resumed.elite == whole.elite
@@ -263,8 +317,9 @@ def test_an_atari_game_is_scored_in_game_points_not_clipped_rewards(cli, tmp_pat
     state = load(newest_checkpoint(run)).learner["ga"]
     lines = (run / "episodes.csv").read_text().splitlines()
     returns = {float(line.split(",")[3]) for line in lines[1:]}
-    # The scores of the generation under way, and the elite's (its one candidate episode).
-    fitness = {s for r in state["scores"] + state["trials"] for s in r}
+    # The scores of the generation under way (NaN: an episode under way), and the elite's (its
+    # one candidate episode).
+    fitness = {s for r in state["scores"] + state["trials"] for s in r if s == s}
     if np.isfinite(elite := state["figures"]["elite"]):
         fitness.add(elite)
     assert fitness and fitness <= returns  # each score is an episode's return in game points

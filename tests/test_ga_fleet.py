@@ -17,7 +17,7 @@ from edgerl.envs import probe
 from edgerl.fleet.member_fleet import played_problem
 from edgerl.fleet.members import MemberActor, Played, pack_genomes, unpack_genomes
 from edgerl.learners.factory import q_network
-from edgerl.learners.ga import GeneticAlgorithm
+from edgerl.learners.ga import GeneticAlgorithm, finished
 
 
 def config(*sets: str):
@@ -82,7 +82,7 @@ def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_th
         genome = ga._genome(ga.playing[ticket][1])
         assert torch.equal(actor.genomes.weights(genome), ga.genomes.weights(genome))
     settle_all(ga, played)
-    scored = [r for r in ga.generation.scores if r]
+    scored = [r for r in ga.generation.scores if finished(r)]
     assert len(scored) == len(played.tickets) and ga.episodes == len(played.tickets)
     # What crossed: about four bytes a seed out, about twenty back, per member (pickled).
     out = len(pickle.dumps(args, protocol=5)) / 8
@@ -116,21 +116,15 @@ def test_no_environment_waits_idle_when_the_fleet_asks_as_it_does(max_seconds):
 
 def test_jobs_queued_when_their_generation_ends_are_dropped_unplayed_and_owed_again():
     ga, actor = learner_and_actor("ga.population=6", "ga.elite_episodes=2")
-    first = call(ga, 4)
-    more = call(ga, 8)  # queued by earlier calls: 4 environments, 12 jobs
+    first = call(ga, 6)  # every member's first episode
+    more = call(ga, 8)  # played again: queued on the actor, behind its 4 environments
+    played = actor.play(*first)
+    settle_all(ga, played)
+    assert ga.updates == 1  # every member's first episode is in: the generation ended
     actor.queue.extend(
         zip(more[0].tolist(), [more[3]] * 8, unpack_genomes(more[1], more[2]), strict=True)
     )
-    played = actor.play(*first)
-    settle_all(ga, played)
     queued = [job[0] for job in actor.queue]
-    assert queued  # not started yet
-    # The generation ends (the others score elsewhere): the next call drops what waits.
-    for ticket in [t for t, (token, _) in ga.playing.items() if t not in queued]:
-        ga.settle(ticket, 10.0, 10)
-    while ga.updates == 0:
-        ticket, _ = ga.take()
-        ga.settle(ticket, 10.0, 10)
     after = call(ga, 2)
     answer = actor.play(*after)
     assert sorted(answer.dropped.tolist()) == sorted(queued)
@@ -147,16 +141,23 @@ def test_a_job_released_by_a_lost_actor_is_the_next_one_handed_out():
     ticket, genome = ga.take()
     assert genome == lost_genome and ticket not in [t for t, _ in taken]
     ga.settle(lost_ticket, 99.0, 5)  # an answer of the lost actor arriving late counts for none
-    assert not any(ga.generation.scores)
+    assert not any(s == s for r in ga.generation.scores for s in r)  # all still under way
+    assert ga.playing[ticket][2] == 0  # the new taker plays the lost one's place: the first
 
 
-def test_a_job_a_slow_actor_holds_goes_before_scored_members_are_played_again():
+def test_a_slow_boards_first_episode_of_a_member_is_waited_for_not_stood_in_for():
+    """Members are ranked over their first episodes: a replay of the slow board's member that
+    ends elsewhere first (a short one) does not end the generation in its place."""
     ga, _ = learner_and_actor("ga.population=6")
     taken = [ga.take() for _ in range(6)]  # every member's first episode handed out
     for ticket, _ in taken[:4] + taken[5:]:
         ga.settle(ticket, 10.0, 10)  # all scored but member 4, whose board is slow
-    slow = taken[4][1]
-    assert ga.take()[1] == slow  # played again elsewhere: the generation need not wait for it
+    replay, genome = ga.take()
+    assert genome == taken[4][1] == ga._genome(ga.playing[replay][1])  # the one behind
+    ga.settle(replay, 500.0, 500)
+    assert ga.updates == 0  # its first episode is still under way on the slow board
+    ga.settle(taken[4][0], 3.0, 3)
+    assert ga.updates == 1 and ga.figures()["best_score"] == 10.0  # ranked by the 3, not 500
 
 
 def good_answer() -> Played:

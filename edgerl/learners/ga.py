@@ -5,8 +5,13 @@ Each generation is ``ga.population`` members, each a network that plays one epis
 fitness is the game's own score (the memory gets the unclipped rewards: the registry line says
 ``raw_rewards``). The ``ga.elite_candidates`` best play ``ga.elite_episodes`` more episodes each
 and the best mean becomes the elite: the policy (what play, export and evaluations use) and
-member 0 of the next generation, unchanged. The other members are children of the
-``ga.truncation`` best: a parent's weights plus Gaussian noise of power ``ga.sigma``.
+member 0 of the next generation, unchanged. The other members are children of the elite and the
+``ga.truncation - 1`` best children (the paper's Algorithm 1 keeps the elite among the parents,
+so a lucky child's single episode never pushes the best network found out): a parent's weights
+plus Gaussian noise of power ``ga.sigma``. The candidates for the next elite are the
+``ga.elite_candidates`` best children and the elite (the paper: 9 and the elite). One
+departure, for the scheduling below: the elite among the parents is the one chosen from the
+generation before's candidates (member 0), as the newest is chosen while the children play.
 
 **Genomes are seeds** (:mod:`edgerl.learners.population`). A member is the list of seeds
 that made it (:data:`Genome`): the first draws its initial weights, each further one the noise
@@ -25,16 +30,21 @@ what ``edgerl bench`` compares it with).
 
 **Scheduling.** The learner hands out jobs (a member's episode, a candidate's episode) to the
 environments as their episodes end. The next generation's children need only the parents, so
-they play while the previous generation's candidates play for the elite (member 0, whose
-fitness is then its candidate episodes): one phase per generation. Once every job of a
-generation is under way, an environment that comes free plays another episode of the job
-furthest behind (a fitness is the mean of a member's episodes; with remote actors, of equals
-the one with no episode in yet, such as one a slow board holds), so no environment waits idle
-for the generation's last episode; an episode still under way when its generation ends counts
-for nobody (``wasted_steps``). An episode counts for its member only if it started with that
-member: the loop records a step before acting on the next (the registry line says
-``switches_per_episode``), so the first action of an episode comes from the member it was
-handed to.
+they play while the previous generation's candidates play for the elite (member 0, whose fitness
+is then its candidate episodes): one phase per generation. Once every job of a generation is
+under way, an environment that comes free plays another episode of the job furthest behind, so
+no environment waits idle for the generation's last episode; an episode still under way when its
+generation ends counts for nobody (``wasted_steps``). **Like with like**: a job's episodes keep
+the order they were handed out in, and only those before the first one still under way count;
+members are ranked over the same number of episodes each (one, unless spare environments played
+every member again in time), and candidates over exactly ``ga.elite_episodes``. Otherwise the
+short episodes of a replay, ending first, would count where the long ones did not, and a
+member's mean over three episodes would be ranked against another's single, sometimes lucky,
+one.
+
+An episode counts for its member only if it started with that member: the loop records a step
+before acting on the next (the registry line says ``switches_per_episode``), so the first action
+of an episode comes from the member it was handed to.
 """
 
 from __future__ import annotations
@@ -70,10 +80,26 @@ SEED_LIMIT = 2**31  # seeds are int32: four bytes each in a genome sent to anoth
 NOTHING = -1  # the token and job of an environment before its first job
 
 
+PLAYING = float("nan")  # an episode's place in a job's scores while it is under way
+
+
+def finished(episodes: list[float]) -> int:
+    """How many of a job's episodes are in (a place still :data:`PLAYING` is not)."""
+    return sum(1 for score in episodes if score == score)
+
+
+def first_in(episodes: list[float]) -> int:
+    """How many of a job's episodes are in before the first one still under way: only those
+    count, so that which episodes count does not depend on how long they were (a short one
+    handed out later ends first)."""
+    return next((i for i, score in enumerate(episodes) if score != score), len(episodes))
+
+
 @dataclass
 class Generation:
     """Where the search stands: this generation's members and, while the elite is being chosen,
-    the previous generation's best (the candidates), and what each one's episodes scored."""
+    the previous generation's best (the candidates), and what each one's episodes scored, in
+    the order they were handed out (:data:`PLAYING` where one is still under way)."""
 
     number: int
     members: list[Genome | None]  # member 0: the elite, None until the candidates chose it
@@ -86,10 +112,20 @@ class Generation:
         """Whether the candidates still play for the elite (member 0)."""
         return self.members[0] is None
 
-    def fitness(self, member: int) -> float:
-        """A member's fitness: the mean score of its episodes (one, unless environments had
-        nothing else to play; the elite's, its episodes as a candidate)."""
-        return float(np.mean(self.scores[member]))
+    @property
+    def compared(self) -> range:
+        """The members ranked against each other, each over as many episodes: every one, or,
+        where member 0 is an elite chosen over its candidate episodes, the children."""
+        return range(1 if self.candidates else 0, len(self.members))
+
+    def fitness(self, member: int, episodes: int) -> float:
+        """A member's fitness: the mean score of its first ``episodes`` episodes."""
+        return float(np.mean(self.scores[member][:episodes]))
+
+    def common_episodes(self) -> int:
+        """The episodes every compared member has in, from its first: what each one's fitness
+        is the mean of (one, unless spare environments played them all again)."""
+        return min(first_in(self.scores[m]) for m in self.compared)
 
 
 class GeneticAlgorithm:
@@ -113,8 +149,9 @@ class GeneticAlgorithm:
         self.token = 0  # counts generations: an episode counts only in the one it started in
         self.pending: deque[int] = deque()  # the generation's jobs not handed out yet
         # The jobs under way, by ticket (an environment here, or a job lent to a remote actor):
-        # (token, job), the token the generation's it started in.
-        self.playing: dict[int, tuple[int, int]] = {}
+        # (token, job, place), the token the generation's it started in and the place of its
+        # episode among the job's (the order they were handed out in).
+        self.playing: dict[int, tuple[int, int, int]] = {}
         self.tickets = self.num_envs  # the next remote ticket (below it: the environments)
         self._population: Population | None = None  # built when the loop acts here
         self.remote = cfg.fleet.actors > 0  # remote actors take the jobs (take, settle)
@@ -194,23 +231,23 @@ class GeneticAlgorithm:
         and the genome to play one episode with."""
         ticket, self.tickets = self.tickets, self.tickets + 1
         job = self._next_job()
-        self.playing[ticket] = (self.token, job)
+        self.playing[ticket] = (self.token, job, self._place(job))
         return ticket, self._genome(job)
 
     def settle(self, ticket: int, score: float, length: int) -> None:
         """The episode of ``ticket`` ended with ``score`` after ``length`` steps: it counts for
         its job if its generation is still the one under way (a generation may end inside)."""
-        token, job = self.playing.pop(ticket, (NOTHING, NOTHING))
+        token, job, place = self.playing.pop(ticket, (NOTHING, NOTHING, NOTHING))
         self.episodes += 1
         self.steps_seen += length
         if token == self.token:
-            self._credit(job, score)
+            self._credit(job, place, score)
         else:
             self.wasted_steps += length
 
     def release(self, ticket: int) -> None:
         """``ticket``'s episode will never end (its actor was lost, or dropped it unplayed):
-        its job is owed again, to the next taker."""
+        its job is owed again, to the next taker (in the same place among its episodes)."""
         self.playing.pop(ticket, None)
 
     def kept_genomes(self) -> tuple[int, list[Genome]]:
@@ -230,6 +267,22 @@ class GeneticAlgorithm:
         assert genome is not None  # member 0 gets no job while the elite is being chosen
         return genome
 
+    def _episodes(self, job: int) -> list[float]:
+        g, members = self.generation, len(self.generation.members)
+        return g.scores[job] if job < members else g.trials[job - members]
+
+    def _place(self, job: int) -> int:
+        """The place of a new episode of ``job`` among its episodes: the first one left
+        :data:`PLAYING` by an episode that will never end (a lost actor's; a resumed run's),
+        else a new one."""
+        episodes = self._episodes(job)
+        taken = {p for token, j, p in self.playing.values() if token == self.token and j == job}
+        for place, score in enumerate(episodes):
+            if score != score and place not in taken:
+                return place
+        episodes.append(PLAYING)
+        return len(episodes) - 1
+
     def _owed(self) -> np.ndarray:
         """Episodes each job still needs (negative: played more than needed; a job that takes
         no more episodes has a large negative number)."""
@@ -238,7 +291,7 @@ class GeneticAlgorithm:
         members = [1 if m is not None else closed for m in g.members]
         trials = self.cfg.elite_episodes if g.choosing else closed
         needed = np.array(members + [trials] * len(g.candidates), dtype=np.int64)
-        played = np.array([len(r) for r in g.scores + g.trials], dtype=np.int64)
+        played = np.array([finished(r) for r in g.scores + g.trials], dtype=np.int64)
         return needed - played
 
     def _start_phase(self) -> None:
@@ -260,26 +313,29 @@ class GeneticAlgorithm:
     def _next_job(self) -> int:
         """The next job to hand out: one not handed out yet, else another episode of the job
         furthest behind what it needs (an environment would otherwise wait for the generation's
-        last episodes), the first of equals. With remote actors, of equals one with the fewest
-        episodes in goes first: a job under way on a slow or stuck board before a member
-        already scored (whose mean would only get surer), so no generation waits for a board."""
+        last episodes), the first of equals; with remote actors, of equals the one with the
+        fewest episodes in (one a slow board holds). Such an episode counts only if every
+        member's of that place is in when the generation ends (members are ranked over as many
+        episodes each), so a member's first episode that a slow board holds is waited for, as
+        the paper's generations wait for all of theirs; a lost board's are handed out again
+        (:meth:`release`)."""
         if self.pending:
             return self.pending.popleft()
         owed = self._owed()
-        for token, playing in self.playing.values():
+        for token, playing, _ in self.playing.values():
             if token == self.token:
                 owed[playing] -= 1
         if not self.remote:  # here every episode under way ends at the same pace
             return int(np.argmax(owed))
         g = self.generation
-        played = np.array([len(r) for r in g.scores + g.trials], dtype=np.int64)
+        played = np.array([finished(r) for r in g.scores + g.trials], dtype=np.int64)
         return int(np.lexsort((np.arange(len(owed)), played, -owed))[0])
 
     def _hand_out(self, env: int) -> None:
         """Give environment ``env`` (here) its next job."""
         self.playing.pop(env, None)  # its last job is done: not under way
         job = self._next_job()
-        self.playing[env] = (self.token, job)
+        self.playing[env] = (self.token, job, self._place(job))
         self.population.assign(env, self.genomes.weights(self._genome(job)))
 
     def _hand_out_all(self) -> None:
@@ -287,28 +343,31 @@ class GeneticAlgorithm:
         for env in range(0 if self.remote else self.num_envs):
             self._hand_out(env)
 
-    def _credit(self, job: int, score: float) -> None:
+    def _credit(self, job: int, place: int, score: float) -> None:
         g, members = self.generation, len(self.generation.members)
         if job < members:
-            g.scores[job].append(score)
+            g.scores[job][place] = score
         elif g.choosing:
-            g.trials[job - members].append(score)
-            if all(len(t) >= self.cfg.elite_episodes for t in g.trials):
+            g.trials[job - members][place] = score
+            if all(first_in(t) >= self.cfg.elite_episodes for t in g.trials):
                 self._choose_elite()
-        if not g.choosing and all(g.scores):
+        if not g.choosing and all(first_in(r) >= 1 for r in g.scores):
             self._next_generation()
 
-    def _ranked(self) -> list[int]:
-        """The members, best first (ties: the lower index, so a seeded run is repeatable)."""
+    def _ranked(self, episodes: int) -> list[int]:
+        """The compared members (:attr:`Generation.compared`), best first by the mean of
+        their first ``episodes`` episodes (ties: the lower index, so a seeded run is
+        repeatable)."""
         g = self.generation
-        return sorted(range(len(g.members)), key=lambda m: (-g.fitness(m), m))
+        return sorted(g.compared, key=lambda m: (-g.fitness(m, episodes), m))
 
     def _choose_elite(self) -> None:
-        """The candidate of the best mean becomes the elite: member 0 and the policy."""
-        g = self.generation
-        means = [float(np.mean(t)) for t in g.trials]
+        """The candidate of the best mean over its first ``ga.elite_episodes`` episodes (every
+        candidate over as many) becomes the elite: member 0 and the policy."""
+        g, n = self.generation, self.cfg.elite_episodes
+        means = [float(np.mean(t[:n])) for t in g.trials]
         best = int(np.argmax(means))  # the first of equals: the better single episode
-        self._make_elite(g.candidates[best], list(g.trials[best]))
+        self._make_elite(g.candidates[best], list(g.trials[best][:n]))
 
     def _make_elite(self, elite: Genome, episodes: list[float]) -> None:
         g = self.generation
@@ -318,16 +377,20 @@ class GeneticAlgorithm:
         load_flat(self.q, self.genomes.weights(elite))
 
     def _next_generation(self) -> None:
-        """Every member scored: the best parent the next generation, whose candidates for the
-        elite are the best few (and the elite)."""
-        g, ranked = self.generation, self._ranked()
-        fitness = np.array([g.fitness(m) for m in range(len(g.members))])
+        """Every member scored: the elite and the best children parent the next generation
+        (Such et al.'s Algorithm 1 keeps the elite first among the parents, whatever the
+        children's single episodes scored), whose candidates for the elite are the best few
+        children and the elite. Children are ranked over as many episodes each."""
+        g = self.generation
+        episodes = g.common_episodes()
+        ranked = self._ranked(episodes)
+        fitness = np.array([g.fitness(m, episodes) for m in ranked])
         self.scores["best"], self.scores["mean"] = float(fitness.max()), float(fitness.mean())
         members = [m for m in g.members if m is not None]
-        parents = [members[m] for m in ranked[: self.cfg.truncation]]
-        candidates = [members[m] for m in ranked[: self.cfg.elite_candidates]]
-        if self.elite is not None and self.elite not in candidates:
-            candidates.append(self.elite)  # the elite keeps its place unless beaten
+        elite = [] if self.elite is None else [self.elite]
+        best = [members[m] for m in ranked if members[m] not in elite]
+        parents = [*elite, *best][: self.cfg.truncation]
+        candidates = best[: self.cfg.elite_candidates] + elite
         children = [
             (*parents[int(self.rng.integers(len(parents)))], self._seed())
             for _ in range(self.cfg.population - 1)
