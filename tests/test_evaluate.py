@@ -303,3 +303,30 @@ def test_eval_record_without_pillow_says_so_once_and_evaluates_on(cli, tmp_path,
     assert "pip install 'edgerl[record]'" in r.err
     assert [int(row["step"]) for row in rows(run / "eval.csv")][-1] == 1000
     assert not any((run / "recordings").iterdir())
+
+
+def test_an_episode_cut_by_the_games_own_frame_cap_is_counted_as_cut():
+    """ALE's frame cap (env.max_episode_frames: the GA's 20,000, the 108,000 of the protocol)
+    ends an episode as truncated, not terminated: the cut column counts it, as it counts
+    eval.max_episode_steps' cuts."""
+    spec = probe("ALE/Pong-v5")
+    cfg = Config()
+    cfg.env.id, cfg.env.max_episode_frames = "ALE/Pong-v5", 400  # 100 agent steps of 4 frames
+    net = build_q_network(spec, cfg.agent.hidden)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()  # NOOP: a game lost 21-0 takes about 760 steps, far past the cap
+    snapshot = Checkpoint(
+        kind="dqn",
+        step=0,
+        env=spec.to_dict(),
+        config=cfg.to_dict(),
+        learner={"q": net.state_dict()},
+    )
+    result = evaluate(snapshot, EvalConfig(episodes=2), seed=0)
+    assert result.lengths == [100, 100] and result.cut == 2
+    from edgerl.play import PlayOptions, play
+    from edgerl.policies.torch import TorchPolicy
+
+    alone = play(TorchPolicy(snapshot, "cpu"), PlayOptions(episodes=1), [])  # `edgerl play`
+    assert alone.lengths == [100] and alone.cut == 1

@@ -49,7 +49,9 @@ class PlayResult:
     latencies_ns: list[int] = field(repr=False)
     recording: Recording | None = None
     lengths: list[int] = field(default_factory=list)  # steps of each episode in ``returns``
-    cut: int = 0  # episodes cut at ``max_episode_steps`` (counted in ``returns``)
+    # episodes cut at a cap, not ended by the game (counted in ``returns``): at
+    # ``max_episode_steps`` or at the environment's own (ALE's frame cap, a TimeLimit)
+    cut: int = 0
 
     def latency_us(self) -> dict[str, float]:
         lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
@@ -182,6 +184,8 @@ def play(
             steps += 1
             length += 1
             done = bool(step.terminated[0] or step.truncated[0])
+            if step.truncated[0] and not step.terminated[0]:
+                cut += 1  # the game's own cap (env.max_episode_frames, a TimeLimit)
             final_obs = None
             if done:
                 assert step.final_obs is not None
@@ -274,6 +278,7 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 ret += np.where(playing, step.rewards, 0.0)
                 length += playing
                 ended = playing & (step.terminated | step.truncated)
+                was_cut |= playing & step.truncated & ~step.terminated  # the game's own cap
                 if o.max_episode_steps:
                     was_cut |= playing & ~ended & (length >= o.max_episode_steps)
                     ended |= was_cut

@@ -66,7 +66,7 @@ EVAL_COLUMNS = [
     "return_min",
     "return_max",
     "length_mean",
-    "cut",  # episodes cut at eval.max_episode_steps
+    "cut",  # episodes cut at a cap: eval.max_episode_steps, or the game's own time limit
     "eval_s",  # how long the evaluation took
 ]
 AUTO_MIN_STEPS = 50_000  # eval.every_steps = -1: shorter runs are not evaluated
@@ -124,7 +124,7 @@ class Evaluation:
     def describe(self, env_id: str = "") -> str:
         """One log line (with the human-normalised score where ``env_id`` has one)."""
         r = np.asarray(self.returns, dtype=np.float64)
-        cut = f", {self.cut} cut at the step cap" if self.cut else ""
+        cut = f", {self.cut} cut at a cap" if self.cut else ""
         hns = human_normalised(env_id, float(r.mean())) if env_id else None
         normalised = "" if hns is None else f", {hns:.2f} human-normalised"
         return (
