@@ -17,7 +17,8 @@ from edgerl.envs import probe
 from edgerl.fleet.member_fleet import played_problem
 from edgerl.fleet.members import MemberActor, Played, pack_genomes, unpack_genomes
 from edgerl.learners.factory import q_network
-from edgerl.learners.ga import GeneticAlgorithm, finished
+from edgerl.learners.ga import GeneticAlgorithm
+from edgerl.learners.generation import finished
 
 
 def config(*sets: str):
