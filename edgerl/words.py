@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -36,3 +37,15 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``40m`` (or ``40min``), ``1h``, ``1.5h``, a bare number of seconds, as seconds;
+    raises ValueError with what is accepted."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a duration: give seconds, or 90s, 40m, 1h")
+    return float(m[1]) * _DURATION_UNITS[m[2] or "s"]

@@ -24,6 +24,15 @@ log = logging.getLogger("edgerl")
     help="Start over: move an existing run directory aside (never deleted).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar or progress log lines.")
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1, max=1000),
+    default=1,
+    show_default=True,
+    help="Train N runs, one after another, with seeds --seed, --seed+1, ... in RUN/seed-K "
+    "(two at once on a small machine only slow each other); then `edgerl results RUN` sums "
+    "them up.",
+)
 @click.pass_context
 def train(
     ctx: click.Context,
@@ -37,11 +46,50 @@ def train(
     preset: str | None,
     fresh: bool,
     quiet: bool,
+    seeds: int,
 ) -> None:
     """Train an agent (DQN, or PQN with --set agent.algo=pqn); resumes the run's newest checkpoint.
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
+    args = (config_file, overrides, env_id, steps, run_dir, seed, quick, preset, fresh, quiet)
+    if seeds == 1:
+        train_one(ctx, *args)
+        return
+    from edgerl.envs.spec import short_env_name
+    from edgerl.run.rundir import default_run_dir
+
+    cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
+    base = Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
+    first = cfg.env.seed
+    for k in range(seeds):
+        here = base / f"seed-{first + k}"
+        click.echo(f"== seed {first + k} ({k + 1} of {seeds}): {here}", err=True)
+        # A stop ends the command here (ctx.exit): the same command resumes this seed, and
+        # the seeds already trained have nothing left to do.
+        train_one(ctx, config_file, overrides, env_id, steps, here, first + k, *args[6:])
+    edgerl = command_name()
+    click.echo(
+        f"next: {edgerl} results {shlex.quote(str(base))} -o seeds.png   # k of {seeds} at "
+        "the target, final scores, IQM",
+        err=True,
+    )
+
+
+def train_one(
+    ctx: click.Context,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    env_id: str | None,
+    steps: int | None,
+    run_dir: Path | None,
+    seed: int | None,
+    quick: bool,
+    preset: str | None,
+    fresh: bool,
+    quiet: bool,
+) -> None:
+    """One run of ``edgerl train``; a stop ends the command (``ctx.exit``)."""
     from edgerl.run.signals import StoppedDuringSetup, StopRequest, stop_on_signals
 
     stop = StopRequest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import json
 import logging
 import os
 import stat
@@ -14,6 +15,16 @@ from edgerl.cli.app import cli
 from edgerl.cli.options import default_status_dir
 
 log = logging.getLogger(__name__)
+
+
+def duration_option(text: str) -> float:
+    """A duration given on the command line, in seconds; click's error for a bad one."""
+    from edgerl.words import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def check_readable(run_dir: Path) -> None:
@@ -274,3 +285,85 @@ def serve_roots() -> list[Path]:
     cfg = resolve(build_layers())
     roots = [Path(cfg.train.run_dir)] if "train.run_dir" in cfg.explicit else []
     return [*roots, service_state_dir() / "runs", Path("runs")]
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--target",
+    type=float,
+    default=None,
+    help="The score a run must reach [default: the human reference of an Atari game, "
+    "gymnasium's reward threshold of another].",
+)
+@click.option(
+    "--within",
+    "within_s",
+    default=None,
+    callback=lambda _ctx, _param, v: None if v is None else duration_option(v),
+    help="Count a run as reaching the target only within this training time (90s, 40m, 1h).",
+)
+@click.option(
+    "--last",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Evaluations in a run's final score (the mean of its last ones).",
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(min=100),
+    default=10_000,
+    show_default=True,
+    help="Bootstrap resamples of the 95%% intervals (rliable's default is 50,000).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also draw the sample-efficiency curves (IQM over the seeds with its 95%% band) "
+    "into this image (.png, .svg or .pdf).",
+)
+@click.option(
+    "--x",
+    "by",
+    type=click.Choice(["steps", "time"]),
+    default="steps",
+    show_default=True,
+    help="The picture against env steps or training time.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def results(
+    run_dirs: tuple[Path, ...],
+    target: float | None,
+    within_s: float | None,
+    last: int,
+    reps: int,
+    output: Path | None,
+    by: str,
+    as_json: bool,
+) -> None:
+    """Several runs of a recipe (seeds) as the field sums them up: k of n at the target, the
+    median time to it, final and best scores, the IQM with its 95% stratified-bootstrap
+    interval (rliable). RUN_DIRS: run directories, or folders of them (train --seeds)."""
+    from edgerl.display.seeds import (
+        across_games,
+        describe,
+        figures,
+        find_runs,
+        grouped,
+        save_picture,
+    )
+
+    groups = grouped(find_runs(run_dirs))
+    found = [figures(runs, target, within_s, last, reps) for runs in groups.values()]
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in found], indent=1))
+    else:
+        click.echo("\n".join(describe(f, last) for f in found))
+        for line in across_games(groups, last, reps):
+            click.echo(line)
+    if output is not None:
+        save_picture(groups, output, by, reps)
+        click.echo(f"wrote {output.resolve()}", err=as_json)

@@ -64,18 +64,22 @@ def _x_label(runs: list[RunCurves], by: str) -> tuple[float, str]:
     return scale, f"training time ({unit})"
 
 
-def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
-    """Draw the runs' curves into a PNG at ``out``; raises MissingDependencyError without
-    matplotlib."""
+def pyplot(purpose: str, instead: str = "") -> Any:
+    """matplotlib's pyplot, drawing off screen; raises MissingDependencyError without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingDependencyError(
-            "matplotlib", "plot", "edgerl plot's PNG (--terminal draws text without it)"
-        ) from None
+        raise MissingDependencyError("matplotlib", "plot", purpose, instead) from None
+    return plt
+
+
+def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
+    """Draw the runs' curves into a PNG at ``out``; raises MissingDependencyError without
+    matplotlib."""
+    plt = pyplot("edgerl plot's PNG (--terminal draws text without it)")
     scale, x_label = _x_label(runs, by)
     has_load = any(r.cpu.y or r.gpu.y for r in runs)
     panels = 3 if has_load else 2
@@ -133,12 +137,12 @@ def save_png(runs: list[RunCurves], out: Path, by: str = "steps") -> None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     try:
-        _save(fig, out)
+        save_figure(fig, out)
     finally:
         plt.close(fig)
 
 
-def _save(fig: Any, out: Path) -> None:
+def save_figure(fig: Any, out: Path) -> None:
     """Write the figure under a temporary name and rename it: never half a file under ``out``.
     Raises OutputError with the reason."""
     fmt = out.suffix.lower().lstrip(".") or "png"

@@ -1,0 +1,125 @@
+"""Several seeds of a recipe (display/seeds.py, `edgerl train --seeds`, `edgerl results`): real
+CartPole runs one after another, then summed up as the field does: k of n at the target, the
+final score beside the best, the IQM and its 95% interval from rliable."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgerl.display.seeds import Evaluation, SeedRun, curve, figures, find_runs, protocol
+from edgerl.errors import MissingDependencyError, RunDirError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def seed_run(seed: int, means: list[float], every: int = 1000, pace: float = 10.0) -> SeedRun:
+    """A run whose evaluations every ``every`` steps scored ``means``, ``pace`` s apart."""
+    evals = [Evaluation(every * (i + 1), pace * (i + 1), m) for i, m in enumerate(means)]
+    return SeedRun(Path(f"seed-{seed}"), "CartPole-v1", "dqn", seed, evals)
+
+
+def test_reached_is_the_first_evaluation_at_the_target_and_final_is_the_last_three():
+    runs = [
+        seed_run(0, [10, 500, 200, 300, 400]),  # reached early, then fell: final 300, best 500
+        seed_run(1, [10, 20, 30, 500, 500]),
+        seed_run(2, [10, 20, 30, 40, 50]),  # never
+    ]
+    f = figures(runs, target=500, reps=1000)
+    assert [None if r is None else r.step for r in f.reached] == [2000, 4000, None]
+    assert f.k == 2 and f.finals == [300.0, pytest.approx(343.333, abs=1e-3), 40.0]
+    assert [r.best for r in runs] == [500, 500, 50]
+    within = figures(runs, target=500, within_s=30.0, reps=1000)  # 40 s for seed 1: too late
+    assert within.k == 1
+    point, low, high = f.iqm
+    assert low <= point <= high and min(f.finals) <= point <= max(f.finals)
+
+
+def test_the_iqm_is_rliables_the_mean_of_the_middle_half():
+    runs = [seed_run(i, [v, v, v]) for i, v in enumerate([1.0, 2.0, 3.0, 100.0])]
+    f = figures(runs, target=1000, reps=1000)
+    assert f.iqm[0] == pytest.approx(2.5)  # the outer quarters (1 and 100) left out
+    assert f.human is None  # CartPole has no human reference
+
+
+def test_seeds_on_one_grid_start_where_each_has_its_first_evaluation():
+    a = seed_run(0, [1, 2, 3], every=100)  # at 100, 200, 300
+    b = SeedRun(Path("b"), "CartPole-v1", "dqn", 1, [Evaluation(150, 1, 5), Evaluation(250, 2, 6)])
+    x, values = curve([a, b], "steps")
+    assert x.tolist() == [100, 150, 200, 250]  # up to the shorter one's last
+    assert values[0].tolist() == [1, 1, 2, 2]  # the last evaluation at or before each x
+    assert np.isnan(values[1][0]) and values[1][1:].tolist() == [5, 5, 6]
+
+
+def test_the_protocol_is_read_from_the_runs_config():
+    (run,) = find_runs([REPO / "docs" / "runs" / "pong-cpu-2core"])
+    said = protocol(run)
+    assert "sticky actions off" in said and "30 no-op starts" in said
+    assert "108,000 frames (the human reference played 18,000" in said
+    assert "10 greedy episodes an evaluation at epsilon 0.001" in said
+
+
+def train_seeds(cli, run: Path, *more: str):
+    args = ["--env", "CartPole-v1", "--steps", "2000", "--seeds", "2", "--run-dir", run]
+    args += ["--set", "eval.every_steps=500", "--set", "eval.episodes=2", "--quiet", *more]
+    return cli("train", *args)
+
+
+def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, tmp_path):
+    run = tmp_path / "cartpole"
+    r = train_seeds(cli, run, "--seed", "3")
+    assert r.code == 0, r.err[-3000:]
+    assert sorted(p.name for p in run.iterdir()) == ["seed-3", "seed-4"]
+    for seed in (3, 4):
+        assert f"seed = {seed}\n" in (run / f"seed-{seed}" / "config.toml").read_text()
+    assert "== seed 4 (2 of 2)" in r.err and f"results {run}" in r.err
+    # The same command again: both seeds have trained all their steps, nothing is redone.
+    again = train_seeds(cli, run, "--seed", "3")
+    assert again.code == 0 and "step 2,000/2,000:" not in again.err
+
+    picture = tmp_path / "seeds.png"
+    r = cli("results", run, "--target", "30", "--json", "-o", picture, "--reps", "500")
+    assert r.code == 0, r.err[-3000:]
+    (doc,) = json.loads(r.out)
+    assert doc["game"] == "CartPole-v1" and doc["learner"] == "dqn" and len(doc["runs"]) == 2
+    for seed_doc in doc["runs"]:
+        with (Path(seed_doc["path"]) / "eval.csv").open(newline="") as f:
+            means = [float(row["return_mean"]) for row in csv.DictReader(f)]
+        assert seed_doc["final"] == pytest.approx(np.mean(means[-3:]))
+        assert seed_doc["best"] == max(means)
+        first = next((i for i, m in enumerate(means) if m >= 30), None)
+        assert (seed_doc["reached_step"] is None) == (first is None)
+    assert doc["reached"] == sum(s["reached_step"] is not None for s in doc["runs"])
+    low, high = doc["final_iqm"]["ci95"]
+    assert low <= doc["final_iqm"]["point"] <= high
+    assert picture.stat().st_size > 10_000 and picture.read_bytes()[:4] == b"\x89PNG"
+    text = cli("results", run, "--target", "30", "--reps", "500")
+    assert "CartPole-v1, DQN: 2 runs (seeds 3, 4)" in text.out
+    assert "of 2; median time" in text.out or "reached 30 (the given target): 0 of 2" in text.out
+
+
+def test_results_says_in_one_sentence_what_is_not_a_run(cli, tmp_path):
+    r = cli("results", tmp_path / "nothing")
+    assert r.code != 0 and "is not a directory; give run directories" in r.err
+    (tmp_path / "empty").mkdir()
+    r = cli("results", tmp_path / "empty")
+    assert r.code != 0 and "neither a run directory nor a folder of them" in r.err
+    assert "Traceback" not in r.err
+    run = tmp_path / "young"
+    run.mkdir()
+    (run / "config.toml").write_text('[env]\nid = "CartPole-v1"\n')
+    with pytest.raises(RunDirError, match="has no greedy evaluation yet"):
+        find_runs([run])
+    r = cli("results", "--within", "soon", run)
+    assert r.code == 2 and "'soon' is not a duration" in r.err
+
+
+def test_without_rliable_results_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rliable", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'edgerl\[results\]'"):
+        figures([seed_run(0, [1, 2, 3])], target=2)
