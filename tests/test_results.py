@@ -89,6 +89,28 @@ def test_a_rows_figures_are_its_runs_first_evaluation_at_the_target_or_its_best(
     assert int(episodes) == int(shown["episodes"])
 
 
+FINAL = "final (mean of the last 3 evaluations)"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_a_rows_final_score_is_the_mean_of_its_last_three_evaluations(row):
+    """Beside the first evaluation at the target (or the best), what the run ended at: the mean
+    of its last three evaluations, to its last evaluated step, saying so where it had three or
+    fewer in all."""
+    evals = evaluations(run_dir(row))
+    found = re.fullmatch(r"(-?[\d.]+) \(to step ([\d,]+)(?:; (.+))?\)", row[FINAL])
+    assert found, f"{row[FINAL]!r} is not 'FINAL (to step N)'"
+    last = [float(e["return_mean"]) for e in evals[-3:]]
+    assert float(found[1]) == pytest.approx(sum(last) / len(last), abs=0.05)
+    assert int(number(found[2])) == int(evals[-1]["step"])
+    if len(evals) == 1:
+        assert found[3] == "its only evaluation"
+    elif len(evals) <= 3:
+        assert found[3] == f"all {len(evals)} of its evaluations"
+    else:
+        assert found[3] is None
+
+
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
 def test_a_rows_human_normalised_score_is_its_evaluations_against_the_reference(row):
     """The column holds the shown evaluation's mean return human-normalised with the reference
