@@ -41,6 +41,11 @@
 #   dqn      dqn.log and run/: `edgerl train --preset pong-gpu-dqn` (DQN Pong, 18+ within 2
 #            minutes on an H100), stopped by SIGTERM after DQN_SECONDS (200); DQN_SETS adds
 #            settings (e.g. "agent.batch_size=32 agent.train_freq=4"), each passed as --set
+#   seeds    seeds.log and PRESET/seed-K/: SEEDS_COUNT (3) seeds of SEEDS_PRESET (pong-gpu; or
+#            pong-gpu-dqn) from SEEDS_FROM (0), one after another, each stopped by SIGTERM after
+#            SEEDS_SECONDS (110: 18+ within 2 minutes is the goal), evaluated every
+#            SEEDS_EVAL_EVERY (250000) steps; `edgerl results` sums up the runs' files where they
+#            are brought back (k of n at 18 within 2 minutes, final scores, IQM)
 # Groups, each one call: check (install machine tests doctor bench: about 2.5 minutes on an
 # H200), then pong (about 5 minutes), then resume (about 4), dqn (about 4; the limit step
 # before it in the same call: about 2.5 more);
@@ -54,7 +59,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=(install machine tests doctor bench limit pqnlimit pqnbench pong resume dqn cores ga)
+STEPS=(install machine tests doctor bench limit pqnlimit pqnbench pong resume dqn cores ga seeds)
 # Groups of steps, each one call on a lent machine (bash reserves the name GROUPS).
 GROUP_NAMES=(check pong resume dqn)
 declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pong" [resume]="resume" [dqn]="dqn")
@@ -65,7 +70,8 @@ declare -A STEP_GROUPS=([check]="install machine tests doctor bench" [pong]="pon
 # environments takes 15-20 s each time, the actor alone 78 s): give it its whole limit.
 # A group's limits add up to less than the 10 minutes one command may run.
 declare -A LIMIT=([install]=60 [machine]=30 [tests]=200 [doctor]=90 [bench]=200 [limit]=240
-    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470 [ga]=400)
+    [pqnlimit]=150 [pqnbench]=260 [pong]=470 [resume]=330 [dqn]=270 [cores]=470 [ga]=400
+    [seeds]=470)
 PONG_SECONDS=${PONG_SECONDS:-330}
 DQN_SECONDS=${DQN_SECONDS:-200}
 # What the steps import: a missing one is named before the step starts, not mid-collection.
@@ -290,6 +296,34 @@ step_dqn() {
         cat "$run/eval.csv"
     } >"$OUT/dqn.log" 2>&1
     [ "$status" = 0 ] || [ "$status" = 124 ]
+}
+
+step_seeds() {
+    local preset=${SEEDS_PRESET:-pong-gpu} first=${SEEDS_FROM:-0} count=${SEEDS_COUNT:-3}
+    local seconds=${SEEDS_SECONDS:-110} seed status=0 code steps=()
+    # As each preset's run on record was trained: DQN's with --steps 3M (PQN's anneals its
+    # learning rate over the preset's own 2M steps: not changed).
+    [ "$preset" = pong-gpu-dqn ] && steps=(--steps 3000000)
+    # Each seed's build and start-up take 15-25 s beside its training: the count and the seconds
+    # must fit the step's limit, or the last seed is cut off unfinished.
+    if [ $((count * (seconds + 30))) -gt "${LIMIT[seeds]}" ]; then
+        say "SEEDS_COUNT=$count runs of SEEDS_SECONDS=$seconds do not fit the step's ${LIMIT[seeds]} s: fewer seeds a call"
+        return 2
+    fi
+    for ((seed = first; seed < first + count; seed++)); do
+        {
+            echo "=== edgerl train --preset $preset --seed $seed, stopped by SIGTERM after $seconds s"
+            timeout -k 20 -s TERM "$seconds" "$PY" -m edgerl.cli train --preset "$preset" \
+                --seed "$seed" --run-dir "$OUT/$preset/seed-$seed" "${steps[@]}" \
+                --set "eval.every_steps=${SEEDS_EVAL_EVERY:-250000}" \
+                --set display.enabled=false --set replay.persist=false --quiet
+            code=$?
+            echo "exit $code (124: stopped by the time limit)"
+            cat "$OUT/$preset/seed-$seed/eval.csv"
+        } >>"$OUT/seeds.log" 2>&1
+        [ "$code" = 0 ] || [ "$code" = 124 ] || status=1
+    done
+    return $status
 }
 
 step_cores() {

@@ -330,3 +330,30 @@ def test_the_pong_step_fails_when_its_export_or_play_fails(tmp_path):
     assert r.returncode == 1, r.stderr
     (line,) = (results / "steps.txt").read_text().splitlines()
     assert line.split()[:2] == ["pong", "1"]
+
+
+def test_the_seeds_step_trains_each_seed_in_its_folder_and_refuses_what_cannot_fit(tmp_path):
+    """The GPU issue's seeds against the clock: one run per seed of the preset, each in
+    PRESET/seed-K, stopped after SEEDS_SECONDS; a count that cannot fit the step's limit is
+    refused before anything runs."""
+    python, calls = stand_in_python(tmp_path)
+    env = {"PYTHON": str(python), "GPU_SITE": str(tmp_path / "site"), "GPU_WHEELS": str(tmp_path)}
+    results = tmp_path / "results"
+    r = run_script(CHECK_SCRIPT, "seeds", str(results), env={**env, "SEEDS_FROM": "3"})
+    assert r.returncode == 0, r.stderr
+    trains = [c for c in calls.read_text().splitlines() if " train " in c]
+    assert len(trains) == 3
+    for seed, call in zip((3, 4, 5), trains, strict=True):
+        assert f"train --preset pong-gpu --seed {seed} --run-dir " in call
+        assert f"/seeds/pong-gpu/seed-{seed} " in call and "--steps" not in call
+        assert "--set eval.every_steps=250000" in call
+    assert "seeds.log" in packed(results, "seeds")
+
+    dqn = {**env, "SEEDS_PRESET": "pong-gpu-dqn", "SEEDS_COUNT": "2"}
+    r = run_script(CHECK_SCRIPT, "seeds", str(results), env=dqn)
+    assert r.returncode == 0, r.stderr
+    trains = [c for c in calls.read_text().splitlines() if "--preset pong-gpu-dqn" in c]
+    assert len(trains) == 2 and all("--steps 3000000" in c for c in trains)
+
+    r = run_script(CHECK_SCRIPT, "seeds", str(results), env={**env, "SEEDS_COUNT": "5"})
+    assert r.returncode == 2 and "do not fit the step's" in r.stderr
