@@ -765,3 +765,23 @@ def test_a_browser_closing_the_page_is_no_error(caplog):
     with caplog.at_level(logging.DEBUG, logger="edgerl.serve"), pytest.raises(ConnectionResetError):
         asyncio.run(guard(request, gone))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_base64_token_pasted_into_the_address_as_it_is_opens_the_page(served, tmp_path):
+    """`head -c 24 /dev/urandom | base64` makes a token with + about 40% of the time; an
+    address reads + as a space. Pasted as it is, or written %2B, the page opens; a wrong token
+    still does not."""
+    token = "s3cret+token/for+the+test+0123456789=="
+    (tmp_path / "token").write_text(token + "\n")
+    (tmp_path / "token").chmod(0o600)
+    proc, url = start_server(served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token")
+    try:
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        for given in (token, token.replace("+", "%2B").replace("/", "%2F"), token + "x"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.request("GET", f"/?token={given}")
+            status = conn.getresponse().status
+            assert status == (401 if given.endswith("x") else 303), given
+        assert request(url.replace("0.0.0.0", "127.0.0.1"), "/?token=")[0] == 401
+    finally:
+        assert stop_server(proc) == 0

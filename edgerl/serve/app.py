@@ -137,7 +137,11 @@ def _authorized(request: web.Request, token: str) -> bool:
     if cookie is not None and _same(cookie, cookie_value(token)):
         return True
     given = request.query.get("token")
-    return request.path == "/" and given is not None and _same(given, token)
+    if request.path != "/" or given is None:
+        return False
+    # A query reads "+" as a space: a base64 token pasted into the address as it is (its "+"
+    # not written %2B) arrives with spaces where the token has "+".
+    return _same(given, token) or _same(given.replace(" ", "+"), token)
 
 
 def _request_host(request: web.Request) -> str | None:
@@ -155,7 +159,8 @@ def _unauthorized() -> web.Response:
         status=401,
         text=(
             "edgerl serve wants a token: open the page once as /?token=TOKEN (TOKEN is in the "
-            "file given with --token-file), or send the header Authorization: Bearer TOKEN\n"
+            "file given with --token-file; in an address, a & or # in it must be written %26 "
+            "or %23), or send the header Authorization: Bearer TOKEN\n"
         ),
         headers={"WWW-Authenticate": 'Bearer realm="edgerl"'},
     )
