@@ -117,6 +117,28 @@ def test_fresh_moves_the_old_run_aside(cli, tmp_path):
     assert "resuming" not in r.err
 
 
+def test_a_run_resumes_with_its_own_recipe_from_its_run_directory_alone(cli, tmp_path):
+    """A run trained with settings of its own (PQN here, as --preset atari-cpu makes one)
+    resumes with --run-dir alone, or with its game named, as it was trained: the defaults
+    (DQN) do not stand in for them. What the command line sets still wins; --fresh starts over
+    from the defaults."""
+    run = tmp_path / "cp"
+    first = ["--env", "CartPole-v1", "--set", "agent.algo=pqn", "--set", "pqn.epochs=3"]
+    assert cli("train", *first, "--steps", "1024", "--run-dir", run, "--quiet").code == 0
+    r = cli("train", "--run-dir", run, "--steps", "2048", "--quiet")
+    assert r.code == 0, r.err[-2000:]
+    assert "keeps its own settings (agent.algo=pqn, from its config.toml)" in r.err
+    assert "resuming from step 1,024" in r.err
+    saved = (run / "config.toml").read_text()
+    assert 'algo = "pqn"' in saved and "epochs = 3" in saved
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--steps", "3072", "--quiet")
+    assert r.code == 0 and "resuming from step 2,048" in r.err, r.err[-2000:]
+    r = cli("train", "--run-dir", run, "--steps", "4096", "--set", "pqn.epochs=1", "--quiet")
+    assert r.code == 0 and "epochs = 1" in (run / "config.toml").read_text()
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--steps", "300", "--fresh")
+    assert r.code == 0 and 'algo = "dqn"' in (run / "config.toml").read_text()
+
+
 def test_a_resume_from_before_learning_started_says_when_learning_starts(cli, tmp_path):
     """CartPole's preset starts learning at step 1,000: a checkpoint at 300 resumes with its
     replay, and learning still waits for step 1,000 (the progress bar says "filling replay")."""

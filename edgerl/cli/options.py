@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from edgerl.config import Config
+from edgerl.config import Config, Layer
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("edgerl")
@@ -129,10 +129,14 @@ def build_config(
     seed: int | None = None,
     quick: bool = False,
     preset: str | None = None,
+    resume: bool = False,
 ) -> Config:
     """The resolved config from the shared options; raises ConfigError (also for ``--quick``
-    with ``--preset``: both choose the game and its settings)."""
+    with ``--preset``: both choose the game and its settings). With ``resume``, a run already
+    in the run directory lends its own recipe in place of the defaults
+    (:func:`run_recipe_layer`)."""
     from edgerl.config import build_layers, resolve
+    from edgerl.errors import ConfigError
 
     shortcuts = {
         "env.id": env_id,
@@ -142,8 +146,6 @@ def build_config(
     }
     layers = build_layers(config_file, overrides, shortcuts)
     if quick and preset:
-        from edgerl.errors import ConfigError
-
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says
         from edgerl.hw.recipe import preset_layer
@@ -153,8 +155,57 @@ def build_config(
         files = build_layers(config_file)
         chosen = quick_layer(resolve(layers)) if quick else preset_layer(str(preset))
         layers = [*files, chosen, *command_line]
-    cfg = resolve(layers)
-    return with_game(cfg)
+    cfg = with_game(resolve(layers))
+    if resume and (recipe := run_recipe_layer(cfg)) is not None:
+        try:
+            cfg = with_game(resolve([recipe, *layers]))
+        except ConfigError as e:  # a value an older edgerl allowed and this one does not
+            log.warning("resuming without the run's own settings: %s", e)
+    return cfg
+
+
+# What a run's config.toml lends a resume: how it learns and is judged, not the machine it ran
+# on (perf, hw, display, log, fleet) nor where it is (train.run_dir).
+RECIPE_SECTIONS = ("env", "agent", "pqn", "ga", "replay", "eval", "train")
+
+
+def run_recipe_layer(cfg: Config) -> Layer | None:
+    """The settings of the run already in ``cfg``'s run directory (``train.run_dir``, else
+    ``runs/<game>``), as the layer under every other: what a resume uses where the command line
+    and the config files say nothing, instead of the built-in defaults (a run trained with
+    ``--preset atari-cpu`` resumes as PQN with ``--run-dir`` alone). None when the directory
+    holds no run, a run of another game, or a config.toml that cannot be read (said in the
+    log)."""
+    from edgerl.config import SECTIONS, keys
+    from edgerl.config.parse import flatten, parse_toml_file
+    from edgerl.envs.spec import short_env_name
+    from edgerl.errors import ConfigError
+    from edgerl.run.rundir import default_run_dir
+
+    run_dir = Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        return None
+    source = f"{path} (the run's own settings)"
+    try:
+        table = parse_toml_file(path)
+        saved = {s: v for s, v in table.items() if s in RECIPE_SECTIONS}
+        values = flatten(saved, source, SECTIONS)
+    except ConfigError as e:
+        log.warning("resuming without the run's own settings: %s", e)
+        return None
+    if values.get("env.id") != cfg.env.id:  # another game: refused when it resumes, as it is
+        return None
+    known = set(keys())
+    values = {k: v for k, v in values.items() if k in known and k != "train.run_dir"}
+    recipe = values.get("train.recipe") or f"agent.algo={values.get('agent.algo', '?')}"
+    log.info(
+        "the run in %s keeps its own settings (%s, from its config.toml) where this command "
+        "sets none",
+        run_dir,
+        recipe,
+    )
+    return Layer(source, values)
 
 
 def with_game(cfg: Config) -> Config:

@@ -103,7 +103,9 @@ def train_one(
             from edgerl.run.metrics import check_extras
             from edgerl.service.session import training_session
 
-            cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
+            cfg = build_config(
+                config_file, overrides, env_id, steps, run_dir, seed, quick, preset, not fresh
+            )
             setup_logging(ctx.obj["debug"], cfg.log.level)
             if preset is not None:
                 import torch
