@@ -123,3 +123,26 @@ def test_without_rliable_results_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "rliable", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'edgerl\[results\]'"):
         figures([seed_run(0, [1, 2, 3])], target=2)
+
+
+def test_a_damaged_or_resumed_eval_csv_is_read_as_plot_reads_it(tmp_path, caplog):
+    """A damaged line is skipped and said; rows a resume from an older checkpoint wrote again
+    replace the ones they overlap (the run's evaluations are those of its final history)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('[env]\nid = "CartPole-v1"\nseed = 7\n[agent]\nalgo = "pqn"\n')
+    header = (
+        "step,wall_s,episodes,return_mean,return_std,return_min,return_max,length_mean,cut,eval_s\n"
+    )
+    rows = [
+        "1000,10,5,20,0,20,20,20,0,1",
+        "2000,20,5,30,0,30,30,30,0,1",
+        "3000,30,5,99,0,1,1,1,0,1",
+    ]
+    resumed = ["2000,21,5,40,0,40,40,40,0,1", "3000,31,5,50,0,50,50,50,0,1"]
+    text = header + "\n".join(rows) + "\n\x00\x00garbage\n" + "\n".join(resumed) + "\n"
+    (run / "eval.csv").write_bytes(text.encode())
+    (found,) = find_runs([run])
+    assert [(e.step, e.mean) for e in found.evaluations] == [(1000, 20), (2000, 40), (3000, 50)]
+    assert found.seed == 7 and found.learner == "pqn"
+    assert "1 damaged line at line 5" in caplog.text

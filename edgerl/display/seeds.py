@@ -34,6 +34,8 @@ from edgerl.files.csvread import CsvReader, number
 from edgerl.run.rundir import run_section
 from edgerl.words import duration, plural
 
+log = logging.getLogger(__name__)
+
 LAST = 3  # evaluations in a final score, as docs/results.md reports them
 REPS = 10_000  # bootstrap resamples; rliable's default is 50,000 (use --reps for a paper)
 HUMAN_FRAMES = 18_000  # the human reference: 5 minutes of play at 60 frames a second
@@ -78,8 +80,10 @@ class SeedRun:
 
 
 def read_run(path: Path) -> SeedRun:
-    """The run in ``path``; raises RunDirError when it is not a run with evaluations (a
-    damaged line of eval.csv is skipped, as every reader of run files does)."""
+    """The run in ``path``; raises RunDirError when it is not a run with evaluations. A damaged
+    line of eval.csv is skipped and said in the log, as every reader of run files does; where
+    a session resumed from a checkpoint older than the newest rows, its rows replace the ones
+    they overlap."""
     config = {s: run_section(path, s) for s in ("env", "agent", "eval", "train")}
     if config["env"] is None:
         raise RunDirError(f"{path} holds no run (no readable config.toml): give run directories")
@@ -89,11 +93,16 @@ def read_run(path: Path) -> SeedRun:
         for cells in reader.rows():
             row = dict(zip(reader.header or [], cells, strict=False))
             step, wall, mean = (number(row.get(k, "")) for k in ("step", "wall_s", "return_mean"))
-            if step is not None and wall is not None and mean is not None:
-                evaluations.append(Evaluation(int(step), wall, mean))
+            if step is None or wall is None or mean is None:
+                continue
+            while evaluations and evaluations[-1].step >= step:  # a resume from before them
+                evaluations.pop()
+            evaluations.append(Evaluation(int(step), wall, mean))
     except OSError as e:
         if not isinstance(e, FileNotFoundError):
             raise RunDirError(f"{path / 'eval.csv'} cannot be read: {e.strerror or e}") from None
+    if (damage := reader.damage()) is not None:
+        log.warning("%s: %s skipped", path / "eval.csv", damage)
     if not evaluations:
         raise RunDirError(
             f"{path} has no greedy evaluation yet (eval.csv): results need them; train with "
@@ -123,7 +132,10 @@ def find_runs(paths: Iterable[Path]) -> list[SeedRun]:
         if (path / "config.toml").exists():
             runs.append(read_run(path))
             continue
-        inside = sorted(p for p in path.iterdir() if (p / "config.toml").is_file())
+        try:
+            inside = sorted(p for p in path.iterdir() if (p / "config.toml").is_file())
+        except OSError as e:
+            raise RunDirError(f"{path} cannot be read: {e.strerror or e}") from None
         if not inside:
             raise RunDirError(f"{path} is neither a run directory nor a folder of them")
         runs += [read_run(p) for p in inside]
