@@ -1,6 +1,7 @@
 # Two commands set everything up from nothing: `make run` and `make test`.
 # `make run` is a first run that learns in minutes: CartPole on a CPU, Pong where a GPU is
-# (`edgerl train --quick`); `make run ARGS="--env ALE/Breakout-v5"` passes options on.
+# (`edgerl train --quick`); `make run ARGS="--env ALE/Breakout-v5"` passes options on, and
+# `make test ARGS=tests/test_seeds.py` passes pytest its own.
 # It installs what running needs (edgerl, PyTorch, the plot extra: with PyTorch's CPU build about
 # 250 MB to download, 1.1 GB in .venv); `make test` adds the test extras (ONNX Runtime, pygame,
 # ffmpeg for MP4s, Ray for the fleet's tests, pytest, ruff, the web extra and Selenium: about 0.67 GB more).
@@ -54,7 +55,7 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q --durations=25 $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

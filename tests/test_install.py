@@ -364,7 +364,10 @@ def test_make_test_adds_the_test_extras_and_takes_torch_from_the_index_given(tmp
         f'{venv}/bin/pip install --index-url {CPU_INDEX} "torch==2.13.0"',
         f'{venv}/bin/pip install -e ".[test,plot]"',
     ]
-    assert f"{venv}/bin/pytest -q --durations=25" in lines
+    assert f"{venv}/bin/pytest -q --durations=25" in [x.rstrip() for x in lines]
+    # ARGS goes to pytest: one module while working (the README's test line says so)
+    lines = make_dry_run("test", f"VENV={venv}", "ARGS=tests/test_seeds.py -x")
+    assert f"{venv}/bin/pytest -q --durations=25 tests/test_seeds.py -x" in lines
 
 
 def test_the_readme_says_how_large_make_run_is_and_how_to_get_the_cpu_build():
