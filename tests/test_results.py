@@ -211,3 +211,45 @@ def test_the_records_training_quotes_are_rows_of_the_table():
         and ("not reached" not in r["greedy mean ± std"] or r["game"] not in reached)
     ]
     assert {run_dir(r).name for r in atari} == {rec.run for rec in records()}
+
+
+SEED_TABLES = {"CartPole, 5 seeds each": REPO / "docs" / "runs" / "cartpole-seeds"}
+
+
+def seed_rows(title: str) -> list[dict[str, str]]:
+    """The table under the heading ``### title`` of docs/results.md, by header."""
+    lines = RESULTS.read_text().splitlines()
+    at = lines.index(f"### {title}")
+    start = next(i for i in range(at, len(lines)) if lines[i].startswith("| recipe"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True)))
+    return rows
+
+
+@pytest.mark.parametrize("title", SEED_TABLES)
+def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
+    """k of n, each seed's final score and the IQM's point estimate, as `edgerl results`
+    computes them from the committed eval.csv files (the interval is rliable's bootstrap:
+    checked to contain the point, not to the digit)."""
+    from edgerl.display.seeds import figures, find_runs, grouped
+
+    folders = [p for p in sorted(SEED_TABLES[title].iterdir()) if p.is_dir()]
+    groups = grouped(find_runs(folders))
+    by_learner = {runs[0].learner.upper(): runs for runs in groups.values()}
+    rows = seed_rows(title)
+    assert sorted(r["recipe"].split()[0].strip(",") for r in rows) == sorted(by_learner)
+    for row in rows:
+        runs = by_learner[row["recipe"].split()[0].strip(",")]
+        f = figures(runs, target=500, reps=1000)
+        assert row["reached 500"] == f"**{f.k} of {len(runs)}**"
+        shown = [float(v) for v in row["final score per seed (last 3 evaluations)"].split(", ")]
+        assert shown == pytest.approx(f.finals, abs=0.05)
+        point, low, high = re.fullmatch(
+            r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row["IQM of the final scores [95% CI]"]
+        ).groups()
+        assert float(point) == pytest.approx(f.iqm[0], abs=0.05)
+        assert float(low) <= float(point) <= float(high)
