@@ -156,3 +156,15 @@ def test_a_rom_ale_cannot_play_alone_is_refused_before_anything_starts(tmp_path,
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"ALE/{game}-v5 is a game ALE ships but cannot play with one agent" in r.stderr
     assert not run.exists()
+
+
+def test_the_longest_episode_is_the_games_own_cap():
+    """What a fleet's answers are held to: ALE's frame cap in agent steps, gymnasium's
+    TimeLimit, nothing where neither caps an episode."""
+    from edgerl.config import EnvConfig
+    from edgerl.envs import longest_episode
+
+    assert longest_episode(EnvConfig(id="ALE/Pong-v5")) == 27_000
+    assert longest_episode(EnvConfig(id="ALE/Frostbite-v5", max_episode_frames=20_000)) == 5_000
+    assert longest_episode(EnvConfig(id="CartPole-v1")) == 500
+    assert longest_episode(EnvConfig(id="NoSuchGame-v0")) is None

@@ -185,9 +185,20 @@ def good_answer() -> Played:
         (lambda p: p._replace(steps=True), "step count"),
         (lambda p: p._replace(lengths=np.array([3, 9])), "longer than all its steps"),
         (lambda p: p._replace(scores=np.zeros((2, 1))), "one-dimensional"),
+        # A lying actor (issue 58): a masked array crashed the learner, scores of 1.7e308 made
+        # the generation's mean infinite, 4e30 steps ended the run at once.
+        (lambda p: p._replace(scores=np.ma.masked_array([3.0, 4.0], [0, 1])), "one-dimensional"),
+        (lambda p: p._replace(scores=np.array([1.7e308, 4.0])), "beyond any game's"),
+        (lambda p: p._replace(steps=4 * 10**30), "more than the episodes it was given"),
+        (lambda p: p._replace(steps=4 * 501 * 4), "more than the episodes it was given"),
+        (lambda p: p._replace(lengths=np.array([3, 501]), steps=4 * 600), "the game allows"),
     ],
 )
 def test_a_damaged_answer_is_refused_with_what_is_wrong(damage, words):
-    outstanding = {10, 11, 12}
-    assert played_problem(good_answer(), outstanding, 4, 0) is None
-    assert words in played_problem(damage(good_answer()), outstanding, 4, 0)
+    outstanding, longest = {10, 11, 12}, 500  # CartPole's cap on an episode
+    assert played_problem(good_answer(), outstanding, 4, 0, longest) is None
+    assert (
+        played_problem(good_answer()._replace(steps=4 * 500 * 4), outstanding, 4, 0, longest)
+        is None
+    )
+    assert words in played_problem(damage(good_answer()), outstanding, 4, 0, longest)

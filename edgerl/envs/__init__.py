@@ -69,6 +69,7 @@ __all__ = [
     "VecEnv",
     "ale_game",
     "canonical_id",
+    "longest_episode",
     "make_env",
     "probe",
     "short_env_name",
@@ -99,6 +100,21 @@ def probe(env: str | EnvConfig) -> EnvSpec:
         finally:
             made.close()
     return gym_spec(env_id, cfg.make_kwargs)
+
+
+def longest_episode(cfg: EnvConfig) -> int | None:
+    """The most agent steps an episode of ``cfg``'s game can last: an Atari game's
+    ``env.max_episode_frames`` in steps of :data:`FRAME_SKIP` frames, a gymnasium id's
+    TimeLimit; None where nothing caps it."""
+    if ale_game(cfg.id) is not None:
+        return -(-cfg.max_episode_frames // FRAME_SKIP)
+    import gymnasium
+
+    try:
+        limit = gymnasium.spec(cfg.id).max_episode_steps
+    except gymnasium.error.Error:
+        return None
+    return int(limit) if limit else None
 
 
 def check_no_kwargs(cfg: EnvConfig) -> None:

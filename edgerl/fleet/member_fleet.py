@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgerl.envs import longest_episode
 from edgerl.fleet.members import MemberActor, Played, pack_genomes
 from edgerl.fleet.transport import DamagedBatchError, RayFleet, Slot
 from edgerl.words import plural
@@ -66,6 +67,7 @@ class MemberFleet(RayFleet):
         self.bytes_out = 0
         self.bytes_back = 0
         self.members_played = 0
+        self.longest = longest_episode(self.cfg.env)  # the game's cap on an episode's steps
 
     def start_members(self, source: JobSource, seed: int) -> None:
         """Start every actor, asking it to play ``source``'s jobs."""
@@ -88,7 +90,9 @@ class MemberFleet(RayFleet):
         for slot, played in self._arrivals(timeout_s):
             i = slot.index
             steps_so_far = self.vector_steps.get(i, 0) * self.per_actor
-            problem = played_problem(played, self.outstanding[i], self.per_actor, steps_so_far)
+            problem = played_problem(
+                played, self.outstanding[i], self.per_actor, steps_so_far, self.longest
+            )
             if problem is not None:
                 self._lose(slot, DamagedBatchError(problem))
                 continue
@@ -162,18 +166,28 @@ class MemberFleet(RayFleet):
         super()._lose(slot, error)
 
 
+# No game scores this much in an episode (Atari's highest are millions): a larger score is a lie,
+# and a few of 1e308 would make the generation's mean infinite.
+MAX_SCORE = 1e12
+
+
 def played_problem(
-    played: Any, outstanding: set[int], num_envs: int, steps_before: int
+    played: Any,
+    outstanding: set[int],
+    num_envs: int,
+    steps_before: int,
+    longest: int | None = None,
 ) -> str | None:
     """Why an actor's answer must not be used (None: it may): every field of the type and shape
-    asked, each ticket one the actor was given and not answered yet, environments it has,
-    finite scores, a step count of whole vector steps, and episode lengths of at least one step
-    and at most the vector steps its instance has taken (``steps_before`` env steps before this
-    answer)."""
+    asked (plain arrays, not masked ones), each ticket one the actor was given and not answered
+    yet, environments it has, finite scores no game reaches beyond, a step count of whole
+    vector steps no more than its jobs' episodes could take (each at most ``longest`` steps,
+    the game's cap), and episode lengths of at least one step, at most the game's cap and the
+    vector steps its instance has taken (``steps_before`` env steps before this answer)."""
     if not isinstance(played, Played):
         return f"it answered a {type(played).__name__}, not the episodes it played"
     arrays = (played.tickets, played.scores, played.lengths, played.envs, played.dropped)
-    if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays):
+    if not all(type(a) is np.ndarray and a.ndim == 1 for a in arrays):
         return "its answer's fields are not one-dimensional arrays"
     n = len(played.tickets)
     if len(played.scores) != n or len(played.lengths) != n or len(played.envs) != n:
@@ -187,11 +201,18 @@ def played_problem(
         return "it answered for episodes it was not given"
     if played.scores.dtype.kind != "f" or not np.isfinite(played.scores).all():
         return "its scores are not finite numbers"
+    if (np.abs(played.scores) > MAX_SCORE).any():
+        return f"its scores are beyond any game's (more than {MAX_SCORE:g} in an episode)"
     steps = played.steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0 or steps % num_envs:
         return f"its step count is not a whole number of steps of its {num_envs} environments"
+    # Each environment plays its jobs one after another, the one it had under way first.
+    if longest is not None and steps // num_envs > longest * (len(outstanding) + 1):
+        return "its step count is more than the episodes it was given could take"
     if played.lengths.dtype.kind != "i" or (played.lengths < 1).any():
         return "its episode lengths are not whole numbers of steps"
+    if longest is not None and (played.lengths > longest).any():
+        return f"it played episodes longer than the game allows ({longest:,} steps)"
     if (played.lengths > (steps_before + steps) // num_envs).any():
         return "it played episodes longer than all its steps"
     return None
