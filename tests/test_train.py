@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -329,3 +330,28 @@ def test_a_run_saves_the_env_batch_size_it_resolved_and_evaluates_in_lockstep(tm
 
     trained = SimpleNamespace(env_config={"id": "ALE/Pong-v5", "num_envs": 8, "batch_size": 4})
     assert _env_config(trained, None).batch_size == 0  # what _env_config reads of a policy
+
+
+def test_a_directory_that_holds_no_run_is_refused_and_left_as_it_was(cli, tmp_path):
+    """`edgerl train --run-dir /tmp` (or a home folder, or /etc through a link): its mode is
+    not changed, nothing in it is cleaned, and the run does not start (issue 58). An empty
+    directory is taken without changing its mode."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    stale = shared / ".notes.txt.tmp-999999"  # named like a killed writer's temporary file
+    stale.write_text("someone's notes")
+    args = ["--env", "CartPole-v1", "--steps", "200", "--quiet"]
+    r = cli("train", *args, "--run-dir", shared)
+    assert r.code == 2 and "holds 1 entry but no edgerl run" in r.err and "Traceback" not in r.err
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and stale.exists()
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    assert cli("train", *args, "--run-dir", link).code == 2
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o755)
+    empty.chmod(0o755)
+    r = cli("train", *args, "--run-dir", empty)
+    assert r.code == 0, r.err[-2000:]
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o755 and (empty / "config.toml").exists()
+    assert cli("train", *args[:-1], "--steps", "300", "--run-dir", empty).code == 0  # resumes

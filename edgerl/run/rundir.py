@@ -14,6 +14,8 @@ import contextlib
 import errno
 import fcntl
 import grp
+import itertools
+import logging
 import os
 import stat
 import time
@@ -25,6 +27,8 @@ from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
 from edgerl.files.processes import pid_alive
 from edgerl.files.regular import read_regular
+
+log = logging.getLogger(__name__)
 
 # What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
 PRIVATE_BITS = 0o007
@@ -177,6 +181,11 @@ class RunDir:
         read/traverse and setgid, so its members can watch a service's run (``edgerl view``).
         """
         created = [p for p in (self.path.parent, self.path, self.checkpoints) if not p.exists()]
+        if self.path.is_symlink():
+            log.info("run directory %s is a link to %s", self.path, self.path.resolve())
+        ours = self.path in created or holds_run(self.path)
+        if not ours:
+            self._check_empty()
         try:
             self.checkpoints.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write-test-{os.getpid()}"
@@ -194,7 +203,9 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
-        for directory in (self.path, self.checkpoints):
+        # Only a directory made here or holding a run is tidied and kept private: an empty one
+        # the user gave keeps its mode (nothing else of theirs is in it to clean).
+        for directory in (self.path, self.checkpoints) if ours else (self.checkpoints,):
             remove_stale_temps(directory)  # partial writes of killed trainers
             with contextlib.suppress(OSError):  # checkpoints and status are nobody else's
                 mode = stat.S_IMODE(directory.stat().st_mode)
@@ -204,12 +215,39 @@ class RunDir:
             parent = [self.path.parent] if self.path.parent in created else []
             share_with_group([*parent, self.path, self.checkpoints], group)
 
+    def _check_empty(self) -> None:
+        """Refuse an existing directory that holds no run and is not empty (``/tmp``, a home
+        folder, ``/etc`` through a link): a run there would change its mode and mix its files
+        with others'. Raises RunDirError."""
+        try:
+            entries = sum(1 for _ in itertools.islice(self.path.iterdir(), 1000))
+        except NotADirectoryError:
+            return  # said by the mkdir below, with the fix
+        except OSError as e:
+            raise RunDirError(unwritable(self.path, e)) from None
+        if entries:
+            raise RunDirError(
+                f"{self.path} holds {entries:,}{'+' if entries == 1000 else ''} "
+                f"{'entry' if entries == 1 else 'entries'} but no edgerl run: give a new or "
+                "empty directory (or a run's) with --run-dir, e.g. "
+                f"{self.path / 'edgerl-run'}"
+            )
+
     def close(self) -> None:
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+# What only a run directory holds: a trainer has been there.
+RUN_MARKS = ("config.toml", "checkpoints", ".lock", "status.json", "metrics.csv")
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is a directory a trainer has used."""
+    return path.is_dir() and any((path / mark).exists() for mark in RUN_MARKS)
 
 
 def run_section(run_dir: Path, section: str) -> dict[str, Any] | None:
