@@ -348,6 +348,9 @@ def test_a_directory_that_holds_no_run_is_refused_and_left_as_it_was(cli, tmp_pa
     link = tmp_path / "link"
     link.symlink_to(shared)
     assert cli("train", *args, "--run-dir", link).code == 2
+    r = cli("train", *args, "--run-dir", shared, "--fresh")  # never moved aside either
+    assert r.code == 2 and "but no edgerl run" in r.err and stale.exists()
+    assert not list(tmp_path.glob("shared.old-*"))
     empty = tmp_path / "empty"
     empty.mkdir(mode=0o755)
     empty.chmod(0o755)

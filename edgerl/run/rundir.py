@@ -141,6 +141,9 @@ class RunDir:
         """For ``--fresh``: rename the run to ``<name>.old-<time>``; returns the new path."""
         if not self.path.exists():
             return None
+        if not holds_run(self.path):  # never /tmp or a home folder renamed
+            self._check_empty()
+            return None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
         n = 1
