@@ -258,14 +258,15 @@ def figures(
     )
 
 
-Group = tuple[str, str, str]  # game, learner, recipe
+Group = tuple[str, str]  # game, learner
 
 
 def grouped(runs: Iterable[SeedRun]) -> dict[Group, list[SeedRun]]:
-    """Runs by game, learner and named recipe, each group by seed."""
+    """Runs by game and learner (the runs given are the ones to compare: a run made before
+    recipes were recorded joins the seeds of its recipe), each group by seed."""
     groups: dict[Group, list[SeedRun]] = {}
     for run in runs:
-        groups.setdefault((run.game, run.learner, run.recipe), []).append(run)
+        groups.setdefault((run.game, run.learner), []).append(run)
     return {k: sorted(v, key=lambda r: (r.seed, str(r.path))) for k, v in groups.items()}
 
 
@@ -316,7 +317,8 @@ def protocol(run: SeedRun) -> str:
 def describe(f: Figures, last: int = LAST) -> str:
     """The figures of one game and learner, a few lines."""
     seeds = ("seeds " if len(f.runs) > 1 else "seed ") + ", ".join(str(r.seed) for r in f.runs)
-    recipe = f", {f.runs[0].recipe}" if f.runs[0].recipe else ""
+    named = sorted({r.recipe for r in f.runs if r.recipe})
+    recipe = "".join(f", {n}" for n in named)
     lines = [f"{f.game}, {f.learner.upper()}{recipe}: {plural(len(f.runs), 'run')} ({seeds})"]
     if f.target is None:
         lines.append("  no target: give one with --target")
@@ -370,7 +372,7 @@ def save_picture(groups: dict[Group, list[SeedRun]], path: Path, by: str, reps: 
     library, metrics = _rliable()
     plt = pyplot("edgerl results' picture")
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    for (game, learner, _), runs in groups.items():
+    for (game, learner), runs in groups.items():
         grid, values = curve(runs, by)
         keep = ~np.isnan(values).any(axis=0)
         grid, values = grid[keep], values[:, keep]
