@@ -117,7 +117,8 @@ def test_the_learner_never_sees_its_rollout_change(tmp_path, monkeypatch):
     assert any(overlapped)  # the actor did write meanwhile: the test could have failed
 
 
-def test_seeded_lagged_runs_repeat_exactly(tmp_path):
+def assert_two_seeded_runs_end_alike(tmp_path) -> None:
+    """Two seeded lagged runs of CartPole end with the same weights, bit for bit."""
     weights = []
     for i in range(2):
         cfg = pqn_config(tmp_path / str(i), "perf.threads=1", steps=2048)
@@ -126,6 +127,10 @@ def test_seeded_lagged_runs_repeat_exactly(tmp_path):
             weights.append({k: v.clone() for k, v in trainer.learner.q.state_dict().items()})
     for name in weights[0]:
         assert torch.equal(weights[0][name], weights[1][name]), name
+
+
+def test_seeded_lagged_runs_repeat_exactly(tmp_path):
+    assert_two_seeded_runs_end_alike(tmp_path)
 
 
 def test_a_run_stopped_mid_rollout_resumes_and_learns_every_rollout(tmp_path, monkeypatch, caplog):
@@ -198,11 +203,4 @@ def test_seeded_lagged_runs_repeat_exactly_with_a_slow_emulator(tmp_path, monkey
     """The learner's targets do not depend on when the actor's steps land against its
     learning: two seeded runs end with the same weights, bit for bit."""
     slow_emulator(monkeypatch)
-    weights = []
-    for i in range(2):
-        cfg = pqn_config(tmp_path / str(i), "perf.threads=1", steps=2048)
-        with Trainer(cfg, quiet=True) as trainer:
-            trainer.run()
-            weights.append({k: v.clone() for k, v in trainer.learner.q.state_dict().items()})
-    for name in weights[0]:
-        assert torch.equal(weights[0][name], weights[1][name]), name
+    assert_two_seeded_runs_end_alike(tmp_path)

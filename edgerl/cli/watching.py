@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -15,6 +17,26 @@ from edgerl.cli.app import cli
 from edgerl.cli.options import default_status_dir
 
 log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def picture_options(output_help: str, x_help: str) -> Callable[[F], F]:
+    """``-o/--output IMAGE`` and ``--x steps|time``, as ``plot`` and ``results`` take them."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--x",
+            "by",
+            type=click.Choice(["steps", "time"]),
+            default="steps",
+            show_default=True,
+            help=x_help,
+        )(func)
+        return click.option(
+            "-o", "--output", type=click.Path(path_type=Path), default=None, help=output_help
+        )(func)
+
+    return decorate
 
 
 def duration_option(text: str) -> float:
@@ -144,21 +166,10 @@ def view(
     multiple=True,
     help="Run directory; repeat to compare runs (default: the service's, else the newest run).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Image to write (.png, .svg or .pdf; needs the plot extra) [default: curve.png in the "
-    "run directory].",
-)
-@click.option(
-    "--x",
-    "by",
-    type=click.Choice(["steps", "time"]),
-    default="steps",
-    show_default=True,
-    help="Against env steps or training time.",
+@picture_options(
+    "Image to write (.png, .svg or .pdf; needs the plot extra) [default: curve.png in the run "
+    "directory].",
+    "Against env steps or training time.",
 )
 @click.option("--terminal", is_flag=True, help="Draw the return curve as text, here, instead.")
 def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: bool) -> None:
@@ -315,23 +326,12 @@ def serve_roots() -> list[Path]:
     type=click.IntRange(min=100),
     default=10_000,
     show_default=True,
-    help="Bootstrap resamples of the 95%% intervals (rliable's default is 50,000).",
+    help="Bootstrap resamples of the 95% intervals (rliable's default is 50,000).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also draw the sample-efficiency curves (IQM over the seeds with its 95%% band) "
-    "into this image (.png, .svg or .pdf).",
-)
-@click.option(
-    "--x",
-    "by",
-    type=click.Choice(["steps", "time"]),
-    default="steps",
-    show_default=True,
-    help="The picture against env steps or training time.",
+@picture_options(
+    "Also draw the sample-efficiency curves (IQM over the seeds with its 95% band) into this "
+    "image (.png, .svg or .pdf).",
+    "The picture against env steps or training time.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def results(
