@@ -89,7 +89,8 @@ def test_a_pqn_run_s_checkpoint_says_pqn_and_plays_and_resumes(cli, tmp_path):
     assert r.code == 0, r.err
     assert f"resuming from step {first.step:,}" in r.err
     assert load(list_checkpoints(run / "checkpoints")[-1].path).kind == "pqn"
-    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "agent.hidden=[16,16]")
+    # Asked for another learner, the run is refused (without one named, it keeps its own)
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--set", "agent.algo=dqn")
     assert r.code == 2 and "holds a run with agent.algo='pqn'" in r.err
 
 

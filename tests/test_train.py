@@ -358,3 +358,16 @@ def test_a_directory_that_holds_no_run_is_refused_and_left_as_it_was(cli, tmp_pa
     assert r.code == 0, r.err[-2000:]
     assert stat.S_IMODE(empty.stat().st_mode) == 0o755 and (empty / "config.toml").exists()
     assert cli("train", *args[:-1], "--steps", "300", "--run-dir", empty).code == 0  # resumes
+
+
+def test_a_run_that_ended_names_no_trainer_even_while_its_process_lives(cli, tmp_path, monkeypatch):
+    """The lock file of a run that ended holds no pid: the process that trained may live on (a
+    test, a notebook, a service between runs), and a viewer that reads the lock file without
+    taking the lock must not wait for it as for a trainer (a fresh clone in a folder named
+    edgerl made this test process look like one, and `view --timeout 1` waited for ever)."""
+    from edgerl.run import rundir
+
+    run = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "200", "--run-dir", run).code == 0
+    monkeypatch.setattr(rundir, "pid_alive", lambda pid: True)  # this process: alive, edgerl
+    assert rundir.trainer_of(run) is None

@@ -239,6 +239,9 @@ class RunDir:
     def close(self) -> None:
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
+                # No pid is left behind: a viewer reads the lock file without taking the lock
+                # (trainer_of), and the process that trained may live on (a test, a service).
+                os.ftruncate(self._lock_fd, 0)
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
