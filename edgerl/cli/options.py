@@ -178,11 +178,10 @@ def run_recipe_layer(cfg: Config) -> Layer | None:
     log)."""
     from edgerl.config import SECTIONS, keys
     from edgerl.config.parse import flatten, parse_toml_file
-    from edgerl.envs.spec import short_env_name
     from edgerl.errors import ConfigError
-    from edgerl.run.rundir import default_run_dir
+    from edgerl.run.rundir import run_dir_of
 
-    run_dir = Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
+    run_dir = run_dir_of(cfg)
     path = run_dir / "config.toml"
     if not path.is_file():
         return None

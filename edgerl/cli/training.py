@@ -52,22 +52,24 @@ def train(
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
-    args = (config_file, overrides, env_id, steps, run_dir, seed, quick, preset, fresh, quiet)
     if seeds == 1:
-        train_one(ctx, *args)
+        train_one(
+            ctx, config_file, overrides, env_id, steps, run_dir, seed, quick, preset, fresh, quiet
+        )
         return
-    from edgerl.envs.spec import short_env_name
-    from edgerl.run.rundir import default_run_dir
+    from edgerl.run.rundir import run_dir_of
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
-    base = Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
+    base = run_dir_of(cfg)
     first = cfg.env.seed
     for k in range(seeds):
         here = base / f"seed-{first + k}"
         click.echo(f"== seed {first + k} ({k + 1} of {seeds}): {here}", err=True)
         # A stop ends the command here (ctx.exit): the same command resumes this seed, and
         # the seeds already trained have nothing left to do.
-        train_one(ctx, config_file, overrides, env_id, steps, here, first + k, *args[6:])
+        train_one(
+            ctx, config_file, overrides, env_id, steps, here, first + k, quick, preset, fresh, quiet
+        )
     edgerl = command_name()
     click.echo(
         f"next: {edgerl} results {shlex.quote(str(base))} -o seeds.png   # k of {seeds} at "

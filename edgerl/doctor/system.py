@@ -182,11 +182,10 @@ def checkpoint_bytes(ctx: Context) -> int:
 
 def check_disk(ctx: Context) -> Check:
     """The run directory ``edgerl train`` would use here can be written and has room."""
-    from edgerl.envs import short_env_name
-    from edgerl.run.rundir import default_run_dir
+    from edgerl.run.rundir import run_dir_of
 
     cfg = ctx.cfg
-    run_dir = Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
+    run_dir = run_dir_of(cfg)
     existing = run_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -61,7 +61,7 @@ from torch import nn
 from edgerl.config import Config
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
-from edgerl.learners.generation import PLAYING, Generation, finished, first_in
+from edgerl.learners.generation import PLAYING, Generation, first_in
 from edgerl.learners.nets import build_q_network
 from edgerl.learners.population import (
     Genome,
@@ -243,8 +243,7 @@ class GeneticAlgorithm:
         members = [1 if m is not None else closed for m in g.members]
         trials = self.cfg.elite_episodes if g.choosing else closed
         needed = np.array(members + [trials] * len(g.candidates), dtype=np.int64)
-        played = np.array([finished(r) for r in g.scores + g.trials], dtype=np.int64)
-        return needed - played
+        return needed - g.finished()
 
     def _start_phase(self) -> None:
         """Hand out the generation's jobs: the candidates' episodes in turn, then each member's
@@ -280,8 +279,7 @@ class GeneticAlgorithm:
         if not self.remote:  # here every episode under way ends at the same pace
             return int(np.argmax(owed))
         g = self.generation
-        played = np.array([finished(r) for r in g.scores + g.trials], dtype=np.int64)
-        return int(np.lexsort((np.arange(len(owed)), played, -owed))[0])
+        return int(np.lexsort((np.arange(len(owed)), g.finished(), -owed))[0])
 
     def _hand_out(self, env: int) -> None:
         """Give environment ``env`` (here) its next job."""

@@ -53,6 +53,10 @@ class Generation:
         """A member's fitness: the mean score of its first ``episodes`` episodes."""
         return float(np.mean(self.scores[member][:episodes]))
 
+    def finished(self) -> np.ndarray:
+        """The episodes in of every job: each member's, then each candidate's."""
+        return np.array([finished(r) for r in self.scores + self.trials], dtype=np.int64)
+
     def common_episodes(self) -> int:
         """The episodes every compared member has in, from its first: what each one's fitness
         is the mean of (one, unless spare environments played them all again)."""

@@ -21,12 +21,15 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
 from edgerl.files.processes import pid_alive
 from edgerl.files.regular import read_regular
+
+if TYPE_CHECKING:
+    from edgerl.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,13 @@ def run_umask() -> Iterator[None]:
 def default_run_dir(short_env: str) -> Path:
     """``runs/<env name>`` under the current directory, e.g. ``runs/Pong-v5``."""
     return Path("runs") / short_env
+
+
+def run_dir_of(cfg: Config) -> Path:
+    """The run directory ``cfg`` names: ``train.run_dir``, else ``runs/<game>``."""
+    from edgerl.envs.spec import short_env_name
+
+    return Path(cfg.train.run_dir or default_run_dir(short_env_name(cfg.env.id)))
 
 
 def service_state_dir() -> Path:
