@@ -12,8 +12,10 @@ member, the actor never waits for the learner, and few jobs are taken ahead of t
 (:mod:`edgerl.fleet.members`). The episodes are settled with the learner before the actor is
 asked again, so the next jobs are the new generation's when an answer ended the last.
 Actors are started, lost, named and started again as the step fleet's are
-(:class:`~edgerl.fleet.transport.RayFleet`); a lost actor's jobs, played or queued, go back to
-the learner, which hands them to the next taker: no member goes without its episode.
+(:class:`~edgerl.fleet.transport.RayFleet`), but get jobs only once they run (an instance
+waiting for a node with room would hold its members' first episodes, and the generation with
+them); a lost actor's jobs, played or queued, go back to the learner, which hands them to the
+next taker: no member goes without its episode.
 
 The bytes each call carries (as pickled for Ray) are counted both ways: ``status()`` gives them
 per member evaluated.
@@ -86,6 +88,7 @@ class MemberFleet(RayFleet):
         that answered for more."""
         source = self.source
         assert source is not None
+        self._ask_started()
         answers = []
         for slot, played in self._arrivals(timeout_s):
             i = slot.index
@@ -133,6 +136,21 @@ class MemberFleet(RayFleet):
         for held in (self.kept_sent, self.vector_steps):
             held.pop(slot.index, None)  # a new instance: nothing kept or played yet
         super()._launch(slot)
+
+    def _first_asks(self, slot: Slot) -> None:
+        """None yet: jobs handed to an instance that never starts (no node has room for it)
+        would hold their generation, which waits for every member's first episode. The
+        instance gets its first calls once it runs (:meth:`_ask_started`)."""
+
+    def _ask_started(self) -> None:
+        """The first calls of each instance that started since the last look (its ``where()``
+        answered, or failed: then so do the calls, and the actor is lost with that reason)."""
+        for slot in self.slots:
+            waiting = slot.state in ("starting", "restarting") and not slot.inflight
+            if waiting and slot.where_ref is not None:
+                ready, _ = self.ray.wait([slot.where_ref], timeout=0)
+                if ready:
+                    super()._first_asks(slot)
 
     def _ask(self, slot: Slot) -> None:
         """More jobs for ``slot``'s actor: as many as its last answer gave back (at an

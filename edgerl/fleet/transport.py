@@ -220,6 +220,11 @@ class RayFleet:
         slot.state = "restarting" if slot.lost else "starting"
         slot.delivered, slot.version = False, -1
         slot.launched_at, slot.noted_waiting = time.monotonic(), False
+        self._first_asks(slot)
+
+    def _first_asks(self, slot: Slot) -> None:
+        """A new instance's ``fleet.max_inflight`` calls, made at once: Ray runs them when it
+        has started (a batch asked of an instance that never starts holds nothing back)."""
         for _ in range(self.cfg.fleet.max_inflight):
             self._ask(slot)
 
