@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgerl.config import Config, EvalConfig, build_layers, resolve
+from edgerl.config import Config, EnvConfig, EvalConfig, build_layers, resolve
 from edgerl.envs import probe
 from edgerl.files.checkpoint import Checkpoint, load
 from edgerl.learners.nets import build_q_network
@@ -61,6 +61,7 @@ def test_eval_csv_has_a_row_per_evaluation_and_a_resume_appends(cli, tmp_path, m
         assert low <= mean <= high
         assert float(row["length_mean"]) == mean  # CartPole pays 1 per step
         assert float(row["eval_s"]) > 0
+        assert row["return_5min"] == ""  # no human reference: not an Atari game
     walls = [float(row["wall_s"]) for row in first]
     assert walls == sorted(walls)
     last = float(first[-1]["return_mean"])
@@ -71,10 +72,16 @@ def test_eval_csv_has_a_row_per_evaluation_and_a_resume_appends(cli, tmp_path, m
     s = cli("status", "--run-dir", run)
     assert f"evaluation at step 2,000: mean return {last:.2f}" in s.out
 
+    # As an edgerl before the return_5min column wrote it: a resume keeps the file's columns.
+    older = EVAL_COLUMNS[:-1]
+    lines = (run / "eval.csv").read_text().splitlines()
+    (run / "eval.csv").write_text("".join(line.rsplit(",", 1)[0] + "\n" for line in lines))
+    first = [{k: row[k] for k in older} for row in first]
     train(cli, run, 3000, "eval.every_steps=500", "eval.episodes=2")  # resumes the run
     text = (run / "eval.csv").read_text()
-    assert text.count(",".join(EVAL_COLUMNS)) == 1
+    assert text.count(",".join(older)) == 1 and "return_5min" not in text
     both = rows(run / "eval.csv")
+    assert all(list(row) == older for row in both)  # whole rows: no cell without a column
     assert both[: len(first)] == first
     assert int(both[-1]["step"]) == 3000
     assert all(int(row["step"]) > 2000 for row in both[len(first) :])
@@ -201,6 +208,42 @@ def test_an_evaluation_stopped_while_recording_leaves_no_recording(tmp_path):
 def test_an_episode_longer_than_the_cap_is_cut_and_counted():
     result = evaluate(always_left(), EvalConfig(episodes=3, max_episode_steps=4), seed=0)
     assert result.lengths == [4, 4, 4] and result.cut == 3
+
+
+def noop_pong() -> Checkpoint:
+    """A Pong policy that never moves: it loses 21-0 in about 760 steps."""
+    spec = probe("ALE/Pong-v5")
+    cfg = Config()
+    cfg.env.id = "ALE/Pong-v5"
+    net = build_q_network(spec, cfg.agent.hidden)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()  # every action's value 0: argmax, NOOP
+    learner = {"q": net.state_dict()}
+    return Checkpoint(kind="dqn", step=0, env=spec.to_dict(), config=cfg.to_dict(), learner=learner)
+
+
+def test_an_atari_evaluation_also_scores_each_episodes_first_5_minutes(monkeypatch, tmp_path):
+    """The human reference played 5 minutes (18,000 frames): an evaluation sums each episode's
+    first 18,000 frames apart (here 800: 200 steps, so a lost Pong game is longer), the recorded
+    episode too, and says both when they differ."""
+    import edgerl.envs
+    from edgerl.run.evaluate import Evaluation
+
+    assert edgerl.envs.reference_steps(EnvConfig(id="CartPole-v1")) is None  # no human reference
+    full = evaluate(noop_pong(), EvalConfig(episodes=2), seed=0)
+    assert full.returns == [-21.0, -21.0] and full.returns_within == full.returns  # 760 < 4,500
+    monkeypatch.setattr(edgerl.envs, "REFERENCE_FRAMES", 800)
+    short = evaluate(noop_pong(), EvalConfig(episodes=2), seed=0)
+    assert short.returns == full.returns and len(short.returns_within) == 2
+    assert all(-21 < r < 0 for r in short.returns_within), short.returns_within
+    recorded = evaluate(noop_pong(), EvalConfig(episodes=2), 0, record=tmp_path / "e.gif")
+    assert recorded.returns_within == short.returns_within  # the same seeds, the same points
+    ev = Evaluation(7, 1.0, tuple(short.returns), tuple(short.lengths), 0, 1.0,
+                    tuple(short.returns_within))  # fmt: skip
+    within = sum(short.returns_within) / 2
+    assert ev.cells()["return_5min"] == f"{within:.6g}"
+    assert f"; {within:.1f} within 5 minutes each" in ev.describe("ALE/Pong-v5")
 
 
 def test_auto_evaluates_runs_of_50000_steps_or_more_twenty_times():

@@ -46,6 +46,12 @@ def test_json_summary(cli, cartpole_run):
     lat = summary["latency_us"]
     assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
     assert summary["steps"] == sum(summary["returns"])  # CartPole: +1 per step
+    assert summary["lengths"] == summary["returns"] and summary["cut"] == sum(
+        length == 500 for length in summary["lengths"]
+    )  # gymnasium's 500-step TimeLimit cuts an episode
+    # As the evaluations play (a policy that never presses FIRE does not idle), not 0.
+    assert summary["epsilon"] == 0.001
+    assert "returns_5min" not in summary  # CartPole has no human reference
 
 
 def test_same_seed_same_returns(cli, cartpole_run):
@@ -70,6 +76,22 @@ def test_pong_play_reports_game_points(cli, pong_run):
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert -21 <= summary["returns"][0] <= 21 and summary["env"] == "ALE/Pong-v5"
+    assert summary["returns_5min"] == summary["returns"]  # a Pong game ends within 5 minutes
+    assert "episode 1: return " in r.err and " after " in r.err  # the log says its length
+
+
+def test_a_long_episode_says_how_far_it_is(cartpole_run, monkeypatch, caplog):
+    import edgerl.play.observers
+    from edgerl.play import PlayOptions, play
+    from edgerl.play.observers import EpisodeLog
+    from edgerl.policies import load_policy
+
+    monkeypatch.setattr(edgerl.play.observers, "PROGRESS_S", 0.0)  # every step
+    caplog.set_level("INFO", logger="edgerl.play.observers")
+    play(load_policy(run_dir=cartpole_run), PlayOptions(max_episode_steps=3), [EpisodeLog()])
+    said = [r.getMessage() for r in caplog.records]
+    assert said[:3] == [f"episode 1: {n} steps so far, return {n}.0" for n in (1, 2, 3)]
+    assert said[3] == "episode 1: return 3.0 after 3 steps"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,10 @@ import click
 
 from edgerl.cli.app import cli, command_name
 from edgerl.cli.options import default_policy_run
+from edgerl.config import EvalConfig
 from edgerl.words import plural
+
+EVAL_EPSILON = EvalConfig().epsilon  # edgerl play's default: an evaluation's
 
 
 @cli.command()
@@ -51,9 +54,10 @@ from edgerl.words import plural
 @click.option(
     "--epsilon",
     type=click.FloatRange(0, 1),
-    default=0.0,
+    default=EVAL_EPSILON,
     show_default=True,
-    help="Chance of a random action.",
+    help="Chance of a random action: the evaluations' (a policy that never presses FIRE does "
+    "not idle to the game's cap); 0: greedy.",
 )
 @click.option(
     "--device",
@@ -94,6 +98,8 @@ def play(
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
+    from edgerl.config import EnvConfig
+    from edgerl.envs import reference_steps
     from edgerl.hw.device import latency_threads
     from edgerl.play import Observer, PlayOptions
     from edgerl.play import play as run_play
@@ -125,7 +131,10 @@ def play(
         observers.append(renderer)
         if fps == 0 and render == "screen":
             fps = 15.0  # the game's pace with frame skip 4 (60 Hz / 4); --fps overrides
-    options = PlayOptions(env_id=env_id, episodes=episodes, seed=seed, epsilon=epsilon, fps=fps)
+    within = reference_steps(EnvConfig(id=env_id or policy.spec.id)) or 0
+    options = PlayOptions(
+        env_id=env_id, episodes=episodes, seed=seed, epsilon=epsilon, fps=fps, within_steps=within
+    )
     try:
         result = run_play(policy, options, observers)
     except KeyboardInterrupt:
@@ -138,7 +147,8 @@ def play(
             renderer.close()
     under = f"{plural(threads, 'CPU thread')}; {load}"
     if as_json:
-        click.echo(json.dumps({**result.to_json(), "threads": threads, "load": load}))
+        summary = {**result.to_json(), "epsilon": epsilon, "threads": threads, "load": load}
+        click.echo(json.dumps(summary))
     else:
         click.echo(f"{result.describe()} ({under})")
     if result.recording is not None and not as_json:

@@ -117,6 +117,19 @@ def longest_episode(cfg: EnvConfig) -> int | None:
     return int(limit) if limit else None
 
 
+# The length of play the human reference scores were measured over (Mnih et al. 2015: about 5
+# minutes, 18,000 frames at 60 frames/s), which human-normalised scores divide by.
+REFERENCE_FRAMES = 18_000
+
+
+def reference_steps(cfg: EnvConfig) -> int | None:
+    """The agent steps of :data:`REFERENCE_FRAMES` in ``cfg``'s Atari game (None for others,
+    which have no human reference)."""
+    if ale_game(cfg.id) is None:
+        return None
+    return REFERENCE_FRAMES // FRAME_SKIP
+
+
 def check_no_kwargs(cfg: EnvConfig) -> None:
     """Raise ConfigError where ``env.make_kwargs`` is given for an ALE game (its settings are
     ``[env]`` keys)."""

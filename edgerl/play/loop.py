@@ -35,6 +35,8 @@ class PlayOptions:
     # not counted); 0: no limit
     max_episode_steps: int = 0  # cuts an episode after this many steps (it is counted, in
     # ``PlayResult.cut`` too); 0: no limit
+    within_steps: int = 0  # also sums each episode's return over its first this many steps
+    # (``PlayResult.returns_within``: the human reference's 5 minutes); 0: not
     fps: float = 0.0  # steps per second (0: as fast as possible)
     stop: Callable[[], bool] | None = None  # asked before every step: True ends playing, which
     # is then stopped (a recording is discarded: what it holds is cut short)
@@ -52,6 +54,8 @@ class PlayResult:
     # episodes cut at a cap, not ended by the game (counted in ``returns``): at
     # ``max_episode_steps`` or at the environment's own (ALE's frame cap, a TimeLimit)
     cut: int = 0
+    # each episode's return over its first ``PlayOptions.within_steps`` steps (where asked)
+    returns_within: list[float] = field(default_factory=list)
 
     def latency_us(self) -> dict[str, float]:
         lat = np.asarray(self.latencies_ns, dtype=np.float64) / 1000.0
@@ -67,10 +71,14 @@ class PlayResult:
         """One line: returns and action latency."""
         summary = self.to_json()
         lat = summary["latency_us"]
+        cut = f", {self.cut} cut at a cap" if self.cut else ""
+        within = ""
+        if self.returns_within and self.returns_within != self.returns:
+            within = f"; {np.mean(self.returns_within):.2f} within 5 minutes each"
         return (
             f"{summary['env']} with {summary['backend']}: "
-            f"{plural(summary['episodes'], 'episode')}, mean return "
-            f"{summary['return_mean']:.2f} (returns {summary['returns']}); action "
+            f"{plural(summary['episodes'], 'episode')}{cut}, mean return "
+            f"{summary['return_mean']:.2f} (returns {summary['returns']}{within}); action "
             f"latency p50 {lat['p50']:.0f} us, p99 {lat['p99']:.0f} us, max {lat['max']:.0f} us"
         )
 
@@ -84,7 +92,11 @@ class PlayResult:
             "return_mean": float(np.mean(returns)) if returns else float("nan"),
             "latency_us": self.latency_us(),
             "steps": self.steps,
+            "lengths": list(self.lengths),
+            "cut": self.cut,
         }
+        if self.returns_within:  # an Atari game's: the human reference's 5 minutes
+            summary["returns_5min"] = [float(r) for r in self.returns_within]
         if self.recording is not None:
             rec = self.recording
             summary["recording"] = {
@@ -159,7 +171,8 @@ def play(
         returns: list[float] = []
         lengths: list[int] = []
         latencies: list[int] = []
-        ret, steps, length, cut = 0.0, 0, 0, 0
+        ret, steps, length, cut, within = 0.0, 0, 0, 0, 0.0
+        returns_within: list[float] = []
         for w in observers:
             w.on_reset(obs[0], 1)
         frame_s = 1.0 / o.fps if o.fps > 0 else 0.0
@@ -181,6 +194,8 @@ def play(
                 action = with_exploration(action, o.epsilon, policy.spec.num_actions, rng)
             step = env.step(np.asarray(action, dtype=np.int64))
             ret += float(step.rewards[0])
+            if length < o.within_steps:
+                within += float(step.rewards[0])
             steps += 1
             length += 1
             done = bool(step.terminated[0] or step.truncated[0])
@@ -212,9 +227,11 @@ def play(
             if done:
                 returns.append(ret)
                 lengths.append(length)
+                if o.within_steps:
+                    returns_within.append(within)
                 for w in observers:
                     w.on_episode(len(returns), ret, length)
-                ret, length = 0.0, 0
+                ret, length, within = 0.0, 0, 0.0
             if o.max_steps and steps >= o.max_steps:
                 break
             if done and len(returns) < o.episodes:
@@ -224,8 +241,9 @@ def play(
             w.on_end(stopped)
     recording = next((w.recording for w in observers if w.recording is not None), None)
     return PlayResult(
-        policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut
-    )
+        policy.backend, env_cfg.id, returns, steps, latencies, recording, lengths, cut,
+        returns_within,
+    )  # fmt: skip
 
 
 # Environments play_together steps at once: enough for an evaluation's usual 5-10 episodes in
@@ -253,21 +271,28 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
     returns: list[float] = []
     lengths: list[int] = []
     latencies: list[int] = []
+    returns_within: list[float] = []
     steps = cut = 0
+
+    def result() -> PlayResult:
+        return PlayResult(
+            policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut,
+            returns_within,
+        )  # fmt: skip
+
     with contextlib.closing(make_env(env_cfg)) as env:
         check_matches(policy, env)
         while len(returns) < o.episodes:
             wave = min(n, o.episodes - len(returns))  # the first ``wave`` environments count
             obs = env.reset(seed=o.seed + len(returns))
             ret = np.zeros(n)
+            within = np.zeros(n)
             length = np.zeros(n, dtype=np.int64)
             playing = np.arange(n) < wave  # still in its first episode, and counted
             was_cut = np.zeros(n, dtype=bool)
             while playing.any():
                 if o.stop is not None and o.stop():
-                    return PlayResult(
-                        policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut
-                    )
+                    return result()
                 t0 = time.perf_counter_ns()
                 actions = np.asarray(policy.act(obs), dtype=np.int64)
                 latencies.append(time.perf_counter_ns() - t0)
@@ -276,6 +301,7 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 step = env.step(actions)
                 steps += int(playing.sum())
                 ret += np.where(playing, step.rewards, 0.0)
+                within += np.where(playing & (length < o.within_steps), step.rewards, 0.0)
                 length += playing
                 ended = playing & (step.terminated | step.truncated)
                 was_cut |= playing & step.truncated & ~step.terminated  # the game's own cap
@@ -286,5 +312,7 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 obs = step.obs
             returns += [float(r) for r in ret[:wave]]
             lengths += [int(x) for x in length[:wave]]
+            if o.within_steps:
+                returns_within += [float(r) for r in within[:wave]]
             cut += int(was_cut.sum())
-    return PlayResult(policy.backend, env_cfg.id, returns, steps, latencies, None, lengths, cut)
+    return result()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,12 @@ from edgerl.envs import EnvSpec, VecEnv
 from edgerl.errors import EnvError
 from edgerl.play.observer import Moment, Observer
 from edgerl.play.record import Recorder, open_recorder
+from edgerl.words import plural
 
 log = logging.getLogger(__name__)
 
 RECORD_VIEWS = ("screen", "agent")  # the colour screen, or the agent's 84x84 grey frame
+PROGRESS_S = 10.0  # EpisodeLog says how far a long episode is this often
 AGENT_VIEW_SCALE = 2  # the agent's frame is small: each pixel becomes 2x2 in a recording
 
 
@@ -85,7 +88,26 @@ class Filming(Observer):
 
 
 class EpisodeLog(Observer):
-    """Logs each episode's return as it ends."""
+    """Logs each episode's return and length as it ends, and every :data:`PROGRESS_S` where
+    one runs long (an Atari episode can run for minutes), how far it is."""
+
+    def __init__(self) -> None:
+        self.length = 0  # steps of the episode under way
+        self.said = time.monotonic()
+
+    def on_step(self, moment: Moment) -> bool:
+        self.length += 1
+        now = time.monotonic()
+        if now - self.said >= PROGRESS_S:
+            self.said = now
+            log.info(
+                "episode %d: %s steps so far, return %.1f",
+                moment.episode,
+                f"{self.length:,}",
+                moment.ret,
+            )
+        return True
 
     def on_episode(self, episode: int, ret: float, length: int) -> None:
-        log.info("episode %d: return %.1f", episode, ret)
+        log.info("episode %d: return %.1f after %s", episode, ret, plural(length, "step"))
+        self.length, self.said = 0, time.monotonic()

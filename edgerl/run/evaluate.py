@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerl.config import Config, EvalConfig
+from edgerl.config import Config, EnvConfig, EvalConfig
+from edgerl.envs import reference_steps
 from edgerl.envs.scores import human_normalised
 from edgerl.errors import EdgerlError
 from edgerl.files.checkpoint import Checkpoint
@@ -68,6 +69,9 @@ EVAL_COLUMNS = [
     "length_mean",
     "cut",  # episodes cut at a cap: eval.max_episode_steps, or the game's own time limit
     "eval_s",  # how long the evaluation took
+    # the mean return over each episode's first 5 minutes (18,000 frames): the length of play of
+    # the human reference scores (Atari games; empty for others)
+    "return_5min",
 ]
 AUTO_MIN_STEPS = 50_000  # eval.every_steps = -1: shorter runs are not evaluated
 AUTO_EVALUATIONS = 20  # ... longer ones about this many times
@@ -100,15 +104,17 @@ class Evaluation:
     lengths: tuple[int, ...]
     cut: int
     eval_s: float
+    returns_within: tuple[float, ...] = ()  # over the first 5 minutes (Atari games only)
 
     @property
     def return_mean(self) -> float:
         return float(np.mean(self.returns))
 
-    def row(self) -> list[str]:
-        """The cells of its eval.csv row, in :data:`EVAL_COLUMNS` order."""
+    def cells(self) -> dict[str, str]:
+        """Its eval.csv cells, by column (:data:`EVAL_COLUMNS`)."""
         r = np.asarray(self.returns, dtype=np.float64)
-        return [
+        within = f"{np.mean(self.returns_within):.6g}" if self.returns_within else ""
+        cells = [
             str(self.step),
             f"{self.wall_s:.3f}",
             str(len(r)),
@@ -119,7 +125,15 @@ class Evaluation:
             f"{np.mean(self.lengths):.6g}",
             str(self.cut),
             f"{self.eval_s:.3f}",
+            within,
         ]
+        return dict(zip(EVAL_COLUMNS, cells, strict=True))
+
+    def row(self, columns: list[str] = EVAL_COLUMNS) -> list[str]:
+        """The cells of its eval.csv row in ``columns``' order (an older run's file keeps its
+        own columns)."""
+        cells = self.cells()
+        return [cells[c] for c in columns]
 
     def describe(self, env_id: str = "") -> str:
         """One log line (with the human-normalised score where ``env_id`` has one)."""
@@ -127,10 +141,13 @@ class Evaluation:
         cut = f", {self.cut} cut at a cap" if self.cut else ""
         hns = human_normalised(env_id, float(r.mean())) if env_id else None
         normalised = "" if hns is None else f", {hns:.2f} human-normalised"
+        within = ""
+        if self.returns_within and not np.allclose(self.returns_within, self.returns):
+            within = f"; {np.mean(self.returns_within):.1f} within 5 minutes each"
         return (
             f"evaluation at step {self.step:,}: mean return {r.mean():.1f} (std {r.std():.1f}, "
             f"min {r.min():g}, max {r.max():g}{normalised}) over "
-            f"{plural(len(r), 'episode')}{cut}, {self.eval_s:.1f} s"
+            f"{plural(len(r), 'episode')}{cut}{within}, {self.eval_s:.1f} s"
         )
 
 
@@ -153,6 +170,7 @@ def evaluate(
     recording cannot be made.
     """
     policy = TorchPolicy(snapshot, device)
+    within = reference_steps(EnvConfig(id=policy.spec.id)) or 0
 
     def options(n: int, seed: int) -> PlayOptions:
         return PlayOptions(
@@ -160,6 +178,7 @@ def evaluate(
             seed=seed,
             epsilon=settings.epsilon,
             max_episode_steps=settings.max_episode_steps,
+            within_steps=within,
             stop=stop,
         )
 
@@ -177,11 +196,14 @@ def evaluate(
         latencies_ns=first.latencies_ns + rest.latencies_ns,
         lengths=first.lengths + rest.lengths,
         cut=first.cut + rest.cut,
+        returns_within=first.returns_within + rest.returns_within,
     )
 
 
-def _previous(path: Path) -> tuple[int, tuple[int, float] | None]:
-    """Rows of an existing eval.csv and its newest (step, return_mean), for a resumed run.
+def _previous(path: Path) -> tuple[int, tuple[int, float] | None, list[str]]:
+    """Rows of an existing eval.csv, its newest (step, return_mean) and the columns to write in,
+    for a resumed run: the file's own where an older edgerl wrote fewer (its rows stay whole),
+    else :data:`EVAL_COLUMNS`.
 
     A damaged file never stops training: what cannot be read is skipped and named once in the
     log (see :mod:`edgerl.files.csvread`).
@@ -200,13 +222,17 @@ def _previous(path: Path) -> tuple[int, tuple[int, float] | None]:
             last = (int(step), ret)
             count += 1
     except FileNotFoundError:
-        return 0, None
+        return 0, None, EVAL_COLUMNS
     except OSError as e:
         log.warning("cannot read %s (%s); evaluations count from 0", path, e.strerror or e)
-        return 0, None
+        return 0, None, EVAL_COLUMNS
     if (damage := reader.damage()) is not None:
         log.warning("%s has %s: skipped; training goes on", path, damage)
-    return count, last
+    header = reader.header or []
+    older = len(set(header)) == len(header) and {"step", "return_mean"} <= set(header)
+    if older and set(header) < set(EVAL_COLUMNS):
+        return count, last, header
+    return count, last, EVAL_COLUMNS
 
 
 class Evaluator(Hook):
@@ -234,9 +260,9 @@ class Evaluator(Hook):
         self.path = run_dir / EVAL_FILE
         self.recordings = run_dir / RECORDINGS_DIR
         self._record = settings.record  # 0 once a recording could not be made
-        self.count, self.latest = _previous(self.path)
+        self.count, self.latest, self.columns = _previous(self.path)
         self.skipped = 0
-        self._file = AppendFile(self.path, side or SideFiles(), header=csv_line(EVAL_COLUMNS))
+        self._file = AppendFile(self.path, side or SideFiles(), header=csv_line(self.columns))
         self._next = period
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -348,11 +374,12 @@ class Evaluator(Hook):
             tuple(result.lengths),
             result.cut,
             time.monotonic() - started,
+            tuple(result.returns_within),
         )
         with self._lock:  # not after close(): a thread that outlived it writes nothing
             if self._closed:
                 return
-            self._file.append(csv_line(ev.row()))
+            self._file.append(csv_line(ev.row(self.columns)))
             self._written = True
             self.latest = (step, ev.return_mean)
             self.count += 1
@@ -366,8 +393,7 @@ class Evaluator(Hook):
         previous best stays)."""
         from edgerl.run.best import save_best
 
-        figures = dict(zip(EVAL_COLUMNS, ev.row(), strict=True))
-        evaluation = {k: float(v) for k, v in figures.items()}
+        evaluation = {k: float(v) for k, v in ev.cells().items() if v}
         evaluation.update(step=ev.step, episodes=len(ev.returns), cut=ev.cut)
         try:
             path = save_best(self.run_dir, snapshot, evaluation)
