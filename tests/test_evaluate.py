@@ -85,6 +85,14 @@ def test_eval_csv_has_a_row_per_evaluation_and_a_resume_appends(cli, tmp_path, m
     assert both[: len(first)] == first
     assert int(both[-1]["step"]) == 3000
     assert all(int(row["step"]) > 2000 for row in both[len(first) :])
+    # Run again on the finished run (`make run` twice): nothing to do, and its status keeps the
+    # run's evaluation and checkpoint (they were written as null, and /metrics dropped them).
+    train(cli, run, 3000, "eval.every_steps=500", "eval.episodes=2")
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["eval_step"] == 3000
+    assert status["eval_return"] == pytest.approx(float(both[-1]["return_mean"]))
+    assert status["checkpoint"] and Path(status["checkpoint"]).name.endswith("step0000003000.ckpt")
+    assert "evaluation at step 3,000" in cli("status", "--run-dir", run).out
 
     monkeypatch.setenv("COLUMNS", "70")
     monkeypatch.setenv("LINES", "20")

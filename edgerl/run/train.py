@@ -225,7 +225,9 @@ class Trainer:
 
     @property
     def last_checkpoint(self) -> Path | None:
-        return self.saver.last_path if self.saver is not None else None
+        """The run's newest checkpoint: this session's newest, else the one it resumed from."""
+        written = self.saver.last_path if self.saver is not None else None
+        return written or self.resumed_from
 
     def policy_snapshot(self) -> Checkpoint:
         assert self.saver is not None
@@ -297,6 +299,9 @@ class Trainer:
         total = cfg.train.steps
         if self.step >= total:
             log.info("%s", nothing_to_do(self.run_dir, self.step, total))
+            self._refresh_stats(time.monotonic())
+            for hook in self.hooks:  # the run's figures as its files have them: its evaluation
+                hook.on_tick(self, self.stats)
             self._progress.close()
             return self._result(stopped=False)
 
