@@ -69,6 +69,9 @@ def test_set_values_are_toml_or_plain_strings():
     [
         ("agent.lrr=1", "--set: unknown config key 'agent.lrr' (did you mean 'agent.lr'?)"),
         ("agnt.lr=1", "unknown config key 'agnt.lr' (did you mean 'agent.lr'?)"),
+        # another code base's name, mistyped: its meaning, not the nearest spelling of ours
+        ("agent.lerning_rate=1", "key 'agent.lerning_rate' (did you mean 'agent.lr'?)"),
+        ("agent.learning_start=1", "'agent.learning_start' (did you mean 'agent.learning_starts'"),
         ("agent.gamma=1.5", "agent.gamma must be between 0.0 and 1.0, got 1.5"),
         ("agent.batch_size=0", "agent.batch_size must be between 1 and 65,536, got 0"),
         ("agent.batch_size=3.5", "agent.batch_size must be an integer, got 3.5"),

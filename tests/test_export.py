@@ -166,6 +166,11 @@ def test_export_usage_errors(cli, tmp_path, monkeypatch):
     assert "give --run-dir RUN, --checkpoint FILE or --model FILE" in r.err
     r = cli("export", "--onnx", "--int8")
     assert r.code == 2 and "--int8 is a TensorRT engine precision: add --trt" in r.err
+    # --int8 alone: that it needs --trt, in one sentence, not click's usage block
+    r = cli("export", "--int8")
+    assert r.code == 2 and r.err.startswith("edgerl: error: --int8 is a TensorRT engine")
+    assert len(r.err.strip().splitlines()) == 1 and "(see 'edgerl export --help')" in r.err
+    assert "Usage:" not in r.err
     r = cli("export", "--onnx", "--checkpoint", tmp_path / "none.ckpt")
     assert r.code == 2 and "does not exist" in r.err
 

@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         # `edgerl` or `edgerl hw` alone asks what there is: the help, as --help gives it
         click.echo(e.ctx.get_help())
         return 0
+    except click.UsageError as e:  # one sentence, and where the command's options are listed
+        where = e.ctx.command_path if e.ctx is not None else "edgerl"
+        said = e.format_message().rstrip(".")
+        click.echo(f"edgerl: error: {said} (see '{where} --help')", err=True)
+        return e.exit_code
     except click.ClickException as e:
         e.show()
         return e.exit_code

@@ -232,16 +232,16 @@ def export(
     from edgerl.export.run import ExportRequest, render_table, run_export
     from edgerl.hw.device import latency_threads
 
+    if int8 and not to_trt:
+        raise click.UsageError(
+            "--int8 is a TensorRT engine precision: add --trt (ONNX files are always fp32)"
+        )
     if not (to_onnx or to_trt):
         raise click.UsageError("give --onnx, --trt or both")
     if run_dir is not None and checkpoint is not None:
         raise click.UsageError("give either --run-dir or --checkpoint, not both")
     if last and checkpoint is not None:
         raise click.UsageError("--last picks a run's checkpoint: give --run-dir (or nothing)")
-    if int8 and not to_trt:
-        raise click.UsageError(
-            "--int8 is a TensorRT engine precision: add --trt (ONNX files are always fp32)"
-        )
     source = _export_source(run_dir, checkpoint, last)
     threads, load = latency_threads()
     request = ExportRequest(

@@ -27,7 +27,13 @@ else:  # pragma: no cover - Python 3.10 (JetPack 6)
 def unknown_key(key: str, source: str, known: list[str], aliases: Mapping[str, str]) -> ConfigError:
     """The error for a key not in ``known``, with the key it most likely meant (``aliases``:
     other code bases' names for known keys)."""
-    alias = aliases.get(key.rpartition(".")[2])
+    name = key.rpartition(".")[2]
+    alias = aliases.get(name)
+    if alias is None and not difflib.get_close_matches(key, known, n=1, cutoff=0.9):
+        # no key of ours nearly spelled so: another code base's name, mistyped
+        # (agent.lerning_rate means agent.lr, not agent.learning_starts)
+        near = difflib.get_close_matches(name, list(aliases), n=1, cutoff=0.85)
+        alias = aliases[near[0]] if near else None
     if alias is not None and alias != key:
         return ConfigError(f"{source}: unknown config key '{key}' (did you mean '{alias}'?)")
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
