@@ -63,7 +63,15 @@ def flavor(version: str) -> Flavor:
 
 
 def import_tensorrt() -> Any:
-    """TensorRT and a usable CUDA device, or ExportError saying which is missing."""
+    """TensorRT and a usable CUDA device, or ExportError saying which is missing (the GPU
+    first: on a machine without one, installing TensorRT would not help)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ExportError(
+            "TensorRT engines are built and run on a CUDA GPU, and none is usable here; "
+            + ONNX_HINT
+        )
     try:
         import tensorrt
     except ImportError:
@@ -71,10 +79,6 @@ def import_tensorrt() -> Any:
             "--trt needs TensorRT, which is not installed (JetPack ships it on a Jetson; on a "
             f"desktop GPU: pip install tensorrt); {ONNX_HINT}"
         ) from None
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ExportError(f"--trt needs a CUDA GPU and none is usable here; {ONNX_HINT}")
     return tensorrt
 
 
