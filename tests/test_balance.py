@@ -32,6 +32,8 @@ def test_the_ratio_is_the_learners_busy_time_over_the_actors():
     assert cpu_gpu_ratio(before, BalanceSample(110.0, 5.0, 3.0)) == pytest.approx(0.1)
     assert math.isnan(cpu_gpu_ratio(before, before))  # an empty window says nothing
     assert math.isnan(cpu_gpu_ratio(before, BalanceSample(110.0, 5.0, math.nan)))
+    # no update in the window (the replay filling): not a ratio of 0.00 that blames the actor
+    assert math.isnan(cpu_gpu_ratio(before, BalanceSample(110.0, 5.0, 2.0)))
 
 
 def test_who_waits_names_the_side_that_waits_and_what_would_help():
@@ -41,6 +43,8 @@ def test_who_waits_names_the_side_that_waits_and_what_would_help():
     assert "bigger batches" in who_waits(2.5, gpu=True)
     assert "the environments wait for the learner" in who_waits(2.5, gpu=False)
     assert who_waits(1.05, gpu=True) == "both sides busy (CPU/GPU ratio 1.05)"
+    # without a GPU, no "CPU/GPU" ratio: both sides are on the CPU
+    assert who_waits(1.05, gpu=False) == "both sides busy (learner/actor time ratio 1.05)"
     assert who_waits(math.nan, gpu=True) == ""
 
 
@@ -137,7 +141,7 @@ def test_a_runs_metrics_and_status_say_who_waits(tmp_path, algo):
         ratios = [float(r["cpu_gpu_ratio"]) for r in csv.DictReader(f) if r["cpu_gpu_ratio"]]
     assert ratios and all(r >= 0 for r in ratios)
     doc = json.loads((tmp_path / "status.json").read_text())
-    assert doc["who_waits"] and "CPU/GPU ratio" in doc["who_waits"]
+    assert doc["who_waits"] and " ratio " in doc["who_waits"]
     assert isinstance(doc["cpu_gpu_ratio"], float)
 
 

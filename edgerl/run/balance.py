@@ -62,11 +62,12 @@ class BalanceSample:
 
 def cpu_gpu_ratio(before: BalanceSample, after: BalanceSample) -> float:
     """The learner's busy time over the actor's between two samples (NaN when the window is
-    empty or the actor did nothing)."""
+    empty, or one side did nothing: the actor, or the learner while the replay fills, which
+    says nothing about which side is faster)."""
     wall = after.wall - before.wall
     actor = wall - (after.actor_wait_s - before.actor_wait_s)
     learner = after.learner_busy_s - before.learner_busy_s
-    if wall <= 0 or actor <= 0.01 * wall or math.isnan(learner):
+    if wall <= 0 or actor <= 0.01 * wall or math.isnan(learner) or learner <= 0:
         return math.nan
     return max(0.0, learner) / actor
 
@@ -76,9 +77,11 @@ def who_waits(ratio: float, gpu: bool) -> str:
     if math.isnan(ratio):
         return ""
     learner = "the GPU" if gpu else "the learner"
+    # Without a GPU both sides share the CPU: the ratio is the learner's time over the actor's.
+    named = f"CPU/GPU ratio {ratio:.2f}" if gpu else f"learner/actor time ratio {ratio:.2f}"
     if ratio < 1 - BAND:
         return (
-            f"{learner} waits for the environments (CPU/GPU ratio {ratio:.2f}): more "
+            f"{learner} waits for the environments ({named}): more "
             "environments or ALE threads would help"
         )
     if ratio > 1 + BAND:
@@ -87,8 +90,8 @@ def who_waits(ratio: float, gpu: bool) -> str:
             if gpu
             else "a faster update (the learner has the CPU's cores)"
         )
-        return f"the environments wait for {learner} (CPU/GPU ratio {ratio:.2f}): {what} would help"
-    return f"both sides busy (CPU/GPU ratio {ratio:.2f})"
+        return f"the environments wait for {learner} ({named}): {what} would help"
+    return f"both sides busy ({named})"
 
 
 @dataclass
