@@ -353,6 +353,26 @@ def test_damaged_run_files_are_shown_as_damaged_never_a_500(served):
     assert served.get("/api/runs/no-such-run/summary")[0] == 404
 
 
+def test_a_run_folder_whose_name_is_not_utf8_is_served_under_a_printable_id(served):
+    """One such folder made every /metrics scrape a 500 (prometheus-client cannot encode the
+    name) and its own summary a 404: its id writes the bytes that are not UTF-8 as \\xff."""
+    raw = served.root / os.fsdecode(b"run-\xff\xfe")  # the bytes as the file system has them
+    shutil.copytree(served.root / "CartPole-v1", raw, ignore=shutil.ignore_patterns("checkpoints"))
+    try:
+        ids = wait_for(
+            lambda: [r["id"] for r in get_json(served, "/api/runs")["runs"] if "run-" in r["id"]],
+            "the run listed",
+        )
+        assert ids == ["run-\\xff\\xfe"]
+        status, body = served.get("/metrics")
+        assert status == 200 and b'run="run-\\\\xff\\\\xfe"' in body, body[-500:]
+        summary = get_json(served, "/api/runs/run-%5Cxff%5Cxfe/summary")
+        assert summary["id"] == "run-\\xff\\xfe" and summary["env"] == "CartPole-v1"
+    finally:
+        shutil.rmtree(raw)
+        wait_for(lambda: "run-" not in served.get("/api/runs")[1].decode(), "the run gone")
+
+
 def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
     """A run's documents say what it does, not where the board keeps it or which machines and
     processes run it: no absolute path in a sentence, no pid, and a fleet's actors without
