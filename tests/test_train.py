@@ -202,6 +202,11 @@ def test_a_run_directory_in_use_is_refused(cli, tmp_path):
         (["--env", "Pendulum-v1"], "continuous action space"),
         (["--set", "replay.capacity=100000000000"], "set replay.capacity to at most"),
         (["--config", "missing.toml"], "config file missing.toml does not exist"),
+        # issue 58: an empty --run-dir trained into the current directory, a name that is not
+        # UTF-8 was an internal error, and --env won over --set env.id without a word
+        (["--run-dir", ""], "'--run-dir': is empty: give a directory"),
+        (["--run-dir", "/tmp/edgerl-\udcff"], "has a name that is not UTF-8 text"),
+        (["--env", "CartPole-v1", "--set", "env.id=ALE/Pong-v5"], "disagree: give it once"),
     ],
 )
 def test_user_errors_exit_2_with_one_sentence(cli, args, message):

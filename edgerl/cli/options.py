@@ -77,7 +77,8 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
         options.append(
             click.option(
                 "--run-dir",
-                type=click.Path(path_type=Path),
+                type=click.Path(),
+                callback=_run_dir_given,
                 help="Shortcut for --set train.run_dir=DIR.",
             )
         )
@@ -120,6 +121,31 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
     return decorate
 
 
+def _run_dir_given(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--run-dir's directory; an empty one is refused (it would be the current directory)."""
+    if value is None:
+        return None
+    if not value:
+        raise click.BadParameter("is empty: give a directory (left out: runs/<game>)")
+    return Path(value)
+
+
+def _check_said_once(sets: list[Layer], shortcuts: dict[str, Any]) -> None:
+    """Raise ConfigError where a shortcut (--env, --steps, --run-dir, --seed) and a --set give
+    the same key different values: the shortcut would win without a word."""
+    from edgerl.errors import ConfigError
+
+    flags = {"env.id": "--env", "train.steps": "--steps", "train.run_dir": "--run-dir"}
+    flags["env.seed"] = "--seed"
+    for layer in sets:
+        for key, value in layer.values.items():
+            given = shortcuts.get(key)
+            if given is not None and given != value:
+                raise ConfigError(
+                    f"{flags[key]} {given} and --set {key}={value} disagree: give it once"
+                )
+
+
 def build_config(
     config_file: Path | None,
     overrides: tuple[str, ...],
@@ -145,6 +171,7 @@ def build_config(
         "env.seed": seed,
     }
     layers = build_layers(config_file, overrides, shortcuts)
+    _check_said_once(build_layers(None, overrides, {}, use_system=False), shortcuts)
     if quick and preset:
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says

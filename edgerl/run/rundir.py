@@ -136,6 +136,14 @@ class RunDir:
     """A run directory held with an exclusive lock while a trainer uses it."""
 
     def __init__(self, path: Path) -> None:
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise RunDirError(
+                f"run directory {shown} has a name that is not UTF-8 text, which the run's files "
+                "(config.toml, status.json) cannot hold: give it a name of UTF-8 text"
+            ) from None
         self.path = path
         self._lock_fd: int | None = None
 
