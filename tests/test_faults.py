@@ -389,6 +389,10 @@ def test_the_env_memory_plan_names_the_largest_number_that_fits():
     none_left = plan_env_memory(spec, 1, 1 << 30, 1 << 30)
     with pytest.raises(EnvMemoryError, match=r"lower replay\.capacity first"):
         none_left.check()
+    # PQN has a rollout, not a replay: the sentence names what it has (issue 59)
+    rollout = plan_env_memory(spec, 1, 1 << 30, 1 << 30, ("the rollout", "pqn.rollout_steps"))
+    with pytest.raises(EnvMemoryError, match=r"beside the rollout's .* pqn\.rollout_steps first"):
+        rollout.check()
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,8 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     kind = memory_kind(cfg)
     plan, _ = kind.plan(cfg, spec, device)
     kind.check(cfg, device, plan)
-    check_env_memory(spec, cfg.env.num_envs, plan, kind.where(cfg, device))
+    named = (kind.label, kind.size_key)
+    check_env_memory(spec, cfg.env.num_envs, plan, kind.where(cfg, device), named)
     return plan.available_bytes
 
 

@@ -77,7 +77,9 @@ class EnvMemoryPlan:
     num_envs: int
     bytes_per_env: int
     available_bytes: int  # host memory available
-    replay_bytes: int  # the replay's share of that host memory (0 when it lives on a GPU)
+    replay_bytes: int  # the learner memory's share of it (0 when it lives on a GPU)
+    memory: str = "the replay"  # what the learner's memory is called
+    memory_key: str = "replay.capacity"  # the key that makes it smaller
 
     @property
     def total_bytes(self) -> int:
@@ -100,11 +102,11 @@ class EnvMemoryPlan:
         if self.fits:
             return
         replay = fmt_bytes(self.replay_bytes)
-        beside = f" beside the replay's {replay}" if self.replay_bytes else ""
+        beside = f" beside {self.memory}'s {replay}" if self.replay_bytes else ""
         fix = (
             f"set env.num_envs to at most {self.max_num_envs:,}"
             if self.max_num_envs
-            else "lower replay.capacity first"
+            else f"lower {self.memory_key} first"
         )
         raise EnvMemoryError(
             f"env.num_envs={self.num_envs:,} needs about {fmt_bytes(self.total_bytes)} of host "
@@ -115,14 +117,24 @@ class EnvMemoryPlan:
 
 
 def plan_env_memory(
-    spec: EnvSpec, num_envs: int, available_host_bytes: int, replay_host_bytes: int = 0
+    spec: EnvSpec,
+    num_envs: int,
+    available_host_bytes: int,
+    replay_host_bytes: int = 0,
+    named: tuple[str, str] = ("the replay", "replay.capacity"),
 ) -> EnvMemoryPlan:
-    """The host-memory plan for ``num_envs`` environments of ``spec``."""
-    return EnvMemoryPlan(num_envs, bytes_per_env(spec), available_host_bytes, replay_host_bytes)
+    """The host-memory plan for ``num_envs`` environments of ``spec`` (``named``: what the
+    learner's memory is called and the key that makes it smaller)."""
+    per_env = bytes_per_env(spec)
+    return EnvMemoryPlan(num_envs, per_env, available_host_bytes, replay_host_bytes, *named)
 
 
 def check_env_memory(
-    spec: EnvSpec, num_envs: int, replay_plan: MemoryPlan, replay_device: torch.device
+    spec: EnvSpec,
+    num_envs: int,
+    replay_plan: MemoryPlan,
+    replay_device: torch.device,
+    named: tuple[str, str] = ("the replay", "replay.capacity"),
 ) -> None:
     """Refuse more environments than host memory holds (beside a host replay), before
     building any: too many would swap the board or get the trainer killed."""
@@ -131,7 +143,7 @@ def check_env_memory(
     # A Jetson's GPU memory is the host's: a replay "on the GPU" takes from the same pool.
     shared = host or integrated_gpu(replay_device)
     replay_bytes = replay_plan.total_bytes if shared else 0
-    plan_env_memory(spec, num_envs, available, replay_bytes).check()
+    plan_env_memory(spec, num_envs, available, replay_bytes, named).check()
 
 
 def action_dtype(num_actions: int) -> np.dtype[Any]:

@@ -34,6 +34,9 @@ class MemoryKind(Protocol):
     # Every environment steps together, each step's rows in order: no ALE async mode (rows
     # of some environments) and no autotune of the environments (its unit is all of them).
     lockstep: bool
+    # What the messages call it, and the key that makes it smaller.
+    label: str
+    size_key: str
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         """The device it lives on, for a learner on ``device``."""
@@ -63,6 +66,8 @@ class ReplayKind:
 
     keeps_steps = ReplayBuffer.keeps_steps
     lockstep = False
+    label = "the replay"
+    size_key = "replay.capacity"
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
@@ -103,6 +108,8 @@ class RolloutKind:
 
     keeps_steps = RolloutBuffer.keeps_steps
     lockstep = True
+    label = "the rollout"
+    size_key = "pqn.rollout_steps"
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return device
@@ -151,6 +158,8 @@ class EpisodesKind:
 
     keeps_steps = EpisodeScores.keeps_steps
     lockstep = False
+    label = "the episode scores"
+    size_key = "env.num_envs"
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return torch.device("cpu")
