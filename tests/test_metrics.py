@@ -54,6 +54,19 @@ def test_filling_shows_the_fill_and_no_time_left_then_learning_does(monkeypatch)
     assert "filling replay" not in wide[1] and "30,000/100,000" in wide[1]
 
 
+def test_the_time_left_is_the_sessions_learning_pace_not_rich_s_window(monkeypatch):
+    """Rich's own estimate over its last 30 s jumped 0:56 -> 1:48 -> 2:17 -> 0:50 within six
+    minutes on a run with an hour left (issue 59): the bar shows TrainStats.left_s."""
+    at = [
+        TrainStats(step=30_000, total_steps=100_000, learning_starts=20_000, left_s=3_723.0),
+        TrainStats(step=31_000, total_steps=100_000, learning_starts=20_000, left_s=3_600.0),
+    ]
+    lines = draw(200, at, monkeypatch)
+    assert lines[0].startswith("30,000/100,000 1:02:03") and "31,000/100,000 1:00:00" in lines[1]
+    unknown = TrainStats(step=30_000, total_steps=100_000, learning_starts=20_000)
+    assert "-:--:--" in draw(200, [unknown], monkeypatch)[0]  # not measured yet
+
+
 def test_at_80_columns_the_step_count_and_time_left_stay(monkeypatch):
     lines = draw(80, [filling(12_000)], monkeypatch)
     assert lines[0].startswith("12,000/100,000 -:--:--") and len(lines[0]) <= 80

@@ -43,6 +43,9 @@ class TrainStats:
     who_waits: str = ""
     balance_moves: list[str] = field(default_factory=list)
     figures: dict[str, float] = field(default_factory=dict)  # the learner's own (Learner.figures)
+    # Seconds to train.steps at this session's learning pace so far (NaN until it is known): the
+    # progress bar's time left, steady where a 30 s window swung with evaluations and rollouts.
+    left_s: float = math.nan
 
     @property
     def filling(self) -> bool:
@@ -60,7 +63,7 @@ class TrainStats:
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step",
-                    "fleet", "who_waits", "balance_moves"):  # fmt: skip
+                    "fleet", "who_waits", "balance_moves", "left_s"):  # fmt: skip
             d.pop(key)
         load = d.pop("load")
         d.update(load)
@@ -302,20 +305,24 @@ def progress_fields(stats: TrainStats) -> str:
 
 
 def _time_left_column() -> Any:
-    """Rich's time-remaining column, blank while the replay fills: the filling pace says nothing
-    about the learning pace (estimates jumped from 4 h to 109 h when learning began)."""
-    from rich.progress import ProgressColumn, TimeRemainingColumn
+    """The time left (:attr:`TrainStats.left_s`: this session's learning pace so far), blank
+    while the replay fills: the filling pace says nothing about the learning pace (estimates
+    jumped from 4 h to 109 h when learning began), and rich's own estimate over its last 30 s
+    jumped between 0:50 and 2:17 within minutes while the run had an hour left."""
+    from rich.progress import ProgressColumn
     from rich.text import Text
 
     class TimeLeftColumn(ProgressColumn):
         def __init__(self) -> None:
             super().__init__()
-            self._inner = TimeRemainingColumn()
 
         def render(self, task: Any) -> Text:
-            if task.fields.get("filling"):
+            left = task.fields.get("left_s", math.nan)
+            if task.fields.get("filling") or not math.isfinite(left):
                 return Text("-:--:--", style="progress.remaining")
-            return self._inner.render(task)
+            minutes, seconds = divmod(int(left), 60)
+            hours, minutes = divmod(minutes, 60)
+            return Text(f"{hours}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
 
     return TimeLeftColumn()
 
@@ -353,7 +360,7 @@ class ConsoleProgress:
                 expand=True,
             )
             self._task = self._progress.add_task(
-                "starting", total=total, completed=start, filling=True
+                "starting", total=total, completed=start, filling=True, left_s=math.nan
             )
             self._progress.start()
 
@@ -370,6 +377,7 @@ class ConsoleProgress:
                 completed=stats.step,
                 description=progress_fields(stats),
                 filling=stats.filling,
+                left_s=stats.left_s,
             )
 
     def log_line(self, stats: TrainStats) -> None:

@@ -422,6 +422,9 @@ class Trainer:
         s.epsilon, s.updates = self.learner.epsilon(self.step), self.learner.updates
         s.learning_starts, s.fill_from = self.learner.learn_from[0], self._pace.start[1]
         s.figures = self.learner.figures()
+        _, _, learned, learning_s = self._pace.phases(self.step, now)
+        left = max(0, self.cfg.train.steps - self.step)
+        s.left_s = left * learning_s / learned if learned > 0 and learning_s >= 10 else math.nan
         loss = self.learner.losses.peek()
         if not math.isnan(loss):  # no update since the last row: keep the last mean
             s.loss = loss
