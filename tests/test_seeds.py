@@ -82,6 +82,14 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, 
     again = train_seeds(cli, run, "--seed", "3")
     assert again.code == 0 and "step 2,000/2,000:" not in again.err
 
+    # The seed and the folder given with --set work as --seed and --run-dir do (each seed's
+    # own are given to its run, and must not be taken for a disagreement with the --set).
+    other = tmp_path / "other"
+    sets = ["--set", "env.seed=7", "--set", f"train.run_dir={other}"]
+    r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--seeds", "2", "--quiet", *sets)
+    assert r.code == 0, r.err[-3000:]
+    assert sorted(p.name for p in other.iterdir()) == ["seed-7", "seed-8"]
+
     picture = tmp_path / "seeds.png"
     r = cli("results", run, "--target", "30", "--json", "-o", picture, "--reps", "500")
     assert r.code == 0, r.err[-3000:]

@@ -62,6 +62,10 @@ def train(
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
     base = run_dir_of(cfg)
     first = cfg.env.seed
+    # Each seed's run directory and seed are given as --run-dir and --seed: a --set of the same
+    # keys (where the first came from) would disagree with them.
+    per_seed = ("env.seed", "train.run_dir")
+    overrides = tuple(o for o in overrides if o.partition("=")[0].strip() not in per_seed)
     for k in range(seeds):
         here = base / f"seed-{first + k}"
         click.echo(f"== seed {first + k} ({k + 1} of {seeds}): {here}", err=True)
