@@ -71,6 +71,26 @@ def test_every_field_comes_back_as_it_was_written():
     assert got.rng is not None and torch.equal(got.rng["torch"], ck.rng["torch"])
 
 
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ({"step": 10**30}, "a step of"),  # the run would have nothing left to do, forever
+        ({"step": -5}, "a step of -5"),
+        ({"episodes": -1}, "an episode count of -1"),
+        ({"wall_s": float("nan")}, "a training time of nan"),
+        ({"recent_returns": [float("nan"), "a", None]}, "damaged recent returns"),
+    ],
+)
+def test_counts_no_run_has_are_refused_as_damage(damage, says):
+    """A checkpoint with a valid checksum and absurd counts (issue 58): one sentence, not an
+    internal error, and never a run stuck at step 10**30."""
+    ck = state(7)
+    for key, value in damage.items():
+        setattr(ck, key, value)
+    with pytest.raises(CheckpointError, match=says):
+        Checkpoint.from_bytes(ck.to_bytes(), "x.ckpt")
+
+
 def test_a_pqn_run_s_checkpoint_says_pqn_and_plays_and_resumes(cli, tmp_path):
     run = tmp_path / "pqn"
     args = ["train", "--env", "CartPole-v1", "--set", "agent.algo=pqn", "--run-dir", run]

@@ -36,6 +36,7 @@ import errno
 import hashlib
 import io
 import logging
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
@@ -141,11 +142,39 @@ class Checkpoint:
                     "it written by edgerl?"
                 )
             values[f.name] = value
+        problem = _value_problem(values)
+        if problem is not None:
+            raise CheckpointError(f"checkpoint {name} has {problem}; was it written by edgerl?")
         if not isinstance(values["learner"].get(POLICY_KEY), dict):
             raise CheckpointError(
                 f"checkpoint {name} lacks the policy network's weights; was it written by edgerl?"
             )
         return cls(**values)
+
+
+# No run trains more steps than this (train.steps' own bound), nor keeps more recent returns.
+MAX_STEP = 10**12
+MAX_RECENT = 10_000
+
+
+def _value_problem(values: dict[str, Any]) -> str | None:
+    """What is wrong with the counts of a payload whose types are right (None: nothing): a
+    checkpoint at step 10**30 would leave its run with nothing left to do, forever."""
+    step, episodes = values["step"], values.get("episodes", 0)
+    if not 0 <= step <= MAX_STEP:
+        return f"a step of {step}, outside 0 to {MAX_STEP:,}"
+    if not 0 <= episodes <= MAX_STEP:
+        return f"an episode count of {episodes}"
+    wall = values.get("wall_s", 0.0)
+    if not (math.isfinite(wall) and wall >= 0):
+        return f"a training time of {wall}"
+    recent = values.get("recent_returns", [])
+    numbers = all(
+        isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in recent
+    )
+    if len(recent) > MAX_RECENT or not numbers:
+        return "damaged recent returns (not a list of finite numbers)"
+    return None
 
 
 # What each field of a payload must be (after migration).
