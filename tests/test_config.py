@@ -20,18 +20,6 @@ def load(*overrides: str, config_file: Path | None = None, **shortcuts):
     return resolve(build_layers(config_file, overrides, shortcuts))
 
 
-def test_only_a_learner_with_a_replay_is_held_to_the_replays_rules():
-    """PQN's 300,000 environments were refused for a replay.capacity it does not have."""
-    from edgerl.config.checks import check_consistency
-    from edgerl.errors import ConfigError
-
-    many = ("env.num_envs=300000", "env.id=CartPole-v1")
-    with pytest.raises(ConfigError, match=r"replay\.capacity"):
-        check_consistency(load(*many))  # DQN: its replay must hold 16 steps of each
-    check_consistency(load(*many, "agent.algo=pqn"))
-    check_consistency(load("agent.batch_size=512", "replay.capacity=256", "agent.algo=ga"))
-
-
 def test_defaults_train_pong():
     cfg = Config()
     assert cfg.env.id == "ALE/Pong-v5"

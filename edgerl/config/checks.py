@@ -32,13 +32,12 @@ def check_consistency(cfg: Config) -> None:
         raise ConfigError(
             f"agent.eps_end ({a.eps_end}) must not exceed agent.eps_start ({a.eps_start})"
         )
-    replay = learner_info(a.algo).memory == "replay"  # PQN and the GA have none
-    if replay and a.batch_size > r.capacity:
+    if a.batch_size > r.capacity:
         raise ConfigError(
             f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
         )
     check_fleet(cfg)
-    if replay and r.capacity < cfg.env.num_envs * 16:
+    if r.capacity < cfg.env.num_envs * 16:
         # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
         raise ConfigError(
             f"replay.capacity ({r.capacity:,}) must hold at least 16 steps per environment "
