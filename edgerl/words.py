@@ -49,3 +49,9 @@ def parse_duration(text: str) -> float:
     if m is None:
         raise ValueError(f"{text!r} is not a duration: give seconds, or 90s, 40m, 1h")
     return float(m[1]) * _DURATION_UNITS[m[2] or "s"]
+
+
+def printable(name: str) -> str:
+    """A file name as text every encoder takes: the bytes that are not UTF-8 (Python holds them
+    as lone surrogates, which UTF-8 cannot encode) written as ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -241,6 +241,17 @@ def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_a
     assert json.loads(play.stdout)["return_mean"] >= 300  # it learned (random play: about 22)
 
 
+def joined_config(ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch, *sets: str) -> Any:
+    """A CartPole config whose fleet joins the test cluster from this process (its actors need
+    ``edgerl_test`` unless ``sets`` name another resource)."""
+    from edgerl.config import build_layers, resolve
+
+    for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_COLOR_PREFIX"):
+        monkeypatch.setenv(key, os.environ.get(key, "0"))  # what Cluster.open sets: undone
+    here = [f"fleet.address={ray_cluster.address}", "fleet.resource=edgerl_test", *QUIET]
+    return resolve(build_layers(None, [*here, *sets], {"env.id": "CartPole-v1"}, use_system=False))
+
+
 def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_on(
     ray_cluster, monkeypatch
 ):
@@ -249,7 +260,6 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
     with why, started again (and dropped again), while actor 0's batches keep coming."""
     import numpy as np
 
-    from edgerl.config import build_layers, resolve
     from edgerl.envs import probe
     from edgerl.fleet.actor import RemoteActor
     from edgerl.fleet.cluster import Cluster
@@ -270,17 +280,7 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
     class LyingFleet(RayFleet):
         actor_type = Liar
 
-    for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_COLOR_PREFIX"):
-        monkeypatch.setenv(key, os.environ.get(key, "0"))  # what Cluster.open sets: undone
-    sets = [f"fleet.address={ray_cluster.address}", "fleet.actors=2", "env.num_envs=3"]
-    cfg = resolve(
-        build_layers(
-            None,
-            [*sets, "fleet.resource=edgerl_test", "hw.monitor=false", "display.enabled=false"],
-            {"env.id": "CartPole-v1"},
-            use_system=False,
-        )
-    )
+    cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", "env.num_envs=3")
     spec = probe(cfg.env.id)
     weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
     cluster = Cluster(cfg.fleet)
@@ -310,24 +310,14 @@ def test_the_genetic_algorithms_jobs_wait_for_an_actor_that_runs(ray_cluster, mo
     node was lost); once a node with room joins, it starts and plays them."""
     import torch
 
-    from edgerl.config import build_layers, resolve
     from edgerl.envs import probe
     from edgerl.fleet.cluster import Cluster
     from edgerl.fleet.member_fleet import MemberFleet
     from edgerl.learners.factory import q_network
     from edgerl.learners.ga import GeneticAlgorithm
 
-    for key in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_COLOR_PREFIX"):
-        monkeypatch.setenv(key, os.environ.get(key, "0"))  # what Cluster.open sets: undone
-    sets = [f"fleet.address={ray_cluster.address}", "fleet.actors=1", "env.num_envs=2"]
-    cfg = resolve(
-        build_layers(
-            None,
-            [*sets, "fleet.resource=edgerl_later", "agent.algo=ga", "ga.population=6", *QUIET],
-            {"env.id": "CartPole-v1"},
-            use_system=False,
-        )
-    )
+    sets = ["fleet.actors=1", "env.num_envs=2", "agent.algo=ga", "ga.population=6"]
+    cfg = joined_config(ray_cluster, monkeypatch, *sets, "fleet.resource=edgerl_later")
     spec = probe(cfg.env.id)
     ga = GeneticAlgorithm(q_network(cfg, spec), cfg, torch.device("cpu"))
     cluster = Cluster(cfg.fleet)

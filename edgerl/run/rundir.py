@@ -27,6 +27,7 @@ from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
 from edgerl.files.processes import pid_alive
 from edgerl.files.regular import read_regular
+from edgerl.words import printable
 
 if TYPE_CHECKING:
     from edgerl.config import Config
@@ -139,10 +140,10 @@ class RunDir:
         try:
             str(path).encode("utf-8")
         except UnicodeEncodeError:
-            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
             raise RunDirError(
-                f"run directory {shown} has a name that is not UTF-8 text, which the run's files "
-                "(config.toml, status.json) cannot hold: give it a name of UTF-8 text"
+                f"run directory {printable(str(path))} has a name that is not UTF-8 text, which "
+                "the run's files (config.toml, status.json) cannot hold: give it a name of UTF-8 "
+                "text"
             ) from None
         self.path = path
         self._lock_fd: int | None = None

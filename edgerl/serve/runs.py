@@ -38,6 +38,7 @@ from edgerl.run.status import (
     newest_checkpoint_file,
     read_status,
 )
+from edgerl.words import printable
 
 # An absolute path in a sentence: a slash, then anything but the characters that end one in the
 # sentences edgerl writes (spaces, quotes, brackets and the punctuation after a path).
@@ -99,9 +100,9 @@ def _is_run(path: Path) -> bool:
 
 def find_runs(roots: list[Path]) -> dict[str, Path]:
     """The run directories among ``roots`` (each a run directory, or a directory of them, one
-    level down) by id: the directory's name (:func:`printable_name`), with ``-2``, ``-3``...
-    where names repeat. Ids are stable while the directories stay: they are given in the order
-    of the paths."""
+    level down) by id: the directory's name (:func:`~edgerl.words.printable`), with ``-2``,
+    ``-3``... where names repeat. Ids are stable while the directories stay: they are given in
+    the order of the paths."""
     found: list[Path] = []
     for root in roots:
         if _is_run(root):
@@ -114,19 +115,12 @@ def find_runs(roots: list[Path]) -> dict[str, Path]:
         found += [child for child in children if _is_run(child)]
     runs: dict[str, Path] = {}
     for path in sorted(dict.fromkeys(p.absolute() for p in found)):
-        name = printable_name(path.name)
+        name = printable(path.name)  # one name no encoder took made /metrics a 500
         run_id, n = name, 2
         while run_id in runs:
             run_id, n = f"{name}-{n}", n + 1
         runs[run_id] = path
     return runs
-
-
-def printable_name(name: str) -> str:
-    """A directory's name as text every reader can take: the bytes that are not UTF-8 (Python
-    holds them as lone surrogates, which no encoder takes: one such run made every /metrics
-    scrape a 500) written as ``\\xff``."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _signature(path: Path) -> tuple[int, int] | None:
