@@ -65,6 +65,8 @@ class EpisodesKind:
 
     keeps_steps = False
     lockstep = False
+    label = "the toy's scores"  # what sentences call it
+    size_key = "env.num_envs"  # what makes it smaller
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return torch.device("cpu")
