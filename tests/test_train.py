@@ -264,7 +264,10 @@ def test_ale_async_batches_train_and_store_every_environment(tmp_path):
         result = trainer.run()
         replay = trainer.memory
         assert result.step >= 800 and trainer.learner.updates == (result.step - 400) // 4
-        assert replay.written.min() > 100  # every environment stepped, not just the first two
+        # Every environment stepped, not just the first two. Which ones finish first is the
+        # machine's timing (on a loaded CI machine one got 100 of 804 rows), so the bar is a fifth
+        # of a fair share: a loop that stepped only the first batch leaves the others at 1 row.
+        assert replay.written.min() > replay.written.sum() / 4 / 5
         assert abs(int(replay.written.sum()) - result.step - 4) <= 2 * result.episodes + 4
         batch = replay.sample(64)
         assert torch.equal(batch.obs[:, 1:], batch.next_obs[:, :-1])
