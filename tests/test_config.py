@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgerl.config import Config, build_layers, field_info, from_dict, keys, resolve
-from edgerl.config.checks import check_consistency
 from edgerl.config.parse import parse_override, tomllib
 from edgerl.config.presets import PRESETS, apply_presets
 from edgerl.errors import ConfigError
+from edgerl.learners.factory import check_keys
 
 
 def load(*overrides: str, config_file: Path | None = None, **shortcuts):
@@ -138,6 +138,7 @@ def test_presets_fill_only_keys_nobody_set():
             ("env.num_envs=100000",),
             "lower env.num_envs to 12,500 or less, or raise replay.capacity to 1,600,000",
         ),
+        (("agent.algo=ga", "agent.eps_start=0.1", "agent.eps_end=0.5"), "must not exceed agent"),
         (("agent.hidden=[0]",), "agent.hidden must list 1 to 16 layer widths"),
         (("agent.hidden=[100000000]",), "between 1 and 65,536, got [100000000]"),
         (("display.env_index=4",), "display.env_index (4) must be below env.num_envs (4)"),
@@ -145,8 +146,17 @@ def test_presets_fill_only_keys_nobody_set():
 )
 def test_inconsistent_settings(overrides, message):
     with pytest.raises(ConfigError) as e:
-        check_consistency(load(*overrides))
+        check_keys(load(*overrides))
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("algo", ["pqn", "ga"])
+def test_a_replays_rules_are_not_asked_of_a_learner_without_one(algo):
+    """replay.capacity is the replay's: 300,000 environments of PQN (a rollout) or of the GA
+    (episode scores) are not refused for it; the memory's plan weighs their size instead."""
+    check_keys(load(f"agent.algo={algo}", "env.num_envs=300000", "replay.capacity=16"))
+    with pytest.raises(ConfigError, match=r"lower env\.num_envs to 12,500 or less"):
+        check_keys(load("agent.algo=dqn", "env.num_envs=300000"))
 
 
 def test_round_trip_through_toml():

@@ -68,6 +68,8 @@ class EpisodesKind:
     label = "the toy's scores"  # what sentences call it
     size_key = "env.num_envs"  # what makes it smaller
 
+    def refuse(self, cfg: Config) -> None: ...  # no keys of its own to check
+
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return torch.device("cpu")
 

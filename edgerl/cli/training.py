@@ -241,17 +241,17 @@ def config_cmd(
     markdown: bool,
 ) -> None:
     """Print the resolved config (TOML), presets for the environment included."""
-    from edgerl.config.checks import check_consistency
     from edgerl.config.presets import apply_presets
     from edgerl.config.reference import reference_markdown, reference_text
     from edgerl.envs import probe
+    from edgerl.learners.factory import check_keys
 
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)
         return
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick, preset=preset)
     cfg = apply_presets(cfg, probe(cfg.env).kind)
-    check_consistency(cfg)
+    check_keys(cfg)
     click.echo(cfg.to_toml(), nl=False)
 
 

@@ -2,13 +2,16 @@
 (:func:`check_consistency`, with the fleet's keys in :func:`check_fleet`) and the named preset
 against the machine (:func:`check_preset_device`). Each raises ConfigError with one sentence
 naming the keys to change. What needs the device or PyTorch (the precision, the memory against
-the machine's) is checked where those are known: :func:`edgerl.run.settle.settle_config` calls
+the machine's) is checked where those are known, and what the learner's memory needs of its keys
+(a replay's capacity against its batch and its environments) by the memory's kind
+(:meth:`edgerl.memories.kinds.MemoryKind.refuse`, through
+:func:`edgerl.learners.factory.check_setup`): :func:`edgerl.run.settle.settle_config` calls
 everything in order, top to bottom."""
 
 from __future__ import annotations
 
 from edgerl.config import Config
-from edgerl.config.fleet import fleet_envs, parse_resource
+from edgerl.config.fleet import parse_resource
 from edgerl.config.learners import LEARNERS, learner_info
 from edgerl.config.presets import NAMED_PRESETS
 from edgerl.config.sections import MAX_HIDDEN
@@ -27,24 +30,12 @@ def check_preset_device(name: str, cuda_usable: bool) -> None:
 
 def check_consistency(cfg: Config) -> None:
     """Cross-key checks, after presets; raises ConfigError with the keys to change."""
-    a, r = cfg.agent, cfg.replay
+    a = cfg.agent
     if a.eps_end > a.eps_start:
         raise ConfigError(
             f"agent.eps_end ({a.eps_end}) must not exceed agent.eps_start ({a.eps_start})"
         )
-    if a.batch_size > r.capacity:
-        raise ConfigError(
-            f"agent.batch_size ({a.batch_size}) must not exceed replay.capacity ({r.capacity})"
-        )
     check_fleet(cfg)
-    if r.capacity < cfg.env.num_envs * 16:
-        # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
-        raise ConfigError(
-            f"replay.capacity ({r.capacity:,}) must hold at least 16 steps per environment "
-            f"(env.num_envs={cfg.env.num_envs:,}): lower env.num_envs to "
-            f"{max(r.capacity // 16, 1):,} or less, or raise replay.capacity to "
-            f"{cfg.env.num_envs * 16:,} or more"
-        )
     if cfg.env.batch_size >= cfg.env.num_envs > 0 and cfg.env.batch_size:
         raise ConfigError(
             f"env.batch_size ({cfg.env.batch_size}) must be below env.num_envs "
@@ -87,11 +78,4 @@ def check_fleet(cfg: Config) -> None:
         raise ConfigError(
             "env.batch_size (ALE's async mode) is for actors beside the learner; remote "
             "actors step their environments together: set env.batch_size to 0 or -1"
-        )
-    total = fleet_envs(cfg)
-    if info.remote_actors == "steps" and cfg.replay.capacity < total * 16:
-        raise ConfigError(
-            f"replay.capacity ({cfg.replay.capacity:,}) must hold at least 16 steps per "
-            f"environment of the fleet ({fleet.actors} actors x env.num_envs="
-            f"{cfg.env.num_envs} = {total:,}): raise it to {total * 16:,} or more"
         )

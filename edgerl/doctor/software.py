@@ -198,13 +198,13 @@ def check_game(ctx: Context) -> Check:
     of its observation kind to ``ctx.cfg``."""
     import ale_py
 
-    from edgerl.config.checks import check_consistency
     from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
+    from edgerl.learners.factory import check_keys
 
     spec = probe(ctx.cfg.env)
     cfg = apply_presets(ctx.cfg, spec.kind)
-    check_consistency(cfg)
+    check_keys(cfg)
     ctx.spec, ctx.cfg = spec, cfg
     shape = "x".join(map(str, spec.obs_shape))
     return Check(

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
+from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, ale_game
 from edgerl.errors import ConfigError
@@ -58,8 +59,19 @@ def learner_module(algo: str) -> ModuleType:
     return importlib.import_module(learner_info(algo).module)
 
 
+def check_keys(cfg: Config) -> None:
+    """Every check of ``cfg``'s keys that needs neither the game's make nor the machine: the
+    config's own (:func:`edgerl.config.checks.check_consistency`) and its learner's memory's
+    (``edgerl config``, ``edgerl bench`` and ``edgerl doctor`` call it; training calls
+    :func:`check_setup` as well)."""
+    check_consistency(cfg)
+    memory_kind(cfg).refuse(cfg)
+
+
 def check_setup(cfg: Config, spec: EnvSpec) -> None:
-    """Refuse settings the learner cannot train with (ConfigError, one sentence)."""
+    """Refuse settings the learner cannot train with (ConfigError, one sentence): its memory's
+    rules first, then how it learns beside the environments."""
+    memory_kind(cfg).refuse(cfg)
     algo = cfg.agent.algo
     if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
         raise ConfigError(

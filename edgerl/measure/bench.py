@@ -36,7 +36,6 @@ from typing import Any
 import torch
 
 from edgerl.config import Config, build_layers, resolve
-from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import apply_presets
 from edgerl.envs import probe
@@ -44,7 +43,7 @@ from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
 from edgerl.hw.recipe import preset_layer
-from edgerl.learners.factory import memory_keeps_steps, q_network
+from edgerl.learners.factory import check_keys, memory_keeps_steps, q_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
     forward_gflops,
@@ -133,7 +132,7 @@ def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)
     cfg = apply_presets(cfg, probe(cfg.env).kind)
-    check_consistency(cfg)
+    check_keys(cfg)
     return cfg
 
 

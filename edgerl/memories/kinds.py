@@ -11,9 +11,10 @@ from typing import Protocol
 import torch
 
 from edgerl.config import Config
+from edgerl.config.fleet import fleet_envs
 from edgerl.config.learners import rollouts_held
 from edgerl.envs import EnvSpec
-from edgerl.errors import ReplayMemoryError
+from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.hw.device import resolve_device
 from edgerl.memories import Memory
 from edgerl.memories.budget import (
@@ -37,6 +38,11 @@ class MemoryKind(Protocol):
     # What the messages call it, and the key that makes it smaller.
     label: str
     size_key: str
+
+    def refuse(self, cfg: Config) -> None:
+        """Raise ConfigError (one sentence naming the keys to change) where ``cfg``'s own keys
+        cannot make this memory, before anything is measured."""
+        ...
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         """The device it lives on, for a learner on ``device``."""
@@ -68,6 +74,30 @@ class ReplayKind:
     lockstep = False
     label = "the replay"
     size_key = "replay.capacity"
+
+    def refuse(self, cfg: Config) -> None:
+        """A sampled batch fits the replay, and the replay holds 16 steps of every environment
+        it is written by (an n-step window and a frame stack need that many)."""
+        capacity, batch = cfg.replay.capacity, cfg.agent.batch_size
+        if batch > capacity:
+            raise ConfigError(
+                f"agent.batch_size ({batch}) must not exceed replay.capacity ({capacity})"
+            )
+        envs = fleet_envs(cfg)
+        if capacity >= envs * 16:
+            return
+        if cfg.fleet.actors:
+            raise ConfigError(
+                f"replay.capacity ({capacity:,}) must hold at least 16 steps per environment "
+                f"of the fleet ({cfg.fleet.actors} actors x env.num_envs={cfg.env.num_envs} = "
+                f"{envs:,}): raise it to {envs * 16:,} or more"
+            )
+        # Fewer environments first: a replay raised to fit 100,000 of them would not fit memory.
+        raise ConfigError(
+            f"replay.capacity ({capacity:,}) must hold at least 16 steps per environment "
+            f"(env.num_envs={envs:,}): lower env.num_envs to {max(capacity // 16, 1):,} or "
+            f"less, or raise replay.capacity to {envs * 16:,} or more"
+        )
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return device if cfg.replay.device == "auto" else resolve_device(cfg.replay.device)
@@ -110,6 +140,9 @@ class RolloutKind:
     lockstep = True
     label = "the rollout"
     size_key = "pqn.rollout_steps"
+
+    def refuse(self, cfg: Config) -> None:
+        """Nothing: its size is what the memory plan weighs against the machine."""
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return device
@@ -160,6 +193,9 @@ class EpisodesKind:
     lockstep = False
     label = "the episode scores"
     size_key = "env.num_envs"
+
+    def refuse(self, cfg: Config) -> None:
+        """Nothing: two numbers an environment."""
 
     def where(self, cfg: Config, device: torch.device) -> torch.device:
         return torch.device("cpu")
