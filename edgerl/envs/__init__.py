@@ -34,7 +34,9 @@ given the seed and the actions: their rewards and episode ends are checked to ag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from edgerl.config import EnvConfig
 from edgerl.envs.ale import AleVecEnv, ale_game, canonical_id, known_ids, rom_exists, unknown_id
@@ -128,6 +130,15 @@ def reference_steps(cfg: EnvConfig) -> int | None:
     if ale_game(cfg.id) is None:
         return None
     return REFERENCE_FRAMES // FRAME_SKIP
+
+
+def within_reference(returns: Sequence[float], within: Sequence[float], digits: int) -> str:
+    """``"; X within 5 minutes each"``: the mean of ``within`` (each episode's return over its
+    first :data:`REFERENCE_FRAMES`), where it was measured and differs from ``returns`` (whole
+    episodes); else empty. Evaluations and ``edgerl play`` end their lines with it."""
+    if not within or np.allclose(within, returns):
+        return ""
+    return f"; {np.mean(within):.{digits}f} within 5 minutes each"  # 18,000 frames at 60 a second
 
 
 def check_no_kwargs(cfg: EnvConfig) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgerl.config import EnvConfig
-from edgerl.envs import VecEnv, make_env
+from edgerl.envs import VecEnv, make_env, within_reference
 from edgerl.errors import EnvError
 from edgerl.play.observer import Moment, Observer
 from edgerl.policies.explore import with_exploration
@@ -72,9 +72,7 @@ class PlayResult:
         summary = self.to_json()
         lat = summary["latency_us"]
         cut = f", {self.cut} cut at a cap" if self.cut else ""
-        within = ""
-        if self.returns_within and self.returns_within != self.returns:
-            within = f"; {np.mean(self.returns_within):.2f} within 5 minutes each"
+        within = within_reference(self.returns, self.returns_within, 2)
         return (
             f"{summary['env']} with {summary['backend']}: "
             f"{plural(summary['episodes'], 'episode')}{cut}, mean return "

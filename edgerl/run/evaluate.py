@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from edgerl.config import Config, EnvConfig, EvalConfig
-from edgerl.envs import reference_steps
+from edgerl.envs import reference_steps, within_reference
 from edgerl.envs.scores import human_normalised
 from edgerl.errors import EdgerlError
 from edgerl.files.checkpoint import Checkpoint
@@ -141,9 +141,7 @@ class Evaluation:
         cut = f", {self.cut} cut at a cap" if self.cut else ""
         hns = human_normalised(env_id, float(r.mean())) if env_id else None
         normalised = "" if hns is None else f", {hns:.2f} human-normalised"
-        within = ""
-        if self.returns_within and not np.allclose(self.returns_within, self.returns):
-            within = f"; {np.mean(self.returns_within):.1f} within 5 minutes each"
+        within = within_reference(self.returns, self.returns_within, 1)
         return (
             f"evaluation at step {self.step:,}: mean return {r.mean():.1f} (std {r.std():.1f}, "
             f"min {r.min():g}, max {r.max():g}{normalised}) over "
