@@ -5,7 +5,8 @@
 #   sudo scripts/arm64_check.sh [--jetpack 6.0|6.1] [--root DIR] [--board NAME] [--out DIR]
 #
 # What it does, each step timed into $OUT/steps.tsv and logged in $OUT/<step>.log:
-#  1. a Debian bookworm arm64 root (debootstrap) in DIR, kept for the next run (one per JetPack);
+#  1. a Debian bookworm arm64 root (debootstrap) in DIR, kept for the next run (one per JetPack;
+#     default /var/lib/edgerl-arm64/jp<JetPack>, under a root-only directory);
 #  2. JetPack's torch stood in for by PyPI's aarch64 CPU build of the same release, installed
 #     system-wide as JetPack's is, and relabelled with that JetPack's version string (6.1, the
 #     default: 2.5.0a0+872d972e41.nv24.08; 6.0: 2.3.0a0+40ec155e58.nv24.03, with the board's
@@ -17,10 +18,17 @@
 # torch; `make test` does not run it (tests/test_arm64.py does, with EDGERL_ARM64=1). Needs root,
 # debootstrap, qemu-user-static and the network to Debian's mirror and PyPI. Python is
 # bookworm's 3.11: JetPack 6 has 3.10 and JetPack 7 3.12, which no Debian release of arm64 offers.
+#
+# It runs as root, so it trusts no path another user could have made or can change: the arm64
+# root must be root's and written by no one else, the log folder root's or the sudo user's, and
+# every folder above either root's (or that user's) and written by no one else unless sticky (as
+# /tmp, where nobody can rename what another owns); a link in their place is refused, not
+# followed. Its mounts live in a mount namespace of its own and end with it, killed included.
 set -euo pipefail
 
 ARGS=("$@")  # for the run again in a mount namespace of its own (below)
-ROOTFS=""  # default: /var/tmp/edgerl-arm64-jp<JetPack>, one root per JetPack's torch
+ROOTFS=""  # default: $KEEP/jp<JetPack>, one root per JetPack's torch
+KEEP=/var/lib/edgerl-arm64  # made 0700: no other user reaches the roots kept in it
 BOARD=agx_orin_jp6
 OUT=${OUT:-$PWD/arm64-check}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,26 +36,65 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 JETPACK=6.1
 NUMPY=1.26.4  # NVIDIA's guide pins NumPy 1.x beside its torch (Ubuntu's 1.21.5 has no 3.11 build)
 
+die() { echo "arm64_check: error: $*" >&2; exit 1; }
+refuse() { echo "arm64_check: error: $*" >&2; exit 2; }
+value() { [ -n "${2-}" ] || refuse "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --root) ROOTFS=${2:?--root needs a directory}; shift 2 ;;
-        --board) BOARD=${2:?--board needs a name in tests/fixtures/boards}; shift 2 ;;
-        --jetpack) JETPACK=${2:?--jetpack needs 6.0 or 6.1}; shift 2 ;;
-        --out) OUT=${2:?--out needs a directory}; shift 2 ;;
+        --root) value "$@"; ROOTFS=$2; shift 2 ;;
+        --board) value "$@"; BOARD=$2; shift 2 ;;
+        --jetpack) value "$@"; JETPACK=$2; shift 2 ;;
+        --out) value "$@"; OUT=$2; shift 2 ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-        *) echo "arm64_check: error: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) refuse "unknown option $1 (see --help)" ;;
     esac
 done
 
-die() { echo "arm64_check: error: $*" >&2; exit 1; }
+case "$BOARD" in
+    ''|.*|*/*) refuse "--board $BOARD: give the name of a folder in tests/fixtures/boards" ;;
+esac
 # JetPack's torch release (PyPI's aarch64 wheel of it is a CPU build), NVIDIA's version string
 # of it, and the L4T revision of that JetPack (R36.<revision>)
 case "$JETPACK" in
     6.0) TORCH=2.3.0; JETPACK_TORCH=2.3.0a0+40ec155e58.nv24.03; L4T_REVISION=3.0 ;;
     6.1) TORCH=2.5.0; JETPACK_TORCH=2.5.0a0+872d972e41.nv24.08; L4T_REVISION=4.4 ;;
-    *) echo "arm64_check: error: --jetpack $JETPACK: give 6.0 or 6.1" >&2; exit 2 ;;
+    *) refuse "--jetpack $JETPACK: give 6.0 or 6.1" ;;
 esac
-ROOTFS=${ROOTFS:-/var/tmp/edgerl-arm64-jp$JETPACK}
+ROOTFS=${ROOTFS:-$KEEP/jp$JETPACK}
+
+# trusted DIR WHAT UID...: refuse DIR (what the message calls it) unless no user but the UIDs can
+# change it or what leads to it; see the top. It may not exist yet (made below, by root).
+trusted() {
+    local dir=$1 what=$2 owner mode up
+    shift 2
+    case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
+    [ ! -L "$dir" ] || refuse "$what $dir is a symbolic link: give the folder it points to"
+    if [ -e "$dir" ]; then
+        [ -d "$dir" ] || refuse "$what $dir is not a folder"
+        read -r owner mode < <(stat -c '%u %a' "$dir")
+        owned_by "$owner" "$@" || refuse "$what $dir is not owned by root: give one root made"
+        (((8#$mode & 8#022) == 0)) || refuse "$what $dir can be written by other users"
+    fi
+    up=$(dirname "$dir")
+    while :; do
+        if [ -e "$up" ]; then  # a link above is judged by the folder it names (stat -L)
+            read -r owner mode < <(stat -L -c '%u %a' "$up")
+            owned_by "$owner" "$@" || refuse "$what $dir is inside $up, which is not root's"
+            (((8#$mode & 8#022) == 0 || (8#$mode & 8#1000) != 0)) \
+                || refuse "$what $dir is inside $up, which other users can write"
+        fi
+        [ "$up" != / ] || break
+        up=$(dirname "$up")
+    done
+}
+owned_by() {
+    local owner=$1 uid
+    shift
+    for uid in "$@"; do [ "$owner" = "$uid" ] && return 0; done
+    return 1
+}
+trusted "$ROOTFS" "the arm64 root" 0
+trusted "$OUT" "the log folder (--out)" 0 ${SUDO_UID:+"$SUDO_UID"}
 [ "$(id -u)" = 0 ] || die "it needs root (debootstrap, chroot, binfmt_misc): run it with sudo"
 command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
 QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
@@ -56,11 +103,19 @@ QEMU_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
 
 # The mounts further down (proc, sys, dev inside the arm64 root) are made in a mount namespace
 # of the script's own: however it ends, killed included, they go with it, and never outlive it
-# in a folder someone may delete later. Where no namespace can be made, a trap undoes them.
-if [ "${EDGERL_ARM64_NS:-}" != 1 ] && unshare --mount --propagation private true 2>/dev/null; then
+# in a folder someone may delete later. Where no namespace can be made, it does not run.
+if [ "${EDGERL_ARM64_NS:-}" != 1 ]; then
+    unshare --mount --propagation private true 2>/dev/null \
+        || die "it needs a mount namespace of its own (unshare --mount), so that no mount outlives it"
     EDGERL_ARM64_NS=1 exec unshare --mount --propagation private bash "$0" "${ARGS[@]}"
 fi
-mkdir -p "$OUT"
+if [ "$ROOTFS" = "$KEEP/jp$JETPACK" ] && [ ! -d "$KEEP" ]; then
+    mkdir -m 0700 "$KEEP"
+fi
+mkdir -p -m 0755 "$OUT" "$ROOTFS"
+# Checked again as made: in a sticky folder another user could have made one first.
+trusted "$ROOTFS" "the arm64 root" 0
+trusted "$OUT" "the log folder (--out)" 0 ${SUDO_UID:+"$SUDO_UID"}
 OUT=$(cd "$OUT" && pwd)
 printf 'step\tseconds\tstatus\n' >"$OUT/steps.tsv"
 
@@ -93,16 +148,16 @@ if [ ! -f "$ROOTFS/etc/debian_version" ]; then
         bookworm "$ROOTFS" "$MIRROR"
 fi
 # This machine's extra certificate authorities (a TLS-inspecting proxy's) and name servers
+# The folders written through below are the root's own, never links it may have grown.
+for d in etc usr/local/share/ca-certificates board src runs opt proc sys dev; do
+    [ ! -L "$ROOTFS/$d" ] || die "$ROOTFS/$d is a symbolic link: remove the arm64 root and run again"
+done
 cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/" 2>/dev/null \
     || true
+rm -f "$ROOTFS/etc/resolv.conf"  # a link is removed, not followed
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
 
-MOUNTS=()
-cleanup() {
-    local m
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${MOUNTS[i]}" || true; done
-}
-trap cleanup EXIT
+# In the script's own namespace (above): they end with it.
 for m in proc sys dev; do
     if ! mountpoint -q "$ROOTFS/$m"; then
         if [ "$m" = proc ]; then
@@ -110,7 +165,6 @@ for m in proc sys dev; do
         else
             mount --rbind "/$m" "$ROOTFS/$m"  # with /dev/pts and /dev/shm
         fi
-        MOUNTS+=("$ROOTFS/$m")
     fi
 done
 
