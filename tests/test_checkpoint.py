@@ -208,3 +208,40 @@ def test_write_error_reports_disk_full():
 
     assert CheckpointWriteError("x", errno.ENOSPC).disk_full
     assert not CheckpointWriteError("x", errno.EACCES).disk_full
+
+
+def test_weights_or_a_game_no_network_can_have_are_one_sentence(cli, tmp_path):
+    """A valid checksum over a game of 10^6 x 10^6 observations, a weight of another shape
+    (the policy's or the target's): play and resume say which file and what, in one sentence
+    (issue 58; they were internal errors, the first after building a 1 GB layer)."""
+    run = tmp_path / "run"
+    r = cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run, "--quiet")
+    assert r.code == 0, r.err
+    (good,) = list_checkpoints(run / "checkpoints")
+    ck = load(good.path)
+
+    def damaged(name: str, change) -> object:  # type: ignore[no-untyped-def]
+        bad = load(good.path)
+        change(bad)
+        return CheckpointStore(tmp_path / name, keep=1).save(bad)
+
+    huge = damaged("huge", lambda c: c.env.update(obs_shape=[10**6, 10**6]))
+    r = cli("play", "--checkpoint", huge)
+    assert r.code == 2 and "has a damaged game description (observations of shape" in r.err
+
+    first = next(iter(ck.learner["q"]))
+    shape = list(ck.learner["q"][first].shape)
+    policy = damaged("policy", lambda c: c.learner["q"].update({first: torch.zeros(3, 3)}))
+    r = cli("play", "--checkpoint", policy)
+    assert r.code == 2 and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert f"policy network does not fit its own settings (weight '{first}' has shape " in r.err
+    assert f"[3, 3], not {shape})" in r.err
+
+    target = damaged("target", lambda c: c.learner["target"].update({first: torch.zeros(3, 3)}))
+    for bad, says in ((policy, f"weight '{first}' has shape [3, 3]"), (target, "size mismatch")):
+        newest = run / "checkpoints" / "ckpt-000009-step0000000400.ckpt"
+        newest.write_bytes(bad.read_bytes())
+        r = cli("train", "--env", "CartPole-v1", "--steps", "500", "--run-dir", run, "--quiet")
+        assert r.code == 2 and f"checkpoint {newest} does not fit this run's learner (" in r.err
+        assert says in r.err and "Move it aside to resume from the one before" in r.err
+        assert newest.exists()  # reported, not deleted

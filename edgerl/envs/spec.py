@@ -5,6 +5,7 @@ four, frame skip 4)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -14,6 +15,11 @@ FRAME_STACK = 4
 FRAME_SIZE = 84
 FRAME_SKIP = 4
 ALE_HZ = 60.0  # the Atari's frame rate
+# Bounds of a game's description read from a file (a checkpoint's): far above any game edgerl
+# plays (CarRacing's 96x96x3 pictures, 18 Atari actions), far below what would not fit memory.
+MAX_OBS_SIDE = 65_536
+MAX_OBS_SIZE = 1 << 24
+MAX_ACTIONS = 4_096
 SCREEN_HEIGHT, SCREEN_WIDTH = 210, 160  # ALE's screen, every game
 
 
@@ -77,15 +83,16 @@ class EnvSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EnvSpec:
-        """The spec :meth:`to_dict` wrote; raises KeyError/TypeError when fields are missing."""
-        return cls(
-            d["id"],
-            d["kind"],
-            tuple(d["obs_shape"]),
-            d["obs_dtype"],
-            int(d["num_actions"]),
-            tuple(d["action_meanings"]),
-        )
+        """The spec :meth:`to_dict` wrote; raises KeyError/TypeError when fields are missing,
+        ValueError when they are no game's (a file's: a shape of 10^6 x 10^6 would build a
+        network of a terabyte)."""
+        shape = tuple(int(n) for n in d["obs_shape"])
+        actions = int(d["num_actions"])
+        if not 1 <= len(shape) <= 4 or not all(1 <= n <= MAX_OBS_SIDE for n in shape):
+            raise ValueError(f"observations of shape {list(shape)[:8]}")
+        if math.prod(shape) > MAX_OBS_SIZE or not 1 <= actions <= MAX_ACTIONS:
+            raise ValueError(f"observations of shape {list(shape)} and {actions} actions")
+        return cls(d["id"], d["kind"], shape, d["obs_dtype"], actions, tuple(d["action_meanings"]))
 
 
 class Step(NamedTuple):

@@ -100,3 +100,21 @@ def build_q_network(spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool = F
     if spec.has_frames:
         return NatureCNN(spec.obs_shape[0], spec.num_actions, layer_norm)
     return MLP(spec.obs_shape[0], spec.num_actions, hidden, layer_norm)
+
+
+def weights_problem(net: nn.Module, state: object) -> str | None:
+    """What keeps ``state`` (weights read from a file) from being ``net``'s (None: nothing): a
+    name missing or of its own, a value that is no tensor, a shape of its own. ``net`` may be
+    on the meta device: only its names and shapes are read."""
+    if not isinstance(state, dict):
+        return "weights that are not a table of tensors"
+    want = net.state_dict()
+    for name in sorted(set(want) ^ set(state), key=str):
+        return f"{'no' if name in want else 'an unknown'} weight {str(name)[:80]!r}"
+    for name, tensor in want.items():
+        value = state[name]
+        if not isinstance(value, torch.Tensor):
+            return f"weight {name!r} is not a tensor"
+        if value.shape != tensor.shape:
+            return f"weight {name!r} has shape {list(value.shape)}, not {list(tensor.shape)}"
+    return None

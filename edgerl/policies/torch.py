@@ -15,7 +15,7 @@ from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
-from edgerl.learners.nets import NatureCNN, build_q_network
+from edgerl.learners.nets import NatureCNN, build_q_network, weights_problem
 
 
 class TorchPolicy:
@@ -59,6 +59,12 @@ class TorchPolicy:
         # beside training must not draw from torch's global RNG, which the trainer's state holds.
         with torch.device("meta"):
             net = build_q_network(self.spec, cfg.agent.hidden, self.layer_norm)
+        problem = weights_problem(net, q_state)
+        if problem is not None:
+            raise CheckpointError(
+                f"checkpoint {source}'s policy network does not fit its own settings "
+                f"({problem}); was it written by edgerl?"
+            )
         net.load_state_dict(q_state, assign=True)
         if isinstance(net, NatureCNN):
             net.use_channels_last()

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from edgerl.envs import EnvSpec
-from edgerl.errors import RunDirError
+from edgerl.errors import CheckpointError, RunDirError
 from edgerl.files.checkpoint import (
     POLICY_KEY,
     Checkpoint,
@@ -37,6 +37,7 @@ from edgerl.files.checkpoint import (
     CheckpointWriteError,
 )
 from edgerl.learners import Learner
+from edgerl.learners.nets import weights_problem
 from edgerl.memories import Memory
 from edgerl.memories.replay.saving import SaveJob
 from edgerl.memories.replay.store import ReplayFileError, ReplayStore
@@ -309,9 +310,23 @@ class Checkpointer:
                 "--run-dir, or --fresh to move the old run aside"
             )
 
-    def resume(self, checkpoint: Checkpoint) -> None:
+    def resume(self, checkpoint: Checkpoint, path: Path) -> None:
         run = self.run
-        run.learner.load_state_dict(checkpoint.learner)
+        # A valid checksum over weights of other shapes, or a damaged optimizer state: one
+        # sentence naming the file, not an internal error.
+        problem = weights_problem(run.learner.q, checkpoint.learner.get(POLICY_KEY))
+        if problem is None:
+            try:
+                run.learner.load_state_dict(checkpoint.learner)
+            except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+                detail = [ln for ln in lines if not ln.endswith(":")] or [type(e).__name__]
+                problem = detail[0][:200]
+        if problem is not None:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run's learner ({problem}); was it written "
+                "by edgerl? Move it aside to resume from the one before"
+            )
         run.step = checkpoint.step
         run.episodes = checkpoint.episodes
         run.wall_before = float(checkpoint.wall_s)

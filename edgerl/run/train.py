@@ -174,7 +174,7 @@ class Trainer:
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
                 self.saver.replay_store = store
         if found is not None:
-            self.saver.resume(found[1])
+            self.saver.resume(found[1], found[0].path)
             self.resumed_from = found[0].path
         else:
             log.info("new run in %s (no checkpoint there to resume)", run_path)
