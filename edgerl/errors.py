@@ -64,6 +64,12 @@ class MissingDependencyError(EdgerlError):
         self.extra = extra
 
 
+class PackagedDataError(EdgerlError):
+    """A table edgerl ships (edgerl/data/) is damaged: the install is broken, not the command."""
+
+    exit_code = 1
+
+
 class OutputError(EdgerlError):
     """A file a command was asked to write (a plot, a recording) cannot be written."""
 

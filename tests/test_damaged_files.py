@@ -493,3 +493,44 @@ def test_any_frame_stream_header_or_slot_is_read_or_named_as_damaged(
         reader.close()
     except StreamError as e:
         assert "\n" not in str(e)
+
+
+@pytest.mark.parametrize(
+    ("table", "damage", "says"),
+    [
+        ("records.csv", lambda t: t.replace(",1500032,", ",many,", 1), "(steps is 'many')"),
+        ("records.csv", lambda t: t.replace(",199,", ",nan,", 1), "(wall_s is 'nan')"),
+        ("records.csv", lambda t: t.rstrip("\n") + "\nALE/Pong-v5,pqn\n", "(2 cells, not 8)"),
+        ("atari_scores.csv", lambda t: t.replace("game,", "gme,", 1), "no column 'game'"),
+        ("atari_scores.csv", lambda t: t.replace("pong,-20.7,", "pong,-20.7x,", 1), "(random is"),
+        ("atari_scores.csv", lambda t: t.replace("pong,-20.7,14.6", "pong,9.3,9.3", 1), "pong's"),
+        ("atari_scores.csv", lambda t: t + '"broken\n', "is damaged at line"),
+    ],
+)
+def test_a_damaged_table_of_edgerls_own_is_one_sentence_at_an_atari_runs_start(
+    cli, tmp_path, monkeypatch, table, damage, says
+):
+    """The tables edgerl ships (edgerl/data/) are read like any file: damaged by an edit or a
+    broken install, an Atari run's start names the file and the line (issue 58, item 5)."""
+    from edgerl.envs import scores
+    from edgerl.files import packaged
+    from edgerl.run import estimate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("records.csv", "atari_scores.csv"):
+        text = packaged.DATA.joinpath(name).read_text()
+        (data / name).write_text(damage(text) if name == table else text)
+    assert (data / table).read_text() != packaged.DATA.joinpath(table).read_text()
+    monkeypatch.setattr(packaged, "DATA", data)
+    scores._table.cache_clear()  # read again from the damaged copies, and after the test
+    estimate.records.cache_clear()  # from edgerl's own
+    try:
+        r = cli("train", "--env", "ALE/Pong-v5", "--steps", "64", "--run-dir", tmp_path / "r")
+    finally:
+        scores._table.cache_clear()
+        estimate.records.cache_clear()
+    assert r.code == 1 and "Traceback" not in r.err and "internal error" not in r.err, r.err
+    (line,) = [ln for ln in r.err.splitlines() if ln.startswith("edgerl: error:")]
+    assert f"edgerl's table edgerl/data/{table}" in line and says in line
+    assert line.endswith("reinstall edgerl")

@@ -8,13 +8,12 @@ can be set beside theirs; games outside the 57 (and non-Atari environments) have
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
-from importlib import resources
 from typing import NamedTuple
 
 from edgerl.envs import ale_game
+from edgerl.errors import PackagedDataError
+from edgerl.files.packaged import finite, read_table
 
 
 class Reference(NamedTuple):
@@ -30,9 +29,17 @@ class Reference(NamedTuple):
 
 @functools.cache
 def _table() -> dict[str, Reference]:
-    text = resources.files("edgerl").joinpath("data/atari_scores.csv").read_text()
-    rows = csv.DictReader(io.StringIO("".join(ln for ln in text.splitlines(True) if ln[0] != "#")))
-    return {r["game"]: Reference(float(r["random"]), float(r["human"])) for r in rows}
+    """Raises PackagedDataError where the file is damaged (a human score that is the random
+    one's included: nothing could be normalised by it)."""
+    rows = read_table("atari_scores.csv", {"game": str, "random": finite, "human": finite})
+    table = {r["game"]: Reference(r["random"], r["human"]) for r in rows}
+    for game, ref in table.items():
+        if ref.human == ref.random:
+            raise PackagedDataError(
+                f"edgerl's table edgerl/data/atari_scores.csv is damaged ({game}'s human score "
+                "is its random one); reinstall edgerl"
+            )
+    return table
 
 
 def reference(env_id: str) -> Reference | None:

@@ -10,16 +10,14 @@ here; the records say where each was made.
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import logging
 import time
-from importlib import resources
 from typing import NamedTuple
 
 from edgerl.config.fleet import fleet_envs
 from edgerl.envs.scores import human_normalised
+from edgerl.files.packaged import finite, read_table
 from edgerl.hw.cpus import cpu_load
 from edgerl.run.hooks import Hook, Run
 from edgerl.run.metrics import TrainStats
@@ -54,21 +52,9 @@ class Record(NamedTuple):
 @functools.cache
 def records() -> tuple[Record, ...]:
     """The runs on record (``edgerl/data/records.csv``)."""
-    text = resources.files("edgerl").joinpath("data/records.csv").read_text()
-    rows = csv.DictReader(io.StringIO("".join(ln for ln in text.splitlines(True) if ln[0] != "#")))
-    return tuple(
-        Record(
-            r["env_id"],
-            r["algo"],
-            r["machine"],
-            r["where"],
-            int(r["steps"]),
-            float(r["wall_s"]),
-            float(r["greedy_mean"]),
-            r["run"],
-        )
-        for r in rows
-    )
+    columns = {name: str for name in Record._fields}
+    columns.update(steps=int, wall_s=finite, greedy_mean=finite)
+    return tuple(Record(**r) for r in read_table("records.csv", columns))
 
 
 def expectation(env_id: str, algo: str, gpu: bool) -> str | None:
