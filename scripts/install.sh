@@ -33,9 +33,10 @@ FLEET=0
 PYTHON=${PYTHON:-python3}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
+refuse() { echo "edgerl-install: error: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --prefix) PREFIX=${2:?--prefix needs a directory}; shift 2 ;;
+        --prefix) [ -n "${2-}" ] || refuse "--prefix needs a directory"; PREFIX=$2; shift 2 ;;
         --dry-run) DRY_RUN=1; shift ;;
         --no-venv) NO_VENV=1; shift ;;
         --python) PYTHON=${2:?--python needs an interpreter}; shift 2 ;;
@@ -46,6 +47,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+# The prefix goes into the unit files as it is (ExecStart=, Documentation=): systemd splits a
+# line at spaces and reads %, $ and quotes, and the sed that writes it reads # and &. So it is
+# a plain path, or refused.
+case "$PREFIX" in
+    /*) ;;
+    *) refuse "--prefix $PREFIX: give an absolute path" ;;
+esac
+if [[ ! "$PREFIX" =~ ^[A-Za-z0-9._/+-]+$ ]]; then
+    refuse "--prefix ${PREFIX@Q}: give a path of letters, digits and . _ + - / only (the unit files take it as it is)"
+fi
 ROOT=${PREFIX%/}
 OPT=$ROOT/opt/edgerl
 VENV=$OPT/venv

@@ -492,6 +492,21 @@ def test_install_dry_run_elsewhere_uses_a_plain_venv(tmp_path):
     assert "--system-site-packages" not in r.stdout
 
 
+def test_a_prefix_the_unit_files_cannot_hold_as_it_is_is_refused(tmp_path):
+    """ExecStart= is split at spaces and reads %, $ and quotes; the sed writing it reads # and
+    &: such a --prefix wrote a broken or split ExecStart (issue 58). Refused, nothing written."""
+    for odd in ("my board", "a#b", "a&b", "50%", "$HOME", "a'b"):
+        r = install("--prefix", str(tmp_path / odd), "--no-venv")
+        assert r.returncode == 2, (odd, r.stdout)
+        assert r.stderr.startswith("edgerl-install: error: --prefix ") and r.stderr.count("\n") == 1
+        assert "give a path of letters, digits and . _ + - / only" in r.stderr
+    r = install("--prefix", "relative/dir", "--no-venv")
+    assert r.returncode == 2 and "give an absolute path" in r.stderr
+    r = install("--prefix", "", "--no-venv")
+    assert r.returncode == 2 and r.stderr == "edgerl-install: error: --prefix needs a directory\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_install_is_idempotent_keeps_config_and_uninstalls(tmp_path):
     assert install("--prefix", str(tmp_path), "--no-venv").returncode == 0
     unit = tmp_path / "etc/systemd/system/edgerl.service"
