@@ -304,6 +304,45 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
     assert "reward" in lost, lost  # what was wrong: the rewards
 
 
+def test_when_every_actor_sends_damaged_batches_the_fleet_says_so(ray_cluster, monkeypatch):
+    """Every actor starts and sends NaN rewards: the run ends saying so, not that no actor
+    could start for want of edgerl's version or the ROM (which misled: they had started)."""
+    import numpy as np
+
+    from edgerl.envs import probe
+    from edgerl.errors import FleetError
+    from edgerl.fleet.actor import RemoteActor
+    from edgerl.fleet.cluster import Cluster
+    from edgerl.fleet.transport import RayFleet
+    from edgerl.learners.factory import q_network
+
+    class AllLie(RemoteActor):
+        def collect(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            chunk = super().collect(*args, **kwargs)
+            return chunk._replace(rewards=np.full_like(chunk.rewards, np.nan))
+
+    class LyingFleet(RayFleet):
+        actor_type = AllLie
+
+    cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", "env.num_envs=2")
+    spec = probe(cfg.env.id)
+    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
+    cluster = Cluster(cfg.fleet)
+    cluster.open()
+    fleet = LyingFleet(cfg, spec, cluster)
+    try:
+        fleet.start(weights, 0, seed=0)
+        deadline = time.monotonic() + 300
+        with pytest.raises(FleetError) as e:
+            while time.monotonic() < deadline:
+                assert fleet.receive(1.0) == []
+    finally:
+        fleet.close()
+    said = str(e.value)
+    assert said.startswith("every remote actor sent damaged batches and none was kept"), said
+    assert "reward" in said and "same version" not in said
+
+
 def test_the_genetic_algorithms_jobs_wait_for_an_actor_that_runs(ray_cluster, monkeypatch):
     """An actor that no node has room for takes no member's job (its generation would wait for
     that first episode for as long as the actor waits: a CI run's search stalled so, after a

@@ -61,6 +61,7 @@ class Slot:
     attempts: int = 0  # starts so far
     failed_starts: int = 0  # starts in a row that never delivered
     delivered: bool = False  # this instance delivered a batch
+    damaged: bool = False  # its last loss was a damaged batch (it ran, and lied or broke)
     version: int = -1  # the weights version sent to it
     transitions: int = 0  # received from it, over its instances
     lost: str = ""  # why it was lost, the last time
@@ -285,7 +286,14 @@ class RayFleet:
             log.warning("fleet: actor %d could not start (%s)", slot.index, why)
         pause = min(RETRY_FIRST_S * 2 ** max(slot.failed_starts - 1, 0), RETRY_MAX_S)
         slot.retry_at = time.monotonic() + pause
+        slot.damaged = isinstance(error, DamagedBatchError)
         if self.received == 0 and all(s.failed_starts >= 2 for s in self.slots):
+            if all(s.damaged for s in self.slots):  # they started, and every answer was refused
+                raise FleetError(
+                    f"every remote actor sent damaged batches and none was kept (actor 0: "
+                    f"{self.slots[0].lost}); training cannot go on with what the nodes send: "
+                    "check their edgerl and their machines"
+                )
             raise FleetError(
                 f"no remote actor could start on the Ray cluster ({self.slots[0].lost}); "
                 "every node needs edgerl[fleet] of the same version as the learner, and the "
