@@ -415,6 +415,47 @@ def test_viewers_learn_no_path_address_host_or_pid_of_the_board(served):
     assert "the trainer" in get_json(served, "/api/runs/Pong-v5/summary")["live"]["reason"]
 
 
+def test_folders_with_spaces_and_a_lying_fleet_reach_viewers_as_names_and_bounded_counts(served):
+    """A second server over ``My Runs``: the sentences of its run ``secret project`` keep
+    nothing of the folders above it (a path with spaces left ``Runs/secret project/...``), and a
+    fleet whose fields are not the trainer's (a count of 10^30, a state of markup, an object for
+    a rate) is shown as unknown, not passed on (issue 58)."""
+    root = served.root / "My Runs"
+    run = root / "secret project"
+    shutil.copytree(served.root / "CartPole-v1", run, ignore=shutil.ignore_patterns("checkpoints"))
+    doc = status_json(run)
+    doc["message"] = f"RunDirError: cannot write {run / 'checkpoints' / 'ckpt-1.ckpt'}: disk full"
+    doc["write_problems"] = [f"cannot write {run}/metrics.csv: disk full"]
+    doc["fleet"] = {
+        "running": 10**30, "transitions": -4, "weights_lag_max": "many",
+        "actors": [
+            {"id": "<script>", "state": "<b>running</b>", "transitions": 1.5,
+             "sps": {"a": 1}, "restarts": True, "lost": None},
+            {"id": 1, "state": "lost", "transitions": 100, "sps": 12.5, "restarts": 2,
+             "lost": "its node died"},
+        ],
+    }  # fmt: skip
+    (run / "status.json").write_text(json.dumps(doc))
+    proc, url = start_server(root)
+    try:
+        status, body = request(url, "/api/runs/secret%20project/summary")
+    finally:
+        assert stop_server(proc) == 0
+    assert status == 200, body
+    text = body.decode()
+    summary = json.loads(text)["status"]
+    assert "My Runs" not in text and "Runs/" not in text and str(served.root) not in text
+    assert summary["message"] == "RunDirError: cannot write checkpoints/ckpt-1.ckpt: disk full"
+    assert summary["write_problems"] == ["cannot write metrics.csv: disk full"]
+    fleet = summary["fleet"]
+    assert (fleet["running"], fleet["transitions"], fleet["weights_lag_max"]) == (None,) * 3
+    assert fleet["actors"] == [
+        {"id": None, "state": "unknown", "transitions": None, "sps": None, "restarts": None,
+         "lost": False},
+        {"id": 1, "state": "lost", "transitions": 100, "sps": 12.5, "restarts": 2, "lost": True},
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -44,36 +44,70 @@ from edgerl.words import printable
 # sentences edgerl writes (spaces, quotes, brackets and the punctuation after a path).
 # Two segments at least (``/var/lib``: a lone ``/2`` is arithmetic), and not a URL's ``//``.
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/])/[^\s'\"()\[\],;:/]+(?:/[^\s'\"()\[\],;:/]*)+")
-# What a viewer sees of each remote actor: no node address, node id, host name or pid.
-FLEET_ACTOR_FIELDS = ("id", "state", "transitions", "sps", "restarts")
+# What a viewer sees of a fleet: counts, and each remote actor's state and counts (no node
+# address, node id, host name or pid); anything else in their place is shown as unknown (None).
 FLEET_FIELDS = ("running", "transitions", "weights_lag_max")
+FLEET_ACTOR_COUNTS = ("id", "transitions", "restarts")
+FLEET_STATES = ("starting", "running", "lost", "restarting")  # edgerl.fleet.transport's
+MAX_ACTORS = 1024  # shown of a fleet: a damaged status.json may list any number
+MAX_COUNT = 10**15
+MAX_RATE = 1e9  # steps/s
 
 
 PID = re.compile(r"\bpid[ =]\d+", re.IGNORECASE)
 
 
-def for_viewers(text: str | None) -> str | None:
-    """A sentence for viewers: each absolute path replaced by its last part (``status.json in
+def for_viewers(text: str | None, run_dir: Path | None = None) -> str | None:
+    """A sentence for viewers: the run's own directory (``run_dir``) replaced by its name (a file
+    in it by its path there), each other absolute path by its last part (``status.json in
     /var/lib/edgerl/runs/pong is damaged`` reads ``status.json in pong is damaged``) and each
-    ``pid N`` by ``the trainer``: the board's layout and processes stay on it."""
+    ``pid N`` by ``the trainer``: the board's layout and processes stay on it. The run's
+    directory is replaced as a whole first, so a name with spaces (``/home/me/My Runs/secret
+    project``) leaves nothing of the folders above it (a path's end in a sentence cannot be
+    told from the words after it)."""
     if text is None:
         return None
+    if run_dir is not None:  # a file inside it by its path there, the folder by its name
+        for known in sorted({str(run_dir), _resolved(run_dir)}, key=len, reverse=True):
+            if len(known) > 1:
+                text = text.replace(known + "/", "").replace(known, run_dir.name)
     text = ABSOLUTE_PATH.sub(lambda m: Path(m.group(0).rstrip("/.")).name or "/", text)
     return PID.sub("the trainer", text)
 
 
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a link loop: the path as given is all there is
+        return str(path)
+
+
+def _count(value: object, most: float = MAX_COUNT) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+    return value if ok else None  # type: ignore[return-value]
+
+
 def viewer_fleet(fleet: object) -> dict[str, Any] | None:
     """A status document's ``fleet`` as viewers see it: the totals and each actor's state and
-    counts, whether it was lost; nothing that names or locates a machine."""
+    counts, whether it was lost; nothing that names or locates a machine, and no value that is
+    not what the trainer writes there (a count out of range, a state it has not: None and
+    "unknown")."""
     if not isinstance(fleet, dict):
         return None
-    out: dict[str, Any] = {k: fleet.get(k) for k in FLEET_FIELDS}
+    out: dict[str, Any] = {k: _count(fleet.get(k)) for k in FLEET_FIELDS}
     actors = fleet.get("actors")
-    out["actors"] = [
-        {**{k: a.get(k) for k in FLEET_ACTOR_FIELDS}, "lost": bool(a.get("lost"))}
-        for a in (actors if isinstance(actors, list) else [])
-        if isinstance(a, dict)
-    ]
+    shown = []
+    for a in (actors if isinstance(actors, list) else [])[:MAX_ACTORS]:
+        if not isinstance(a, dict):
+            continue
+        actor: dict[str, Any] = {k: _count(a.get(k)) for k in FLEET_ACTOR_COUNTS}
+        state, sps = a.get("state"), a.get("sps")
+        actor["state"] = state if state in FLEET_STATES else "unknown"
+        fine = isinstance(sps, (int, float)) and not isinstance(sps, bool)
+        actor["sps"] = float(sps) if fine and 0 <= sps <= MAX_RATE else None
+        actor["lost"] = bool(a.get("lost"))
+        shown.append(actor)
+    out["actors"] = shown
     return out
 
 
@@ -288,7 +322,7 @@ class RunFiles:
         evaluation."""
         doc, problem = self.status(run_dir)
         algo, game = self.learner(run_dir)
-        problem = for_viewers(problem)
+        problem = for_viewers(problem, run_dir)
         out: dict[str, Any] = {"id": run_id, "problem": problem, "learner": algo, "env": game}
         newest = newest_checkpoint_file(run_dir)
         out["checkpoint"] = newest.name if newest is not None else None
@@ -303,9 +337,9 @@ class RunFiles:
         shown["write_problems"] = doc.get("write_problems") or []
         for key, value in shown.items():  # every sentence (message, write_problems, ...)
             if isinstance(value, str):
-                shown[key] = for_viewers(value)
+                shown[key] = for_viewers(value, run_dir)
             elif isinstance(value, list):
-                shown[key] = [for_viewers(v) if isinstance(v, str) else v for v in value]
+                shown[key] = [for_viewers(v, run_dir) if isinstance(v, str) else v for v in value]
         shown["fleet"] = viewer_fleet(doc.get("fleet"))
         if isinstance(shown.get("checkpoint"), str):  # a name: the board's paths stay on it
             shown["checkpoint"] = Path(shown["checkpoint"]).name
@@ -315,7 +349,7 @@ class RunFiles:
             "running": live.running and not live.stale,
             "stale": live.stale,
             "finished": live.finished,
-            "reason": for_viewers(live.reason),
+            "reason": for_viewers(live.reason, run_dir),
             "age_s": round(max(live.age_s, 0.0), 1),
         }
         step, total, sps = doc.get("step") or 0, doc.get("total_steps") or 0, doc.get("sps") or 0
@@ -356,14 +390,14 @@ class RunFiles:
             try:
                 curves = load_run(run_dir, max_bytes=CURVE_FILE_BYTES)
             except EdgerlError as e:
-                return {"problem": for_viewers(str(e)), "damage": []}
+                return {"problem": for_viewers(str(e), run_dir), "damage": []}
             return {
                 "problem": None,
                 "per_episode": curves.returns_per_episode,
                 "returns": _points(curves.returns),
                 "evals": _points(curves.evals),
                 "sps": _points(curves.sps),
-                "damage": [for_viewers(d) for d in curves.damage],
+                "damage": [for_viewers(d, run_dir) for d in curves.damage],
             }
 
         files = [run_dir / n for n in ("metrics.csv", "episodes.csv", "eval.csv", "load.csv")]
