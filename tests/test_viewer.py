@@ -184,14 +184,46 @@ def _set_header(path: Path, **fields: int | bytes) -> None:
         f.write(HEADER.pack(*values.values()))
 
 
+def test_a_lying_header_within_the_bounds_costs_a_viewer_a_few_small_reads(tmp_path, monkeypatch):
+    """The largest header a viewer accepts (64 slots of 1024x1024) over a file of zeros and
+    billions of writes: latest() finds nothing without copying a slot (a header of 1,024 slots
+    of 4096x4096 cost 1.2 s of CPU a call, issue 58)."""
+    import edgerl.stream.reader as reader_module
+
+    proc = lookalike_trainer()
+    ring = FrameRing(tmp_path, 1024, 1024, ACTIONS, slots=64)
+    try:
+        pointer = json.loads((tmp_path / "display.json").read_text())
+        (tmp_path / "display.json").write_text(json.dumps({**pointer, "pid": proc.pid}))
+        _set_header(ring.path, writes=10**12)
+        reader = FrameReader(tmp_path)
+        read: list[int] = []
+        pread = os.pread
+
+        def counted(fd: int, n: int, offset: int) -> bytes:
+            read.append(n)
+            return pread(fd, n, offset)
+
+        monkeypatch.setattr(reader_module.os, "pread", counted)
+        assert reader.latest() is None
+        assert len(read) <= 1 + 2 * 64 and max(read) <= 8, (len(read), max(read))
+        reader.close()
+    finally:
+        ring.close()
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 @pytest.mark.parametrize(
     "fields, says",
     [
         ({"magic": b"GARBAGE!"}, "does not start with EDGERLFR: it is not a frame stream"),
         ({"version": 7}, "is frame stream version 7 and this viewer reads version 1"),
-        ({"slots": 2**31}, "corrupt header: slots is 2,147,483,648, not within 1..1024"),
-        ({"h": 0}, "corrupt header: frame height is 0, not within 1..4096"),
-        ({"w": 3000}, "but its header (4 slots of 84x3000 frames) needs"),
+        ({"slots": 2**31}, "corrupt header: slots is 2,147,483,648, not within 1..64"),
+        ({"slots": 1024, "h": 4096, "w": 4096}, "slots is 1,024, not within 1..64"),
+        ({"h": 0}, "corrupt header: frame height is 0, not within 1..1024"),
+        ({"h": 4096}, "corrupt header: frame height is 4,096, not within 1..1024"),
+        ({"w": 1000}, "but its header (4 slots of 84x1000 frames) needs"),
         ({"actions": 99}, "corrupt header: actions is 99, not within 1..18"),
         ({"session": 12345}, "says session 12345 but"),
     ],

@@ -56,8 +56,10 @@ class StreamPermissionError(EdgerlError):
 
 
 MAX_POINTER_BYTES = 64 * 1024  # display.json is a few hundred bytes
-MAX_SLOTS = 1024
-MAX_SIDE = 4096
+# A header's bounds: far above what a trainer writes (4 slots of its observation's frames, 84x84
+# or 96x96), and small enough that a lying one costs a viewer little (64 slots of 1024x1024).
+MAX_SLOTS = 64
+MAX_SIDE = 1024
 PID_MAX = 1 << 22  # Linux's largest pid
 
 
@@ -256,6 +258,10 @@ class FrameReader:
         """A consistent copy of one slot, or None if it is being written (torn) or empty."""
         base = HEADER.size + index * self._slot
         end = SEQ.unpack(self._pread(SEQ.size, base + self._slot - SEQ.size))[0]
+        first = SEQ.unpack(self._pread(SEQ.size, base))[0]
+        if first == 0 or first != end:  # empty, or being written: not worth copying the slot
+            self.torn += first != 0
+            return None
         raw = self._pread(self._slot, base)  # one copy of the whole slot
         begin = SEQ.unpack_from(raw, 0)[0]
         if begin == 0 or begin != end or begin != SEQ.unpack_from(raw, self._slot - SEQ.size)[0]:
