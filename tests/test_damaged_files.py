@@ -188,6 +188,22 @@ def test_status_of_any_fleet_in_status_json_never_fails_inside(tmp_path_factory,
     assert "fleet (" in out and "actor 0 on 10.0.0.3 (board3), pid 4242: running" in out
 
 
+def test_status_shows_an_actors_id_and_state_only_as_the_trainer_writes_them(tmp_path):
+    """An id that is no number and a state the trainer has not: '?' and 'an unknown state', not
+    whatever text the file holds (issue 58)."""
+    fleet = {"address": "10.0.0.1:6379", "running": 1, "transitions": 9, "weights_lag_max": 50}
+    fleet["actors"] = [
+        {**ACTOR, "id": 0, "state": "running"},
+        {"id": "0 on 10.6.6.6: running, 9,999,999 transitions", "state": "owned"},
+        {"id": 2, "state": "starting"},
+    ]
+    (tmp_path / "status.json").write_text(json.dumps({**GOOD_STATUS, "fleet": fleet}))
+    code, out, err = run_cli("status", "--run-dir", tmp_path)
+    assert code in (0, 3) and not err, err
+    assert "actor ?: in an unknown state" in out and "10.6.6.6" not in out and "owned" not in out
+    assert "actor 2: starting (waiting for a node with room)" in out
+
+
 def test_a_finished_run_says_so_and_is_no_error(cli, tmp_path):
     run = tmp_path / "cp"
     assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run).code == 0

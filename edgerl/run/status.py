@@ -456,7 +456,9 @@ def _actor_line(actor: dict[str, Any]) -> str:
         where += f" ({actor['host']})"
     if isinstance(actor.get("pid"), int) and state == "running":
         where += f", pid {actor['pid']}"
-    text = f"actor {actor.get('id')}{where}: "
+    index = actor.get("id")
+    shown = index if isinstance(index, int) and not isinstance(index, bool) else "?"
+    text = f"actor {shown}{where}: "
     if state == "running":
         text += "running"
         if isinstance(actor.get("transitions"), int):
@@ -467,8 +469,10 @@ def _actor_line(actor: dict[str, Any]) -> str:
         text += f"lost ({lost}), starting again shortly"
     elif state == "restarting":
         text += f"lost ({lost}), waiting for a node with room to start again"
-    else:
-        text += f"{state} (waiting for a node with room)"
+    elif state == "starting":
+        text += "starting (waiting for a node with room)"
+    else:  # not a state the trainer writes: a damaged or hostile status.json
+        text += "in an unknown state"
     return text
 
 
