@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,26 @@ def test_many_episodes_are_played_in_waves_of_a_few_environments(batches):
     assert result.steps == sum(result.lengths)
 
 
+def test_an_evaluation_says_how_many_episodes_ended_and_steps_were_played_as_it_goes():
+    seen: list[tuple[int, int]] = []
+    settings = EvalConfig(episodes=3, epsilon=0.0)
+    result = evaluate(always_left(), settings, seed=3, progress=lambda e, s: seen.append((e, s)))
+    assert seen[-1] == (3, result.steps) and len(seen) > 3
+    assert [e for e, _ in seen] == sorted(e for e, _ in seen)  # episodes ended only grow
+    assert [s for _, s in seen] == sorted(s for _, s in seen)
+
+
+def test_a_long_evaluation_is_said_in_the_log_as_it_goes(cli, tmp_path, monkeypatch):
+    """Breakout's first evaluation ran 4.5 minutes in silence (issue 59): every
+    PROGRESS_EVERY_S (here: each step) the log says how far it is."""
+    from edgerl.run import evaluate as evaluate_module
+
+    monkeypatch.setattr(evaluate_module, "PROGRESS_EVERY_S", 0.0)
+    r = train(cli, tmp_path / "run", 600, "eval.every_steps=500", "eval.episodes=2")
+    assert "evaluating step 500: 0 of 2 episodes ended, " in r.err
+    assert "evaluating step 500: 2 of 2 episodes ended, " in r.err
+
+
 def test_an_evaluation_stopped_while_recording_leaves_no_recording(tmp_path):
     asked = []
 
@@ -297,8 +318,20 @@ def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
         for line in proc.stderr:
             lines.append(line)
             if "skipped: the one of step 200 is still running" in line:
-                proc.send_signal(signal.SIGINT)
                 break
+        # status.json and edgerl status say how far the evaluation is (issue 59)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            doc = json.loads((run / "status.json").read_text())
+            if doc.get("evaluating_step") == 200:
+                break
+            time.sleep(0.5)
+        assert doc["evaluating_episodes"] == 1_000_000 and doc["evaluating_done"] >= 0, doc
+        described = subprocess.run(
+            edgerl_cmd("status", "--run-dir", str(run)), capture_output=True, text=True, timeout=120
+        ).stdout
+        assert "evaluating step 200: " in described and " of 1,000,000 episodes ended" in described
+        proc.send_signal(signal.SIGINT)
         _, rest = proc.communicate(timeout=120)
     finally:
         killer.cancel()

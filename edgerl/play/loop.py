@@ -40,6 +40,8 @@ class PlayOptions:
     fps: float = 0.0  # steps per second (0: as fast as possible)
     stop: Callable[[], bool] | None = None  # asked before every step: True ends playing, which
     # is then stopped (a recording is discarded: what it holds is cut short)
+    progress: Callable[[int, int], None] | None = None  # play_together calls it after every
+    # step with the episodes ended and the steps played so far (an evaluation says how far)
 
 
 @dataclass
@@ -308,6 +310,8 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                     ended |= was_cut
                 playing &= ~ended
                 obs = step.obs
+                if o.progress is not None:
+                    o.progress(len(returns) + wave - int(playing.sum()), steps)
             returns += [float(r) for r in ret[:wave]]
             lengths += [int(x) for x in length[:wave]]
             if o.within_steps:

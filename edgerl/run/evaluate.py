@@ -81,6 +81,9 @@ STOP_WAIT_S = 5.0  # a stop waits at most this long for the evaluation thread to
 FINAL_WAIT_S = 30.0
 # Evaluation episodes are seeded apart from training's (env.seed + step at each session start).
 SEED_OFFSET = 1_000_000_000
+# An evaluation says how far it is in the log this often (Breakout's first took 4.5 minutes, in
+# silence); status.json shows it at every write.
+PROGRESS_EVERY_S = 30.0
 
 
 def eval_period(cfg: Config) -> int:
@@ -156,6 +159,7 @@ def evaluate(
     stop: Callable[[], bool] | None = None,
     record: Path | None = None,
     device: str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
 ) -> PlayResult:
     """Play ``settings.episodes`` episodes with the weights of ``snapshot`` (as
     :meth:`Run.policy_snapshot` gives them) on ``device``, all at once on as many new
@@ -163,14 +167,19 @@ def evaluate(
     first episode is played alone first and recorded to that GIF (see
     :mod:`edgerl.play.record`).
 
-    Fewer episodes come back when ``stop`` ended it early. Raises what building the environment
-    or the network raises, and RecordError / MissingDependencyError before playing when the
-    recording cannot be made.
+    ``progress`` is called as episodes end and steps are played (the recorded episode's are
+    counted once it has ended). Fewer episodes come back when ``stop`` ended it early. Raises
+    what building the environment or the network raises, and RecordError /
+    MissingDependencyError before playing when the recording cannot be made.
     """
     policy = TorchPolicy(snapshot, device)
     within = reference_steps(EnvConfig(id=policy.spec.id)) or 0
 
-    def options(n: int, seed: int) -> PlayOptions:
+    def options(n: int, seed: int, done: int = 0, played: int = 0) -> PlayOptions:
+        def after(episodes: int, steps: int) -> None:
+            if progress is not None:
+                progress(done + episodes, played + steps)
+
         return PlayOptions(
             episodes=n,
             seed=seed,
@@ -178,6 +187,7 @@ def evaluate(
             max_episode_steps=settings.max_episode_steps,
             within_steps=within,
             stop=stop,
+            progress=after,
         )
 
     if record is None:
@@ -186,7 +196,7 @@ def evaluate(
     first = play(policy, options(1, seed), [Filming(record, policy.spec)])
     if settings.episodes == 1 or not first.returns:
         return first
-    rest = play_together(policy, options(settings.episodes - 1, seed + 1))
+    rest = play_together(policy, options(settings.episodes - 1, seed + 1, 1, first.steps))
     return replace(
         first,
         returns=first.returns + rest.returns,
@@ -270,6 +280,8 @@ class Evaluator(Hook):
         self._written = False  # no eval.csv until there is a row for it
         self._final_deadline: float | None = None
         self.env_id = ""  # the run's game (on_start)
+        # The evaluation in progress: (the step of its weights, episodes ended, of how many)
+        self.progress: tuple[int, int, int] | None = None
 
     @property
     def running(self) -> bool:
@@ -300,6 +312,7 @@ class Evaluator(Hook):
         latest = self.latest
         if latest is not None:
             stats.eval_step, stats.eval_return = latest
+        stats.evaluating = self.progress if self.running else None
 
     def on_end(self, run: Run) -> None:
         if run.step >= run.cfg.train.steps:
@@ -351,8 +364,26 @@ class Evaluator(Hook):
 
     def _run(self, snapshot: Checkpoint, step: int, wall_s: float, seed: int) -> None:
         started = time.monotonic()
+        self.progress = (step, 0, self.settings.episodes)
+        said = started
+
+        def progress(done: int, steps: int) -> None:
+            nonlocal said
+            self.progress = (step, done, self.settings.episodes)
+            now = time.monotonic()
+            if now - said >= PROGRESS_EVERY_S:
+                said = now
+                log.info(
+                    "evaluating step %s: %d of %s ended, %s steps played in %.0f s",
+                    f"{step:,}",
+                    done,
+                    plural(self.settings.episodes, "episode"),
+                    f"{steps:,}",
+                    now - started,
+                )
+
         try:
-            result = self._evaluate(snapshot, step, seed)
+            result = self._evaluate(snapshot, step, seed, progress)
         except Exception as e:  # an evaluation never ends training
             log.error(
                 "evaluation at step %s failed (%s: %s); training goes on",
@@ -402,7 +433,9 @@ class Evaluator(Hook):
         self.best = ev.return_mean
         log.info("best policy so far%s: step %s, kept in %s", previous, f"{ev.step:,}", path)
 
-    def _evaluate(self, snapshot: Checkpoint, step: int, seed: int) -> PlayResult:
+    def _evaluate(
+        self, snapshot: Checkpoint, step: int, seed: int, progress: Callable[[int, int], None]
+    ) -> PlayResult:
         """One evaluation; every ``eval.record``-th of the run records its first episode."""
         record = None
         if self._record and (self.count + 1) % self._record == 0:
@@ -410,7 +443,7 @@ class Evaluator(Hook):
             try:
                 record.parent.mkdir(exist_ok=True)
                 result = evaluate(
-                    snapshot, self.settings, seed, self._stop.is_set, record, self.device
+                    snapshot, self.settings, seed, self._stop.is_set, record, self.device, progress
                 )
             except (EdgerlError, OSError) as e:  # raised before anything is played
                 self._record = 0
@@ -419,7 +452,9 @@ class Evaluator(Hook):
                 if result.recording is not None:
                     log.info("recorded the evaluation of step %s: %s", f"{step:,}", record)
                 return result
-        return evaluate(snapshot, self.settings, seed, self._stop.is_set, None, self.device)
+        return evaluate(
+            snapshot, self.settings, seed, self._stop.is_set, None, self.device, progress
+        )
 
     def close(self) -> None:
         """Stop an evaluation in progress (waits up to :data:`STOP_WAIT_S`) and close eval.csv."""

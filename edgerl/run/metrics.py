@@ -36,6 +36,7 @@ class TrainStats:
     fill_from: int = 0  # the step the replay began filling at in this session
     eval_return: float = math.nan  # mean return of the newest evaluation (eval.csv)
     eval_step: int = -1  # the step of the weights it evaluated
+    evaluating: tuple[int, int, int] | None = None  # in progress: (step, episodes ended, of)
     fleet: dict[str, Any] | None = None  # the remote actors' state (fleet.actors), for status
     # The learner's busy time over the actor's in the row's window (edgerl.run.balance), the
     # sentence saying who waits, and the balancer's newest moves (for status).
@@ -63,7 +64,7 @@ class TrainStats:
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         for key in ("total_steps", "learning_starts", "fill_from", "eval_return", "eval_step",
-                    "fleet", "who_waits", "balance_moves", "left_s"):  # fmt: skip
+                    "evaluating", "fleet", "who_waits", "balance_moves", "left_s"):  # fmt: skip
             d.pop(key)
         load = d.pop("load")
         d.update(load)

@@ -5,7 +5,8 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``step``, ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``,
 ``started_at``, ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path),
 ``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
-newest evaluation, see :mod:`edgerl.run.evaluate`), ``clocks``, ``env``, ``run_dir``, ``pid``,
+newest evaluation, see :mod:`edgerl.run.evaluate`), ``evaluating_step``, ``_done`` and
+``_episodes`` (one in progress), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
 :mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
 and transitions, see :mod:`edgerl.fleet.transport`), ``figures`` (the learner's own figures by
@@ -87,6 +88,7 @@ class StatusWriter(Hook):
             "return_mean": _num(run.return_mean()),
             "eval_return": _num(stats.eval_return),
             "eval_step": stats.eval_step if stats.eval_step >= 0 else None,
+            **dict(zip(EVALUATING, stats.evaluating or (None, None, None), strict=True)),
             "eval_human_normalised": _num(
                 human_normalised(run.cfg.env.id, stats.eval_return)
                 if math.isfinite(stats.eval_return)
@@ -187,6 +189,8 @@ def liveness(doc: dict[str, Any], now: float | None = None) -> Liveness:
 
 # What each field of status.json may hold (besides null), checked before anything reads it.
 COUNT = ((int,), (0, 1 << 63))
+# An evaluation in progress: the step of its weights, the episodes ended, of how many (or None)
+EVALUATING = ("evaluating_step", "evaluating_done", "evaluating_episodes")
 NUMBER = ((int, float), (-1e300, 1e300))
 FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     **dict.fromkeys(
@@ -196,7 +200,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], tuple[float, float] | None]] = {
     ),
     **dict.fromkeys(
         ("step", "total_steps", "episodes", "updates", "eval_step", "learning_starts",
-         "fill_from"),
+         "fill_from", *EVALUATING),
         COUNT,
     ),
     **dict.fromkeys(
@@ -409,6 +413,10 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
         hns = doc.get("eval_human_normalised")
         normalised = "" if hns is None else f" ({hns:.2f} human-normalised)"
         lines.insert(2, f"evaluation at step {step_of:,}: mean return {evaluated:.2f}{normalised}")
+    evaluating = [doc.get(key) for key in EVALUATING]
+    if all(isinstance(v, int) for v in evaluating):  # an evaluation in progress
+        step_of, done, of = evaluating
+        lines.insert(2, f"evaluating step {step_of:,}: {done:,} of {of:,} episodes ended")
     if filling:
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):
