@@ -7,16 +7,18 @@
 # ffmpeg for MP4s, Ray for the fleet's tests, pytest, ruff, the web extra and Selenium: about 0.67 GB more).
 PYTHON ?= python3
 VENV ?= .venv
-# PyTorch, pinned. Where pip finds it decides which build comes, and how much:
-# - from PyPI on Linux it is the CUDA build: a 530 MB wheel that pulls in several GB of NVIDIA
-#   libraries (CUDA, cuDNN, NCCL, Triton); right for a desktop GPU;
-# - from PyTorch's CPU index it is the CPU build, a 190 MB wheel:
-#       make run TORCH_INDEX=https://download.pytorch.org/whl/cpu
-# - on this project's CI machines the CPU wheel lies on local disk (pip's find-links), so the
-#   default finds it offline.
-# Both apply when .venv is made: `make clean` first to change the build of an existing one.
+# PyTorch, pinned. Where pip finds it decides which build comes, and how much, so the build is
+# chosen before the download (scripts/install_torch.sh):
+# - a wheel pip finds offline is taken (on this project's CI machines the CPU wheel lies on local
+#   disk, pip's find-links);
+# - else, on a machine without an NVIDIA GPU, PyTorch's CPU index: the CPU build, a 190 MB wheel;
+# - else PyPI: on Linux the CUDA build, a 530 MB wheel that pulls in several GB of NVIDIA
+#   libraries (CUDA, cuDNN, NCCL, Triton); right for a desktop GPU.
+# TORCH_INDEX=URL takes it from that index instead (https://download.pytorch.org/whl/cpu: the
+# CPU build; https://pypi.org/simple: PyPI's). It applies when .venv is made: `make clean` first
+# to change the build of an existing one.
 TORCH ?= torch==2.13.0
-TORCH_INDEX ?=
+TORCH_INDEX ?= auto
 # The extras `make run` installs: plot (`edgerl plot`); EXTRAS=commands gives every command of the
 # README what it needs at once (export, view, serve, play --record, plot: about 0.3 GB more).
 EXTRAS ?= plot
@@ -33,9 +35,7 @@ LINT_PATHS := edgerl tests $(wildcard scripts/*.py)
 $(TORCH_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	@echo "== installing PyTorch ($(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX))): the CPU build is a 190 MB download (0.87 GB installed), the CUDA build from PyPI several GB"
-	@$(if $(TORCH_INDEX),,echo "== for the CPU build from PyTorch's index: make run TORCH_INDEX=https://download.pytorch.org/whl/cpu")
-	$(BIN)/pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	bash scripts/install_torch.sh $(BIN) "$(TORCH)" "$(TORCH_INDEX)"
 	touch $@
 
 $(RUN_STAMP): $(TORCH_STAMP) pyproject.toml

@@ -344,26 +344,20 @@ def pip_installs(lines: list[str]) -> list[str]:
 
 def test_make_run_installs_what_running_needs_and_shows_it(tmp_path):
     """Not the test extras (ONNX Runtime, pygame, ffmpeg: 0.36 GB), and no -q on the large
-    installs: a first `make run` on a laptop shows what it fetches. The default finds the pinned
-    torch wherever pip is configured to look (here, offline: a local CPU wheel)."""
+    installs: a first `make run` on a laptop shows what it fetches. PyTorch's build is chosen
+    by scripts/install_torch.sh before it is downloaded (tested below)."""
     venv = tmp_path / "venv"
     lines = make_dry_run("run", f"VENV={venv}")
-    assert pip_installs(lines) == [
-        f'{venv}/bin/pip install "torch==2.13.0"',
-        f'{venv}/bin/pip install -e ".[plot]"',
-    ]
-    said = "\n".join(x for x in lines if x.startswith("echo"))
-    assert "190 MB download" in said and f"TORCH_INDEX={CPU_INDEX}" in said
+    assert f'bash scripts/install_torch.sh {venv}/bin "torch==2.13.0" "auto"' in lines
+    assert pip_installs(lines) == [f'{venv}/bin/pip install -e ".[plot]"']
     assert lines[-1].rstrip() == f"{venv}/bin/edgerl train --quick"
 
 
 def test_make_test_adds_the_test_extras_and_takes_torch_from_the_index_given(tmp_path):
     venv = tmp_path / "venv"
     lines = make_dry_run("test", f"VENV={venv}", f"TORCH_INDEX={CPU_INDEX}")
-    assert pip_installs(lines) == [
-        f'{venv}/bin/pip install --index-url {CPU_INDEX} "torch==2.13.0"',
-        f'{venv}/bin/pip install -e ".[test,plot]"',
-    ]
+    assert f'bash scripts/install_torch.sh {venv}/bin "torch==2.13.0" "{CPU_INDEX}"' in lines
+    assert pip_installs(lines) == [f'{venv}/bin/pip install -e ".[test,plot]"']
     assert f"{venv}/bin/pytest -q --durations=25" in [x.rstrip() for x in lines]
     # ARGS goes to pytest: one module while working (the README's test line says so)
     lines = make_dry_run("test", f"VENV={venv}", "ARGS=tests/test_seeds.py -x")
@@ -377,3 +371,76 @@ def test_the_readme_says_how_large_make_run_is_and_how_to_get_the_cpu_build():
     assert size is not None
     assert all(figure in " ".join(readme.split()) for figure in size.groups())
     assert f"TORCH_INDEX={CPU_INDEX}" in readme
+
+
+# -- which PyTorch build: scripts/install_torch.sh with a stand-in pip ---------------------------
+
+FAKE_PIP = """#!/bin/sh
+# pip as the install script calls it: each call logged; a dry run reports what it would install
+echo "$*" >> "$PIP_LOG"
+case "$*" in *--dry-run*) ;; *) exit 0 ;; esac
+[ -n "$FAKE_RESOLVE_FAILS" ] && exit 1
+report=$(echo "$*" | sed 's/.*--report \\([^ ]*\\).*/\\1/')
+names='{"metadata": {"name": "torch"}}'
+[ -n "$FAKE_CUDA" ] && names="$names"', {"metadata": {"name": "nvidia-cublas-cu12"}}'
+echo "{\\"install\\": [$names]}" > "$report"
+"""
+
+
+def install_torch(tmp_path, *, cuda_build: bool, gpu: bool, index: str = "auto", fails=False):
+    """scripts/install_torch.sh against a stand-in pip; returns (pip's calls, what it said)."""
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "pip").write_text(FAKE_PIP)
+    (bin_dir / "pip").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    board = tmp_path / "hw"
+    if gpu:
+        (board / "proc/driver/nvidia").mkdir(parents=True)
+        (board / "proc/driver/nvidia/version").write_text("NVRM version: 580.65\n")
+    log = tmp_path / "pip.log"
+    env = {
+        "PATH": "/usr/bin:/bin",  # no nvidia-smi
+        "PIP_LOG": str(log),
+        "EDGERL_HW_ROOT": str(board),
+        **({"FAKE_CUDA": "1"} if cuda_build else {}),
+        **({"FAKE_RESOLVE_FAILS": "1"} if fails else {}),
+    }
+    script = REPO / "scripts" / "install_torch.sh"
+    r = subprocess.run(
+        ["bash", str(script), str(bin_dir), "torch==2.13.0", index],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return log.read_text().splitlines(), r.stdout
+
+
+def test_without_a_gpu_the_cuda_build_pip_would_fetch_is_swapped_for_the_cpu_build(tmp_path):
+    """Plain `make run` on a laptop fetched PyPI's CUDA build (several GB) it cannot use; the
+    choice is made before the download (issue 59): the resolution, then PyTorch's CPU index."""
+    calls, said = install_torch(tmp_path, cuda_build=True, gpu=False)
+    assert calls[0].startswith("install --dry-run --quiet --report ")
+    assert calls[1:] == [f"install --index-url {CPU_INDEX} torch==2.13.0"]
+    assert "no NVIDIA GPU here: PyTorch's CPU build" in said and "190 MB" in said
+
+
+@pytest.mark.parametrize(
+    ("cuda_build", "gpu", "says"),
+    [
+        (True, True, "the CUDA build, several GB, for this machine's NVIDIA GPU"),
+        (False, False, "as pip finds it"),  # a CPU wheel pip is configured to find (CI)
+    ],
+)
+def test_what_pip_resolves_is_installed_where_it_fits_the_machine(tmp_path, cuda_build, gpu, says):
+    calls, said = install_torch(tmp_path, cuda_build=cuda_build, gpu=gpu)
+    assert calls[1:] == ["install torch==2.13.0"] and says in said
+
+
+def test_an_index_given_is_used_as_asked_and_a_failed_resolution_installs_as_pip_does(tmp_path):
+    calls, said = install_torch(tmp_path / "a", cuda_build=True, gpu=False, index=CPU_INDEX)
+    assert calls == [f"install --index-url {CPU_INDEX} torch==2.13.0"] and CPU_INDEX in said
+    calls, _ = install_torch(tmp_path / "b", cuda_build=True, gpu=False, fails=True)
+    assert calls[1:] == ["install torch==2.13.0"]  # pip's own error, as before
