@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from edgerl.memories import Memory
     from edgerl.run.episodes import Episodes
     from edgerl.run.metrics import EpisodeWriter
-    from edgerl.run.pipeline import Learning
+    from edgerl.run.pipeline_base import Pipeline
     from edgerl.stream import DisplayPublisher
 
 
@@ -40,7 +40,7 @@ class ActingRun(Protocol):
     step: int
     learner: Learner
     memory: Memory
-    learning: Learning | None
+    learning: Pipeline | None
     book: Episodes
     display: DisplayPublisher | None
 

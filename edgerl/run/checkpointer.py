@@ -42,7 +42,7 @@ from edgerl.memories import Memory
 from edgerl.memories.replay.saving import SaveJob
 from edgerl.memories.replay.store import ReplayFileError, ReplayStore
 from edgerl.run.hooks import TICK_EVERY_S, Hook, Run
-from edgerl.run.pipeline import Learning
+from edgerl.run.pipeline_base import Pipeline
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class TrainingState(Run, Protocol):
     learner: Learner
     memory: Memory  # the learner's: a ReplayBuffer or a RolloutBuffer
     actor_rng: np.random.Generator
-    learning: Learning | None  # the pipeline, while the loop runs
+    learning: Pipeline | None  # the pipeline, while the loop runs
     hooks: list[Hook]
     step: int
     episodes: int

@@ -34,7 +34,6 @@ and the learner's waits for a rollout, so the CPU/GPU ratio says which side wait
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -46,10 +45,10 @@ from edgerl.learners import Learner
 from edgerl.memories.rollout import RolloutBuffer
 from edgerl.run.actor import Actor
 from edgerl.run.balance import BalanceSample
-from edgerl.run.pipeline_base import Pipeline
+from edgerl.run.pipeline_base import LearnerThread
 
 
-class LaggedRollouts(Pipeline):
+class LaggedRollouts(LearnerThread):
     """The learner learns rollout r-1 on its own thread while rollout r is collected; see the
     module docstring."""
 
@@ -59,7 +58,6 @@ class LaggedRollouts(Pipeline):
         super().__init__(learner, memory, actor)
         self.rollout = memory
         self.vector_steps = memory.steps  # vector steps (acts) per rollout
-        self.weights = actor.weights
         self.acts = 0  # vector steps acted this session
         self.adopted = 0  # the rollout the actor's weights are for (theta_(adopted - 1))
         self.weights_learned = 0  # rollouts learned into the actor's weights
@@ -69,16 +67,7 @@ class LaggedRollouts(Pipeline):
         self.lags_seen: set[int] = set()
         self.wait_s = 0.0  # wall seconds the actor waited for the learner
         self.idle_s = 0.0  # wall seconds the learner waited for a rollout
-        self.error: BaseException | None = None
-        self.cond = threading.Condition()
         self._queue: list[tuple[RolloutBuffer, int, Any]] = []
-        self._stop = False
-        self._interrupted = False
-        self.cuda = learner.device.type == "cuda"
-        self.stream = torch.cuda.Stream() if self.cuda else None
-        self._actor_threads = 0
-        self._threads_wanted = 0
-        self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     # -- the actor's side ------------------------------------------------------------------------
 
@@ -146,13 +135,7 @@ class LaggedRollouts(Pipeline):
 
     # -- the learner's side ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        if not self.cuda:  # as AsyncLearning: the actor's small forward keeps one thread
-            self._actor_threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-        self._thread.start()
-
-    def _next(self) -> tuple[RolloutBuffer, int, Any] | None:
+    def _next_work(self) -> tuple[RolloutBuffer, int, Any] | None:
         started = time.perf_counter()
         with self.cond:
             while not self._queue and not self._stop:
@@ -160,27 +143,15 @@ class LaggedRollouts(Pipeline):
             self.idle_s += time.perf_counter() - started
             return self._queue.pop(0) if self._queue else None
 
-    def _run(self) -> None:
-        if not self.cuda:
-            torch.set_num_threads(self._actor_threads)  # the learner keeps every core
-        stream = torch.cuda.stream(self.stream) if self.stream is not None else None
-        try:
-            with stream if stream is not None else contextlib.nullcontext():
-                while (work := self._next()) is not None:
-                    full, step, copied = work
-                    if copied is not None:
-                        torch.cuda.current_stream().wait_event(copied)
-                    if self._threads_wanted:
-                        torch.set_num_threads(self._threads_wanted)
-                        self._threads_wanted = 0
-                    self._learn(full, step)
-                    with self.cond:
-                        self.learned += 1
-                        self.cond.notify_all()
-        except BaseException as e:  # handed to the actor's thread, which raises it
-            self.error = e
-            with self.cond:
-                self.cond.notify_all()
+    def _work(self, work: tuple[RolloutBuffer, int, Any]) -> None:
+        """Learn a rollout handed over (after the actor's writes and weight copy, on a GPU)."""
+        full, step, copied = work
+        if copied is not None:
+            torch.cuda.current_stream().wait_event(copied)
+        self._learn(full, step)
+        with self.cond:
+            self.learned += 1
+            self.cond.notify_all()
 
     def _learn(self, full: RolloutBuffer, step: int) -> None:  # type: ignore[override]
         """Learn ``full``; the time counted runs until the device has done it (the learner's
@@ -196,9 +167,6 @@ class LaggedRollouts(Pipeline):
         """The actor's waits at rollout boundaries and the learner's time learning."""
         return BalanceSample(time.monotonic(), self.wait_s, self.busy_s)
 
-    def _threads(self, count: int) -> None:
-        self._threads_wanted = count  # the learner thread sets its own count
-
     # -- both ------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -208,10 +176,6 @@ class LaggedRollouts(Pipeline):
         self._wait_until(lambda: self.learned >= self.handed)
         yield
 
-    def interrupt(self) -> None:
-        """Stop waiting for the learner (a stop was requested); safe from a signal handler."""
-        self._interrupted = True
-
     def finish(self, drain: bool) -> None:
         """Stop the learner once the rollouts handed over are learned (every one: a rollout's
         learning is not cut in the middle); ``drain`` changes nothing here, as every full
@@ -219,20 +183,4 @@ class LaggedRollouts(Pipeline):
         with self.cond:
             while self.learned < self.handed and self.error is None:
                 self.cond.wait(0.05)
-            self._stop = True
-            self.cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
-        if self._actor_threads:
-            torch.set_num_threads(self._actor_threads)
-            self._actor_threads = 0
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.weights.sync(self.learner.updates)
-        self.learner.losses.flush()
-        self.check()
-
-    def check(self) -> None:
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
+        self._end()

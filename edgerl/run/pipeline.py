@@ -62,7 +62,7 @@ from edgerl.memories import Memory
 from edgerl.run.actor import Actor, ActorWeights
 from edgerl.run.balance import BalanceSample, Knob
 from edgerl.run.lagged import LaggedRollouts
-from edgerl.run.pipeline_base import Pipeline
+from edgerl.run.pipeline_base import LearnerThread, Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class SyncLearning(Pipeline):
         pass
 
 
-class AsyncLearning(Pipeline):
+class AsyncLearning(LearnerThread):
     """A learner thread beside the actor; see the module docstring."""
 
     mode = "async"
@@ -114,7 +114,6 @@ class AsyncLearning(Pipeline):
         # Set already where the learner's graph samples (build_learning sets it before the
         # capture, which keeps it); here for a learner that samples eagerly.
         memory.set_guard(True)
-        self.weights = actor.weights
         self.max_policy_lag = perf.max_policy_lag
         # The learner waits until a whole launch is owed: an actor that stopped with fewer owed
         # would wait for it for ever. Acting may run at least one launch ahead.
@@ -127,23 +126,14 @@ class AsyncLearning(Pipeline):
                 learner.per_launch,
                 self.max_ahead,
             )
-        self.cond = threading.Condition()
         self._update_lock = threading.Lock()  # held while launching updates, never across a wait
         self.max_lag_seen = 0
         self.max_ahead_seen = 0
-        self.error: BaseException | None = None
-        self.cuda = learner.device.type == "cuda"
-        self.stream = torch.cuda.Stream() if self.cuda else None
         self._launched: deque[Any] = deque()
-        self._stop = False
         self._drain = False
-        self._interrupted = False
-        self._actor_threads = 0
-        self._threads_wanted = 0
         self._max_ahead_set = perf.max_ahead
         self.idle_s = 0.0  # wall seconds the learner thread waited for work
         self._started = 0.0
-        self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
 
     def act(
         self,
@@ -171,16 +161,9 @@ class AsyncLearning(Pipeline):
 
     def start(self) -> None:
         self._started = time.monotonic()
-        if not self.cuda:
-            # OpenMP's thread count is per thread: the actor's small batched forward runs on one
-            # thread and opens no parallel region of its own. That does not stop it slowing the
-            # learner (its core is taken from the learner's team), which is why async loses to
-            # sync on a CPU; see resolve_pipeline.
-            self._actor_threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-        self._thread.start()
+        super().start()
 
-    def _wait_for_work(self) -> tuple[int, int] | None:
+    def _next_work(self) -> tuple[int, int] | None:
         """(step, updates to make) once a launch is due, or None when told to stop."""
         k = self.learner.per_launch
         started = time.perf_counter()
@@ -193,33 +176,22 @@ class AsyncLearning(Pipeline):
                 return None
             return self._step, min(k, owed)  # a remainder only when draining
 
-    def _run(self) -> None:
-        if not self.cuda:
-            torch.set_num_threads(self._actor_threads)  # the learner keeps every core
-        stream = torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
-        try:
-            with stream:
-                while (work := self._wait_for_work()) is not None:
-                    step, n = work
-                    if self._threads_wanted:
-                        torch.set_num_threads(self._threads_wanted)
-                        self._threads_wanted = 0
-                    with self._update_lock:
-                        self._learn(step, n)
-                        if self.cuda:
-                            launched = torch.cuda.Event()
-                            launched.record()
-                            self._launched.append(launched)
-                    while len(self._launched) > MAX_QUEUED_LAUNCHES:
-                        self._launched.popleft().synchronize()  # our own work, no lock held
-                    if self.learner.updates - self.weights.version >= self.max_policy_lag:
-                        self.weights.publish(self.learner.updates)
-                    with self.cond:
-                        self.cond.notify_all()
-        except BaseException as e:  # handed to the actor's thread, which raises it
-            self.error = e
-            with self.cond:
-                self.cond.notify_all()
+    def _work(self, work: tuple[int, int]) -> None:
+        """One launch of ``n`` updates at env step ``step``, then the actor's weights where they
+        are ``perf.max_policy_lag`` behind."""
+        step, n = work
+        with self._update_lock:
+            self._learn(step, n)
+            if self.cuda:
+                launched = torch.cuda.Event()
+                launched.record()
+                self._launched.append(launched)
+        while len(self._launched) > MAX_QUEUED_LAUNCHES:
+            self._launched.popleft().synchronize()  # our own work, no lock held
+        if self.learner.updates - self.weights.version >= self.max_policy_lag:
+            self.weights.publish(self.learner.updates)
+        with self.cond:
+            self.cond.notify_all()
 
     def after_step(self, step: int) -> None:
         """Wake the learner; wait while the actor is more than ``max_ahead`` updates ahead."""
@@ -261,38 +233,11 @@ class AsyncLearning(Pipeline):
     def _lead(self, updates: int) -> None:
         self.max_ahead = updates
 
-    def _threads(self, count: int) -> None:
-        self._threads_wanted = (
-            count  # the learner thread sets its own count (OpenMP's is per thread)
-        )
-
-    def interrupt(self) -> None:
-        """Stop waiting for the learner (a stop was requested); safe from a signal handler."""
-        self._interrupted = True
-
     def finish(self, drain: bool) -> None:
         """Stop the learner: after the updates still due (``drain``) or after the current one."""
         with self.cond:
-            self._stop, self._drain = True, drain
-            self.cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
-        if self._actor_threads:
-            torch.set_num_threads(self._actor_threads)
-            self._actor_threads = 0
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.weights.sync(self.learner.updates)
-        self.learner.losses.flush()
-        self.check()
-
-    def check(self) -> None:
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
-
-Learning = Pipeline  # SyncLearning, AsyncLearning or LaggedRollouts
+            self._drain = drain  # before the stop: the learner reads both under the lock
+        self._end()
 
 
 def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = True) -> str:
@@ -302,7 +247,7 @@ def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = T
     return pipeline_mode(setting, device.type, "dqn") if concurrent else "sync"
 
 
-def make_learning(perf: PerfConfig, learner: Learner, memory: Memory, actor: Actor) -> Learning:
+def make_learning(perf: PerfConfig, learner: Learner, memory: Memory, actor: Actor) -> Pipeline:
     """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
     double-buffered weights for async, see :func:`wants_double_weights`): for async, the one
     the learner's registry entry names (``beside_actor``)."""
@@ -326,7 +271,7 @@ def build_learning(
     actor_rng: np.random.Generator,
     remaining_updates: int,
     decisions: Decisions | None = None,
-) -> Learning:
+) -> Pipeline:
     """Make the learner fast (:func:`edgerl.learners.factory.prepare_learner`) and wrap it, its
     memory and an actor in the pipeline ``perf.pipeline`` asks for.
 

@@ -1,9 +1,12 @@
 """What every learning pipeline shares (:mod:`edgerl.run.pipeline`, :mod:`edgerl.run.lagged`):
-acting through the :class:`~edgerl.run.actor.Actor`, and timing the learner and the actor."""
+acting through the :class:`~edgerl.run.actor.Actor`, and timing the learner and the actor
+(:class:`Pipeline`); and what the two with a learner thread share (:class:`LearnerThread`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
 from typing import Any
 
@@ -120,3 +123,90 @@ class Pipeline:
     def check(self) -> None:
         """Raise the learner thread's error, if it had one."""
         raise NotImplementedError
+
+
+class LearnerThread(Pipeline):
+    """What the two pipelines with a learner thread share (:class:`~edgerl.run.pipeline.
+    AsyncLearning`: updates beside the actor; :class:`~edgerl.run.lagged.LaggedRollouts`: a
+    rollout learned while the next is collected): the thread, on a CUDA stream of its own on a
+    GPU; the CPU threads it and the actor keep; its error, raised on the actor's thread; and how
+    it stops. A subclass says what the learner waits for (:meth:`_next_work`, None: stop) and
+    does with it (:meth:`_work`), both on the learner's thread, under :attr:`cond`."""
+
+    def __init__(self, learner: Learner, memory: Memory, actor: Actor) -> None:
+        super().__init__(learner, memory, actor)
+        self.weights = actor.weights
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+        self.cuda = learner.device.type == "cuda"
+        self.stream = torch.cuda.Stream() if self.cuda else None
+        self._stop = False
+        self._interrupted = False
+        self._actor_threads = 0
+        self._threads_wanted = 0
+        self._thread = threading.Thread(target=self._run, name="edgerl-learner", daemon=True)
+
+    def _next_work(self) -> Any:
+        """Wait for what to learn next; None once told to stop (the learner's thread)."""
+        raise NotImplementedError
+
+    def _work(self, work: Any) -> None:
+        """Learn ``work`` (the learner's thread, on its stream)."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if not self.cuda:
+            # OpenMP's thread count is per thread: the actor's small batched forward runs on one
+            # thread and opens no parallel region of its own. That does not stop it slowing the
+            # learner (its core is taken from the learner's team), which is why a learner
+            # thread loses to the plain loop on a CPU (edgerl.config.learners.pipeline_mode).
+            self._actor_threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if not self.cuda:
+            torch.set_num_threads(self._actor_threads)  # the learner keeps every core
+        stream = torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+        try:
+            with stream:
+                while (work := self._next_work()) is not None:
+                    if self._threads_wanted:
+                        torch.set_num_threads(self._threads_wanted)
+                        self._threads_wanted = 0
+                    self._work(work)
+        except BaseException as e:  # handed to the actor's thread, which raises it
+            self.error = e
+            with self.cond:
+                self.cond.notify_all()
+
+    def _threads(self, count: int) -> None:
+        self._threads_wanted = count  # the learner thread sets its own (OpenMP's is per thread)
+
+    def interrupt(self) -> None:
+        """Stop waiting for the learner (a stop was requested); safe from a signal handler."""
+        self._interrupted = True
+
+    def _end(self) -> None:
+        """Stop the thread once its :meth:`_next_work` says so, and leave the process as it
+        was: the actor's CPU threads back, the device's work done, the actor's weights the
+        learner's, the losses counted; then raise the thread's error, if it had one."""
+        with self.cond:
+            self._stop = True
+            self.cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._actor_threads:
+            torch.set_num_threads(self._actor_threads)
+            self._actor_threads = 0
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.weights.sync(self.learner.updates)
+        self.learner.losses.flush()
+        self.check()
+
+    def check(self) -> None:
+        """Raise the learner thread's error, if it had one (once)."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error

@@ -53,7 +53,8 @@ from edgerl.run.metrics import (
     TrainStats,
     nothing_to_do,
 )
-from edgerl.run.pipeline import Learning, build_learning
+from edgerl.run.pipeline import build_learning
+from edgerl.run.pipeline_base import Pipeline
 from edgerl.run.rundir import RunDir
 from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
@@ -100,7 +101,7 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.moved_aside: Path | None = None
         self.stats = TrainStats()
-        self.learning: Learning | None = None  # the pipeline, while run() runs
+        self.learning: Pipeline | None = None  # the pipeline, while run() runs
         self.autotune: Choice | None = None  # when perf.autotune ran
         self.display: DisplayPublisher | None = None
         self._stop_reason: str | None = None
