@@ -132,7 +132,13 @@ def pipeline_mode(setting: str, device_type: str, algo: str) -> str:
     preempts them and every region waits for the preempted thread. Measured on 2 cores (Pong,
     batch 32): 43 ms per update with the actor beside it against 33 ms alone, so the plain loop
     was faster. With a GPU learner, acting and emulation use the CPU while the GPU learns."""
-    if not LEARNERS[algo].concurrent:
+    return choose_pipeline(setting, device_type, LEARNERS[algo].concurrent)
+
+
+def choose_pipeline(setting: str, device_type: str, concurrent: bool) -> str:
+    """:func:`pipeline_mode` for a learner that may (``concurrent``) or may not learn beside
+    the actor, whichever it is."""
+    if not concurrent:
         return "sync"
     if setting != "auto":
         return setting

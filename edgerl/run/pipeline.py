@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from edgerl.config import Config, PerfConfig
-from edgerl.config.learners import learner_info, pipeline_mode
+from edgerl.config.learners import choose_pipeline, learner_info, pipeline_mode
 from edgerl.envs import EnvSpec
 from edgerl.learners import Learner
 from edgerl.learners.factory import prepare_learner
@@ -244,7 +244,7 @@ def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = T
     """``perf.pipeline`` on ``device``: auto is async with a GPU learner and sync on the CPU; a
     learner that may not learn beside the actor (not ``concurrent``) is always sync
     (:func:`edgerl.config.learners.pipeline_mode` says why)."""
-    return pipeline_mode(setting, device.type, "dqn") if concurrent else "sync"
+    return choose_pipeline(setting, device.type, concurrent)
 
 
 def make_learning(perf: PerfConfig, learner: Learner, memory: Memory, actor: Actor) -> Pipeline:
