@@ -245,3 +245,21 @@ def test_weights_or_a_game_no_network_can_have_are_one_sentence(cli, tmp_path):
         assert r.code == 2 and f"checkpoint {newest} does not fit this run's learner (" in r.err
         assert says in r.err and "Move it aside to resume from the one before" in r.err
         assert newest.exists()  # reported, not deleted
+
+
+def test_a_ctrl_c_that_cut_training_short_names_the_checkpoint_this_session_wrote(
+    tmp_path, monkeypatch
+):
+    """A second Ctrl-C during the last save said "without writing a checkpoint" after one was
+    written (issue 59): the sentence names the newest this process wrote, or says there is
+    none."""
+    from edgerl.cli.app import interrupted
+    from edgerl.files import checkpoint
+
+    monkeypatch.setattr(checkpoint, "WRITTEN", [])
+    assert "before this session wrote a checkpoint" in interrupted(["train"])
+    path = CheckpointStore(tmp_path, keep=2).save(state(3))
+    said = interrupted(["--debug", "train", "--env", "CartPole-v1"])
+    assert said.startswith("interrupted: stopped at once; this session's newest checkpoint is ")
+    assert f" is {path} (the run resumes from it" in said
+    assert interrupted(["play"]) == "interrupted"  # nothing of a run to name

@@ -22,11 +22,6 @@ from edgerl.service.logs import setup_logging
 
 log = logging.getLogger("edgerl")
 
-INTERRUPTED = (
-    "interrupted: stopped at once, without writing a checkpoint (the run resumes from its "
-    "newest valid one)"
-)
-
 
 def command_name(
     argv: list[str] | None = None, orig_argv: list[str] | None = None, path: str | None = None
@@ -49,9 +44,24 @@ def command_name(
 
 
 def interrupted(args: list[str]) -> str:
-    """What a Ctrl-C that reached the command line says: only training has checkpoints to name."""
+    """What a Ctrl-C that reached the command line says: only training has checkpoints to name,
+    and it names the newest this process wrote (a second Ctrl-C during the last save may come
+    after it was written: it said "without writing a checkpoint" then)."""
     command = next((a for a in args if not a.startswith("-")), "")
-    return INTERRUPTED if command in ("train", "daemon") else "interrupted"
+    if command not in ("train", "daemon"):
+        return "interrupted"
+    # Not imported here: a Ctrl-C may have cut torch's own import short. Never loaded: none.
+    module = sys.modules.get("edgerl.files.checkpoint")
+    written = getattr(module, "WRITTEN", None) or []
+    if not written:
+        return (
+            "interrupted: stopped at once, before this session wrote a checkpoint (the run "
+            "resumes from its newest valid one)"
+        )
+    return (
+        f"interrupted: stopped at once; this session's newest checkpoint is {written[-1]} (the "
+        "run resumes from it, or from the one before if it is damaged)"
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

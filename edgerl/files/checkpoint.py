@@ -152,6 +152,10 @@ class Checkpoint:
         return cls(**values)
 
 
+# The checkpoints this process wrote, oldest first: what a Ctrl-C that cut the command short says
+# it left (edgerl.cli.app.interrupted).
+WRITTEN: list[Path] = []
+
 # No run trains more steps than this (train.steps' own bound), nor keeps more recent returns.
 MAX_STEP = 10**12
 MAX_RECENT = 10_000
@@ -305,6 +309,7 @@ class CheckpointStore:
                 f"cannot write checkpoint {path}: {e.strerror or e}{previous}", e.errno
             ) from None
         self._prune()
+        WRITTEN.append(path)
         return path
 
     def _prune(self) -> None:
