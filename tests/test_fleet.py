@@ -252,6 +252,34 @@ def joined_config(ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch, *set
     return resolve(build_layers(None, [*here, *sets], {"env.id": "CartPole-v1"}, use_system=False))
 
 
+@contextlib.contextmanager
+def started_fleet(
+    ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch, actor: type, num_envs: int
+) -> Iterator[Any]:
+    """The transport itself, in this process, joined to the real cluster, with two actors of
+    class ``actor`` (defined by the test: Ray sends the class itself to the nodes), started;
+    closed at the end."""
+    from edgerl.envs import probe
+    from edgerl.fleet.cluster import Cluster
+    from edgerl.fleet.transport import RayFleet
+    from edgerl.learners.factory import q_network
+
+    class Fleet(RayFleet):
+        actor_type = actor
+
+    cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", f"env.num_envs={num_envs}")
+    spec = probe(cfg.env.id)
+    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
+    cluster = Cluster(cfg.fleet)
+    cluster.open()
+    fleet = Fleet(cfg, spec, cluster)
+    try:
+        fleet.start(weights, 0, seed=0)
+        yield fleet
+    finally:
+        fleet.close()
+
+
 def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_on(
     ray_cluster, monkeypatch
 ):
@@ -260,11 +288,7 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
     with why, started again (and dropped again), while actor 0's batches keep coming."""
     import numpy as np
 
-    from edgerl.envs import probe
     from edgerl.fleet.actor import RemoteActor
-    from edgerl.fleet.cluster import Cluster
-    from edgerl.fleet.transport import RayFleet
-    from edgerl.learners.factory import q_network
 
     class Liar(RemoteActor):  # defined here: Ray sends the class itself to the nodes
         def __init__(self, config, spec, seed):  # type: ignore[no-untyped-def]
@@ -277,26 +301,14 @@ def test_an_actor_that_sends_damaged_batches_is_dropped_and_named_the_others_go_
                 return chunk._replace(rewards=np.full_like(chunk.rewards, np.nan))
             return chunk
 
-    class LyingFleet(RayFleet):
-        actor_type = Liar
-
-    cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", "env.num_envs=3")
-    spec = probe(cfg.env.id)
-    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
-    cluster = Cluster(cfg.fleet)
-    cluster.open()
-    fleet = LyingFleet(cfg, spec, cluster)
     delivered: list[int] = []
-    try:
-        fleet.start(weights, 0, seed=0)
+    with started_fleet(ray_cluster, monkeypatch, Liar, num_envs=3) as fleet:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             delivered += [chunk.actor for chunk in fleet.receive(1.0)]
             if delivered.count(0) >= 5 and fleet.slots[1].attempts >= 2:
                 break
         state = fleet.status()
-    finally:
-        fleet.close()
     assert delivered.count(0) >= 5 and 1 not in delivered, delivered
     assert fleet.slots[1].attempts >= 2  # started again after the damaged batch
     lost = state["actors"][1]["lost"]
@@ -309,35 +321,19 @@ def test_when_every_actor_sends_damaged_batches_the_fleet_says_so(ray_cluster, m
     could start for want of edgerl's version or the ROM (which misled: they had started)."""
     import numpy as np
 
-    from edgerl.envs import probe
     from edgerl.errors import FleetError
     from edgerl.fleet.actor import RemoteActor
-    from edgerl.fleet.cluster import Cluster
-    from edgerl.fleet.transport import RayFleet
-    from edgerl.learners.factory import q_network
 
     class AllLie(RemoteActor):
         def collect(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             chunk = super().collect(*args, **kwargs)
             return chunk._replace(rewards=np.full_like(chunk.rewards, np.nan))
 
-    class LyingFleet(RayFleet):
-        actor_type = AllLie
-
-    cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", "env.num_envs=2")
-    spec = probe(cfg.env.id)
-    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
-    cluster = Cluster(cfg.fleet)
-    cluster.open()
-    fleet = LyingFleet(cfg, spec, cluster)
-    try:
-        fleet.start(weights, 0, seed=0)
+    with started_fleet(ray_cluster, monkeypatch, AllLie, num_envs=2) as fleet:
         deadline = time.monotonic() + 300
         with pytest.raises(FleetError) as e:
             while time.monotonic() < deadline:
                 assert fleet.receive(1.0) == []
-    finally:
-        fleet.close()
     said = str(e.value)
     assert said.startswith("every remote actor sent damaged batches and none was kept"), said
     assert "reward" in said and "same version" not in said
