@@ -152,8 +152,8 @@ class Checkpoint:
         return cls(**values)
 
 
-# The checkpoints this process wrote, oldest first: what a Ctrl-C that cut the command short says
-# it left (edgerl.cli.app.interrupted).
+# The newest checkpoint this process wrote (empty: none): what a Ctrl-C that cut the command short
+# says it left (edgerl.cli.app.interrupted).
 WRITTEN: list[Path] = []
 
 # No run trains more steps than this (train.steps' own bound), nor keeps more recent returns.
@@ -309,7 +309,7 @@ class CheckpointStore:
                 f"cannot write checkpoint {path}: {e.strerror or e}{previous}", e.errno
             ) from None
         self._prune()
-        WRITTEN.append(path)
+        WRITTEN[:] = [path]  # the newest only: a service writes checkpoints for weeks
         return path
 
     def _prune(self) -> None:
