@@ -335,6 +335,9 @@ def test_a_stop_during_an_evaluation_ends_it_and_training_promptly(tmp_path):
         _, rest = proc.communicate(timeout=120)
     finally:
         killer.cancel()
+        if proc.poll() is None:  # a failed assert above: the trainer is stopped by its pid
+            proc.kill()
+            proc.communicate()
     err = "".join(lines) + (rest or "")
     assert proc.returncode == 130, err[-3000:]
     assert "evaluation at step 200 stopped with training" in err
