@@ -60,19 +60,14 @@ def read_table(name: str, columns: dict[str, Callable[[str], Any]]) -> list[dict
                 "reinstall edgerl"
             )
         row = dict(zip(header, cells, strict=True))
-        try:
-            rows.append({c: convert(row[c]) for c, convert in columns.items()})
-        except ValueError:
-            bad = next(c for c, f in columns.items() if not _converts(f, row[c]))
-            raise PackagedDataError(
-                f"{where} is damaged at line {n} ({bad} is {row[bad][:40]!r}); reinstall edgerl"
-            ) from None
+        values = {}
+        for column, convert in columns.items():
+            try:
+                values[column] = convert(row[column])
+            except ValueError:
+                raise PackagedDataError(
+                    f"{where} is damaged at line {n} ({column} is {row[column][:40]!r}); "
+                    "reinstall edgerl"
+                ) from None
+        rows.append(values)
     return rows
-
-
-def _converts(convert: Callable[[str], Any], text: str) -> bool:
-    try:
-        convert(text)
-    except ValueError:
-        return False
-    return True
