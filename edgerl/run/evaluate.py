@@ -177,8 +177,8 @@ def evaluate(
 
     def options(n: int, seed: int, done: int = 0, played: int = 0) -> PlayOptions:
         def after(episodes: int, steps: int) -> None:
-            if progress is not None:
-                progress(done + episodes, played + steps)
+            assert progress is not None
+            progress(done + episodes, played + steps)
 
         return PlayOptions(
             episodes=n,
@@ -187,7 +187,7 @@ def evaluate(
             max_episode_steps=settings.max_episode_steps,
             within_steps=within,
             stop=stop,
-            progress=after,
+            progress=after if progress is not None else None,  # no call a step for nobody
         )
 
     if record is None:
