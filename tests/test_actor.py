@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.explore import exploration
 from edgerl.learners.nets import MLP, NatureCNN
-from edgerl.policies.explore import exploration
 from edgerl.run.actor import Actor, ActorWeights
 
 from .cuda_standins import FakeStream, fake_streams_and_graphs
@@ -20,7 +21,7 @@ OBS = (4,)
 
 def make(net: torch.nn.Module, double: bool = False, seed: int = 0, n: int = 8) -> Actor:
     rng = np.random.default_rng(seed)
-    return Actor(ActorWeights(net, double), 3, n, rng, OBS, "float32", use_graph=False)
+    return Actor(ActorWeights(net, double), EpsilonGreedy(net, 3), n, rng, OBS, "float32", False)
 
 
 def test_epsilon_one_picks_random_actions_without_a_forward_pass():
@@ -76,7 +77,8 @@ def test_the_gpu_actor_agrees_with_the_network(use_graph):
     torch.manual_seed(0)
     net = NatureCNN(4, 6).to(GPU).eval()
     rng = np.random.default_rng(0)
-    actor = Actor(ActorWeights(net, True), 6, 8, rng, (4, 84, 84), "uint8", use_graph=use_graph)
+    policy = EpsilonGreedy(net, 6)
+    actor = Actor(ActorWeights(net, True), policy, 8, rng, (4, 84, 84), "uint8", use_graph)
     obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
     actions, q_shown = actor.act(obs, 0.0, shown=3)
     with torch.no_grad():
@@ -90,7 +92,7 @@ def test_the_gpu_actor_agrees_with_the_network(use_graph):
     assert torch.equal(rng_state, torch.cuda.get_rng_state())
     again = Actor(
         ActorWeights(net, True),
-        6,
+        policy,
         8,
         np.random.default_rng(0),
         (4, 84, 84),
@@ -136,7 +138,8 @@ def test_a_network_per_environment_is_given_the_rows_environments(device, use_gr
     graph, and with none given the rows are every environment in order."""
     net = ByEnvironment().to(device)
     rng = np.random.default_rng(0)
-    actor = Actor(ActorWeights(net, False), 3, 4, rng, OBS, "float32", use_graph=use_graph)
+    policy = EpsilonGreedy(net, 3)
+    actor = Actor(ActorWeights(net, False), policy, 4, rng, OBS, "float32", use_graph)
     obs = np.zeros((4, 4), np.float32)
     envs = np.array([5, 0, 7, 4])
     actions, q_shown = actor.act(obs, 0.0, shown=2, envs=envs)
@@ -186,3 +189,99 @@ def test_the_actors_stream_follows_the_default_stream_before_it_reads_its_buffer
     actor._open_device(OBS, "float32", use_graph=True)
     assert isinstance(actor.stream, FakeStream) and actor.stream.waited == [default]
     assert len(actor._graphs) == 2 and seen and all(w == [default] for w in seen)
+
+
+class Sampling:
+    """A policy of another kind than epsilon-greedy, written here as a learner would: each row
+    samples its action from the softmax of the network's output, by the inverse of its
+    cumulative distribution at the row's uniform noise, and keeps the action's log-probability
+    and the row's mean output as its extras."""
+
+    noise_dtype = "float32"
+    extras = ("logp", "mean")
+
+    def __init__(self, net: torch.nn.Module, num_actions: int) -> None:
+        self.net = net
+        self.num_actions = num_actions
+
+    def draw(self, epsilon, n, rng):
+        return rng.random(n, dtype=np.float32)
+
+    def needs_forward(self, epsilon):
+        return True  # it samples from the network's output at every step
+
+    def choose(self, out, noise):
+        logp = torch.log_softmax(out.float(), dim=1)
+        below = (logp.exp().cumsum(dim=1) < noise.unsqueeze(1)).sum(dim=1)
+        actions = below.clamp(max=self.num_actions - 1)
+        taken = logp.gather(1, actions.unsqueeze(1)).squeeze(1)
+        return torch.stack((actions.float(), taken, out.float().mean(dim=1)), dim=1)
+
+    def per_action(self, out):
+        return torch.softmax(out.float(), dim=1)
+
+
+def test_the_actor_acts_with_whatever_policy_the_learner_gives_and_returns_its_extras():
+    """The actor knows no algorithm: a policy that samples (noise of its own dtype, two
+    extras) acts through it as epsilon-greedy does, on the CPU and in what the GPU's graph
+    captures (its body, on CPU tensors), from the actor's generator: a seeded actor repeats,
+    and the two paths pick the same actions and extras."""
+    torch.manual_seed(0)
+    net = MLP(4, 3, (8,))
+    obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+
+    def sampler(seed: int) -> Actor:
+        rng = np.random.default_rng(seed)
+        return Actor(ActorWeights(net, False), Sampling(net, 3), 8, rng, OBS, "float32", False)
+
+    actor = sampler(5)
+    actions, probs = actor.act(obs, 0.0, shown=2)
+    with torch.no_grad():
+        out = net(torch.from_numpy(obs))
+    want_logp = torch.log_softmax(out, dim=1).numpy()[np.arange(8), actions]
+    np.testing.assert_allclose(actor.extras["logp"], want_logp, rtol=1e-6)
+    np.testing.assert_allclose(actor.extras["mean"], out.mean(dim=1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(probs, torch.softmax(out, dim=1)[2].numpy(), rtol=1e-6)
+    again = sampler(5)
+    assert np.array_equal(again.act(obs, 0.0)[0], actions)
+    many = np.concatenate([actor.act(obs, 0.0)[0] for _ in range(200)])
+    assert set(many.tolist()) == {0, 1, 2}  # it samples, not argmax
+    device_side = sampler(5)
+    device_side._make_buffers(OBS, "float32", pin=False)
+    device_side._stage(obs, 0.0, 2)
+    device_side._body(net)
+    chosen = device_side._out[:24].numpy().reshape(8, 3)
+    assert np.array_equal(chosen[:, 0].astype(np.int64), actions)
+    np.testing.assert_allclose(chosen[:, 1], want_logp, rtol=1e-6)
+    np.testing.assert_allclose(device_side._out[24:].numpy(), probs, rtol=1e-6)
+
+
+def test_training_explores_as_play_and_evaluations_do_and_keeps_the_greedy_values():
+    """Epsilon-greedy through the actor picks exactly what the one exploration of play and
+    evaluations picks from the same generator (a seeded run's actions did not change when
+    acting became the learner's), and PQN's policy keeps each row's greedy value beside it;
+    at epsilon 1 no forward pass runs and nothing is kept."""
+    from edgerl.learners.explore import epsilon_greedy
+
+    torch.manual_seed(0)
+    net = MLP(4, 3, (8,))
+    obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    with torch.no_grad():
+        q = net(torch.from_numpy(obs)).numpy()
+    rng = np.random.default_rng(9)
+    actor = Actor(
+        ActorWeights(net, False),
+        EpsilonGreedy(net, 3, keep_values=True),
+        8,
+        rng,
+        OBS,
+        "float32",
+        False,
+    )
+    reference = np.random.default_rng(9)
+    for epsilon in (0.0, 0.3, 0.9):
+        actions, _ = actor.act(obs, epsilon)
+        assert np.array_equal(actions, epsilon_greedy(q, epsilon, 3, 8, reference))
+        np.testing.assert_allclose(actor.extras["value"], q.max(axis=1), rtol=1e-6)
+    actor.act(obs, 1.0)
+    assert actor.extras == {}

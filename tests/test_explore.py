@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgerl.policies.explore import epsilon_greedy, with_exploration
+from edgerl.learners.explore import epsilon_greedy, with_exploration
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.25, 1.0])

@@ -98,7 +98,7 @@ class Script:
 
     def __init__(self, ga: GeneticAlgorithm) -> None:
         self.ga = ga
-        assert ga.acting_net is not None  # as the loop does: every environment gets a job
+        assert ga.policy is not None  # as the loop does: every environment gets a job
         self.memory = EpisodeScores(ga.num_envs)
         self.turn = 0
         # (env, (token, job, place), score)

@@ -70,7 +70,7 @@ def test_genomes_travel_as_four_bytes_a_seed():
 
 def test_a_remote_actor_plays_members_from_their_seeds_and_the_learner_scores_them():
     ga, actor = learner_and_actor()
-    assert ga.acting_net is not None  # the loop builds it: no job goes to environments here
+    assert ga.policy is not None  # the loop builds it: no job goes to environments here
     assert not ga.playing
     args = call(ga, 8)
     played = actor.play(*args)

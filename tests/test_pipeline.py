@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.dqn import DQN
 from edgerl.run.pipeline import resolve_pipeline
 from edgerl.run.train import Trainer
@@ -183,8 +184,9 @@ def test_async_training_with_more_updates_per_launch_than_max_ahead_finishes(cap
     memory = ReplayBuffer(spec, 400, 1, "cpu")
     agent = AgentConfig(learning_starts=100, train_freq=4)
     learner, graph = learner_with_sampling_graph(16, memory, agent)
+    policy = EpsilonGreedy(learner.q, 2)
     actor = Actor(
-        ActorWeights(learner.q, True), 2, 1, np.random.default_rng(0), (4,), "float32", False
+        ActorWeights(learner.q, True), policy, 1, np.random.default_rng(0), (4,), "float32", False
     )
     with caplog.at_level("INFO"):
         learning = AsyncLearning(learner, memory, actor, PerfConfig(pipeline="async", max_ahead=8))
@@ -232,7 +234,8 @@ def test_the_drain_at_the_end_of_a_run_captures_no_second_graph(monkeypatch, mod
     for _ in range(50):  # transitions to sample, should anything sample apart
         obs = rng.normal(size=(1, 4)).astype(np.float32)
         memory.add(np.zeros(1, np.int64), np.ones(1, np.float32), no, no, obs, None)
-    actor = Actor(ActorWeights(learner.q, mode == "async"), 2, 1, rng, (4,), "float32", False)
+    weights, policy = ActorWeights(learner.q, mode == "async"), EpsilonGreedy(learner.q, 2)
+    actor = Actor(weights, policy, 1, rng, (4,), "float32", False)
     perf = PerfConfig(pipeline=mode, max_ahead=8)
     learning = (
         AsyncLearning(learner, memory, actor, perf)

@@ -110,7 +110,8 @@ def test_the_actors_values_stand_in_for_a_second_forward_pass_with_the_same_weig
         if t < 3:  # as the trainer does: the actor acts on the newest observations
             with torch.no_grad():
                 values = noted.q(torch.from_numpy(nxt)).max(dim=1).values.numpy()
-            buffers[0].note_values(values, noted.updates if t != 1 else noted.updates - 1)
+            version = noted.updates if t != 1 else noted.updates - 1
+            buffers[0].note_extras({"value": values}, version)
     computed: list[int] = []
     noted.q.register_forward_hook(lambda module, args, out: computed.append(len(args[0])))
     noted.learn(buffers[0], 12)

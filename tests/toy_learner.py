@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import Config
+from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.nets import num_actions_of
 from edgerl.learners.shared import LossMeter, epsilon_at
 from edgerl.memories.rollout import RolloutBuffer
 
@@ -42,8 +44,8 @@ class OneStepQ:
         return epsilon_at(self.cfg, step, self.learn_from[0])
 
     @property
-    def acting_net(self) -> nn.Module:
-        return self.q
+    def policy(self) -> EpsilonGreedy:
+        return EpsilonGreedy(self.q, num_actions_of(self.q))
 
     def owed(self, step: int, memory: object = None) -> int:
         start_step, start_rollouts = self.learn_from

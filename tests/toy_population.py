@@ -1,12 +1,12 @@
 """A population learner added the way docs/development.md says: one module with the learner, its
 memory and its memory's kind, plus two registry entries (the test that uses it adds them). It is
 the shape of a genetic algorithm, not one: each environment plays whole episodes with a member of
-its own (the learner's ``acting_net`` has ``per_env``), the memory keeps each environment's
-running return and the episodes it finished, and the learner is owed work when episodes have
-finished (``owed`` sees the memory). Once every member has played an episode the best one is the
-policy, and the next generation is it plus mutated copies. Small, so the test is about the seams
-(acting per environment, work owed from the memory, a memory kind of its own), not evolution;
-the real genetic algorithm, built on the same seams, is edgerl/learners/ga.py.
+its own (the network of the learner's ``policy`` has ``per_env``), the memory keeps each
+environment's running return and the episodes it finished, and the learner is owed work when
+episodes have finished (``owed`` sees the memory). Once every member has played an episode the
+best one is the policy, and the next generation is it plus mutated copies. Small, so the test is
+about the seams (acting per environment, work owed from the memory, a memory kind of its own),
+not evolution; the real genetic algorithm, built on the same seams, is edgerl/learners/ga.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from torch import nn
 from edgerl.config import Config
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.nets import num_actions_of
 from edgerl.learners.shared import LossMeter
 from edgerl.memories.budget import MemoryPlan
 
@@ -130,8 +132,8 @@ class Evolution:
                     p.add_(NOISE * torch.randn(p.shape, generator=self.generator).to(p.device))
 
     @property
-    def acting_net(self) -> nn.Module:
-        return self.population
+    def policy(self) -> EpsilonGreedy:
+        return EpsilonGreedy(self.population, num_actions_of(self.population.members[0]))
 
     def describe(self) -> str:
         return f"{self.device.type}, a population of {MEMBERS}"

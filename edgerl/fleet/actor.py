@@ -3,9 +3,10 @@ node, collecting batches of steps when the learner asks.
 
 :class:`RemoteActor` is a plain class (the transport makes it a Ray actor with the resources the
 config asks for), so it runs in a test or a benchmark without Ray too. Its environments step in
-lockstep (ALE's async mode is for a learner beside them); it acts with one batched forward pass
-on its device (CPU, or the node's GPU with ``fleet.gpus_per_actor``), each environment
-epsilon-greedy at its own rate, and sends only each observation's newest frame: the learner's
+lockstep (ALE's async mode is for a learner beside them); it acts with one batched forward pass on
+its device (CPU, or the node's GPU with ``fleet.gpus_per_actor``) through the learner's acting
+policy (the same :class:`~edgerl.run.actor.Actor` as the learner's own environments), each
+environment exploring at its own rate, and sends only each observation's newest frame: the learner's
 replay rebuilds the stacks.
 """
 
@@ -35,7 +36,8 @@ class RemoteActor:
 
         from edgerl.config import from_dict
         from edgerl.envs import EnvSpec, make_env
-        from edgerl.learners.factory import q_network
+        from edgerl.learners.factory import remote_acting_policy
+        from edgerl.run.actor import Actor, ActorWeights
 
         cfg = from_dict(config, "the learner's config")
         self.spec = EnvSpec.from_dict(spec)
@@ -44,10 +46,21 @@ class RemoteActor:
         self.device = torch.device("cuda" if use_gpu else "cpu")
         # Ray gives an actor as many threads as CPUs it reserved; a small forward pass needs one.
         torch.set_num_threads(max(1, int(cfg.fleet.cpus_per_actor)))
-        self.net = q_network(cfg, self.spec).to(self.device).eval().requires_grad_(False)
+        policy = remote_acting_policy(cfg, self.spec)
+        self.net = policy.net.to(self.device).eval().requires_grad_(False)
         self.env = make_env(actor_env_config(cfg, self.device), self.spec)
         self.num_envs = self.env.num_envs
         self.rng = np.random.default_rng(seed)
+        s = self.spec
+        self.actor = Actor(
+            ActorWeights(self.net, False),
+            policy,
+            self.num_envs,
+            self.rng,
+            s.obs_shape,
+            s.obs_dtype,
+            use_graph=False,
+        )
         self.obs = self.env.reset(seed=seed)
         self.started = True  # the next batch starts with the first observations
         self.version = -1  # the learner's update count of the weights held
@@ -113,17 +126,11 @@ class RemoteActor:
         )
 
     def act(self, obs: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
-        """Epsilon-greedy actions (no forward pass where every environment explores fully)."""
-        import torch
-
-        from edgerl.policies.explore import epsilon_greedy
-
-        n, k = self.num_envs, self.spec.num_actions
-        if self.version < 0 or np.all(epsilons >= 1.0):
-            return epsilon_greedy(None, 1.0, k, n, self.rng)
-        with torch.no_grad():
-            q = self.net(torch.from_numpy(obs).to(self.device)).float().cpu().numpy()
-        return epsilon_greedy(q, epsilons, k, n, self.rng)
+        """The learner's policy's actions, environment ``i`` exploring at ``epsilons[i]``
+        (fully before the first weights arrive: no forward pass then)."""
+        if self.version < 0:
+            epsilons = np.ones(self.num_envs)
+        return self.actor.act(obs, epsilons)[0]
 
     def _item(self, obs: np.ndarray) -> np.ndarray:
         """What the replay keeps of each observation: the newest frame, or the vector."""

@@ -1,13 +1,14 @@
 """What the rest of edgerl knows of a learning algorithm: the :class:`Learner` interface.
 
-A learner owns its network (the policy that exports and plays: greedy actions are the argmax of
-its output), the network its environments act with while it trains (:attr:`Learner.acting_net`:
-the same one for DQN and PQN; a population learner's acts with a different member in each
-environment), its optimizer and its schedules: how much exploration at an env step, and how much
-learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradient updates,
-PQN's rollouts; it sees the memory, so a learner can owe work for what it holds, such as
-finished episodes). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a
-rollout) what is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
+A learner owns its network (the policy that exports and plays: greedy actions are the argmax of its
+output), how its environments act while it trains (:attr:`Learner.policy`, an
+:class:`~edgerl.learners.acting.ActingPolicy`: its network, the same one that exports for DQN and
+PQN, a different member in each environment for a population learner, and how an action is picked
+from its output), its optimizer and its schedules: how much exploration at an env step, and how much
+learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradient updates, PQN's
+rollouts; it sees the memory, so a learner can owe work for what it holds, such as finished
+episodes). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a rollout) what
+is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
 :class:`edgerl.learners.dqn.DQN` and :class:`edgerl.learners.pqn.PQN`, built by
 :mod:`edgerl.learners.factory`; a new one is a module with a class that has these members and a
 ``build`` function, and a line in :mod:`edgerl.config.learners`.
@@ -15,13 +16,15 @@ rollout) what is due; checkpoints hold its :meth:`Learner.state_dict`. The learn
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # the package loads no PyTorch: edgerl.learners.explore is numpy only
+    import torch
+    from torch import nn
 
-from edgerl.learners.shared import LossMeter
-from edgerl.memories import Memory
+    from edgerl.learners.acting import ActingPolicy
+    from edgerl.learners.shared import LossMeter
+    from edgerl.memories import Memory
 
 
 class Learner(Protocol):
@@ -44,11 +47,12 @@ class Learner(Protocol):
         ...
 
     @property
-    def acting_net(self) -> nn.Module:
-        """The network the actor acts with while training: ``q`` itself where one network acts
-        for every environment. A module with ``per_env = True`` is called as
-        ``forward(obs, envs)``, ``envs`` the rows' environment ids (a long tensor on its device),
-        so that each environment can act with a network of its own."""
+    def policy(self) -> ActingPolicy:
+        """How the actor acts while training: the policy's network (``q`` itself where one
+        network acts for every environment; one with ``per_env = True`` is called as
+        ``forward(obs, envs)``, ``envs`` the rows' environment ids, a long tensor on its device,
+        so that each environment can act with a network of its own) and how each row's action
+        and extras come from its output."""
         ...
 
     def figures(self) -> dict[str, float]:

@@ -33,8 +33,9 @@ from edgerl.hw.device import (
     resolve_cuda_graphs,
     same_device,
 )
+from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.fast_update import Decisions, FastUpdate
-from edgerl.learners.nets import NatureCNN
+from edgerl.learners.nets import NatureCNN, num_actions_of
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
     LossMeter,
@@ -110,6 +111,7 @@ class DQN:
         self.q = q_net.to(device)
         self.target = copy.deepcopy(self.q).eval()
         self.target.requires_grad_(False)
+        self._policy = acting_policy(self.q)
         self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         cuda_graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
         self.optimizer = make_adam(self.q, cfg.lr, capturable=cuda_graphs, eps=cfg.adam_eps)
@@ -157,9 +159,9 @@ class DQN:
         return self.fast.cuda_graphs
 
     @property
-    def acting_net(self) -> nn.Module:
-        """The online network acts for every environment."""
-        return self.q
+    def policy(self) -> EpsilonGreedy:
+        """Epsilon-greedy on the online network, for every environment."""
+        return self._policy
 
     def owed(self, step: int, memory: Memory | None = None) -> int:
         """Updates due at ``step`` and not made yet (the replay ratio: the step alone says)."""
@@ -334,6 +336,12 @@ def resolve_updates_per_launch(
     while k > 1 and target_period % k:
         k -= 1
     return k
+
+
+def acting_policy(net: nn.Module) -> EpsilonGreedy:
+    """How DQN's environments act, here and on a fleet's remote actors: epsilon-greedy on
+    ``net`` (the registry's hook)."""
+    return EpsilonGreedy(net, num_actions_of(net))
 
 
 def build(net: nn.Module, cfg: Config, device: torch.device) -> DQN:

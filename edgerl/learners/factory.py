@@ -23,6 +23,7 @@ from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, ale_game
 from edgerl.errors import ConfigError
 from edgerl.learners import Learner
+from edgerl.learners.acting import ActingPolicy
 from edgerl.learners.fast_update import Decisions, may_compile, spare_dynamo_import
 from edgerl.learners.nets import build_q_network
 from edgerl.memories import Memory
@@ -52,6 +53,14 @@ def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
     """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
     layer_norm = learner_info(cfg.agent.algo).layer_norm
     return build_q_network(spec, cfg.agent.hidden, layer_norm=layer_norm)
+
+
+def remote_acting_policy(cfg: Config, spec: EnvSpec) -> ActingPolicy:
+    """A fresh network of ``cfg``'s learner for ``spec`` and the policy its environments act
+    with (the learner module's ``acting_policy(net)``), for a fleet's remote actor to act as
+    the learner's own environments do."""
+    net = q_network(cfg, spec)
+    return learner_module(cfg.agent.algo).acting_policy(net)
 
 
 def learner_module(algo: str) -> ModuleType:

@@ -61,8 +61,9 @@ from torch import nn
 from edgerl.config import Config
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.generation import PLAYING, Generation, first_in
-from edgerl.learners.nets import build_q_network
+from edgerl.learners.nets import build_q_network, num_actions_of
 from edgerl.learners.population import (
     Genome,
     Genomes,
@@ -106,6 +107,7 @@ class GeneticAlgorithm:
         self.playing: dict[int, tuple[int, int, int]] = {}
         self.tickets = self.num_envs  # the next remote ticket (below it: the environments)
         self._population: Population | None = None  # built when the loop acts here
+        self._policy: EpsilonGreedy | None = None  # acts with the population (built with it)
         self.remote = cfg.fleet.actors > 0  # remote actors take the jobs (take, settle)
         self.elite: Genome | None = None
         self.scores = {"elite": float("nan"), "best": float("nan"), "mean": float("nan")}
@@ -125,10 +127,13 @@ class GeneticAlgorithm:
     # -- what the loop asks --------------------------------------------------------------
 
     @property
-    def acting_net(self) -> nn.Module:
-        """Every environment's member, in batched calls (built on first use: the environments
-        here take their first jobs then, unless remote actors play them all)."""
-        return self.population
+    def policy(self) -> EpsilonGreedy:
+        """Epsilon-greedy on every environment's member, in batched calls (built on first
+        use: the environments here take their first jobs then, unless remote actors play them
+        all)."""
+        if self._policy is None:
+            self._policy = EpsilonGreedy(self.population, num_actions_of(self.q))
+        return self._policy
 
     @property
     def population(self) -> Population:

@@ -102,6 +102,12 @@ def build_q_network(spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool = F
     return MLP(spec.obs_shape[0], spec.num_actions, hidden, layer_norm)
 
 
+def num_actions_of(net: nn.Module) -> int:
+    """How many actions ``net`` (a Q-network of this module) scores: its last layer's width."""
+    last = [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    return last.out_features
+
+
 def weights_problem(net: nn.Module, state: object) -> str | None:
     """What keeps ``state`` (weights read from a file) from being ``net``'s (None: nothing): a
     name missing or of its own, a value that is no tensor, a shape of its own. ``net`` may be

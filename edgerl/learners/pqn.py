@@ -41,8 +41,9 @@ from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import resolve_amp, resolve_cuda_graphs
+from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.fast_update import FastUpdate
-from edgerl.learners.nets import NatureCNN
+from edgerl.learners.nets import NatureCNN, num_actions_of
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
     LossMeter,
@@ -118,6 +119,7 @@ class PQN:
         if isinstance(q_net, NatureCNN):
             q_net.use_channels_last()
         self.q = q_net.to(device)
+        self._policy = acting_policy(self.q)
         self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
         self.optimizer, graphs = make_radam(self.q, cfg.lr, cfg.adam_eps, capturable=graphs)
@@ -159,9 +161,10 @@ class PQN:
         return epsilon_at(self.cfg, step, self.learn_from[0])
 
     @property
-    def acting_net(self) -> nn.Module:
-        """The network acts for every environment."""
-        return self.q
+    def policy(self) -> EpsilonGreedy:
+        """Epsilon-greedy on the network, for every environment, keeping each row's greedy
+        value (the rollout's ``values``: the learner reuses those of its own weights)."""
+        return self._policy
 
     def owed(self, step: int, memory: Memory | None = None) -> int:
         """Rollouts complete at env step ``step`` and not learned from yet (every environment
@@ -248,7 +251,7 @@ class PQN:
 
     def _next_values(self, memory: RolloutBuffer) -> torch.Tensor:
         """max_a Q of every transition's next observation, (steps, envs): those the actor noted
-        with the current weights (:meth:`RolloutBuffer.note_values`) as they are, the rest
+        with the current weights (:meth:`RolloutBuffer.note_extras`) as they are, the rest
         computed here."""
         known = memory.values_version[1:] == self.updates
         if not known.any():
@@ -305,6 +308,12 @@ class PQN:
         self.updates = int(state["updates"])
         self.rollouts = int(state["rollouts"])
         self.generator.set_state(state["generator"])
+
+
+def acting_policy(net: nn.Module) -> EpsilonGreedy:
+    """How PQN's environments act, here and on a fleet's remote actors: epsilon-greedy on
+    ``net``, keeping each row's greedy value (the registry's hook)."""
+    return EpsilonGreedy(net, num_actions_of(net), keep_values=True)
 
 
 def build(net: nn.Module, cfg: Config, device: torch.device) -> PQN:

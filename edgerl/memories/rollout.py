@@ -159,10 +159,14 @@ class RolloutBuffer:
         self.t = t + 1
         self.valid = min(self.valid + self.num_envs, self.steps * self.num_envs)
 
-    def note_values(self, values: np.ndarray, version: int) -> None:
-        """Keep the greedy values max_a Q of the newest observations (one per environment),
-        computed with the weights of the learner's update ``version``: the actor's forward pass
-        already made them, and the learner need not compute them again."""
+    def note_extras(self, extras: dict[str, np.ndarray], version: int) -> None:
+        """Keep what the acting policy said of the newest observations (one row per
+        environment), computed with the weights of the learner's update ``version``: their
+        greedy values max_a Q (``extras["value"]``; other extras are not kept here). The
+        actor's forward pass already made them, and the learner need not compute them again."""
+        values = extras.get("value")
+        if values is None:
+            return
         self.values[self.t].copy_(self._tensor(np.asarray(values, dtype=np.float32)))
         self.values_version[self.t] = version
 

@@ -14,8 +14,8 @@ import numpy as np
 from edgerl.config import EnvConfig
 from edgerl.envs import VecEnv, make_env, within_reference
 from edgerl.errors import EnvError
+from edgerl.learners.explore import with_exploration
 from edgerl.play.observer import Moment, Observer
-from edgerl.policies.explore import with_exploration
 from edgerl.words import plural
 
 if TYPE_CHECKING:

@@ -1,17 +1,21 @@
-"""The actor's side of acting: one batched forward pass, epsilon-greedy, for all environments.
+"""The actor's side of acting: one batched forward pass for all environments, the actions
+picked by the learner's acting policy (:mod:`edgerl.learners.acting`: epsilon-greedy for DQN,
+PQN and the GA).
 
-:class:`Actor` turns a batch of observations into actions (and the Q-values of the environment the
-viewer shows). At epsilon 1 (the replay still filling) no forward pass runs at all.
+:class:`Actor` turns a batch of observations into actions, the policy's extras of each row (such
+as the greedy values PQN's rollout keeps) and the per-action figures of the environment the
+viewer shows. Where the policy's noise alone picks the actions (epsilon 1, the replay still
+filling) no forward pass runs at all.
 
-* On the CPU: an eager forward on the observations as they are (no copy), the greedy actions read
-  from it and mixed with random ones drawn from the actor's numpy generator, so a run with a
-  fixed seed repeats exactly.
-* On CUDA: the observations, and where each environment explores (drawn on the host from the
-  same numpy generator, see :func:`exploration`), go through pinned buffers to static device
-  tensors, and the forward pass, the argmax and the choice between greedy and random run as one
-  captured CUDA graph on the actor's own stream (at high priority, so it never queues behind the
-  learner's updates); the actions and the shown Q-values come back in one small copy. The actor
-  waits only for that copy of its own work.
+* On the CPU: an eager forward on the observations as they are (no copy); the policy picks the
+  actions from it and the noise it drew from the actor's numpy generator, so a run with a fixed
+  seed repeats exactly.
+* On CUDA: the observations, and each row's noise (drawn on the host from the same numpy
+  generator: where each environment explores), go through pinned buffers to static device
+  tensors, and the forward pass and the policy's choice run as one captured CUDA graph on the
+  actor's own stream (at high priority, so it never queues behind the learner's updates); the
+  actions, the extras and the shown figures come back in one small copy. The actor waits only
+  for that copy of its own work.
 
   The graph draws no random numbers on the GPU: the learner's graph, replayed on another
   thread, draws its samples from the default CUDA generator, and graphs that share a generator
@@ -25,7 +29,7 @@ the actor is not using, after the actor's last forward pass on it (a wait on the
 host), and the actor switches to it once the copy is done, which it checks with an event query.
 Neither side ever blocks the other.
 
-An acting network with ``per_env = True`` (a population learner's: each environment acts with a
+A policy's network with ``per_env = True`` (a population learner's: each environment acts with a
 member of its own) is called with the rows' environment ids as well, ``net(obs, envs)``; on CUDA
 the ids are staged into a static tensor like the observations, and the graph captures the call.
 """
@@ -42,7 +46,7 @@ import torch
 from torch import nn
 
 from edgerl.hw.device import CUDA_GRAPH_WARMUP, host_event
-from edgerl.policies.explore import epsilon_greedy, exploration
+from edgerl.learners.acting import ActingPolicy
 
 
 def _copy_weights(dst: nn.Module, src: nn.Module) -> None:
@@ -139,12 +143,13 @@ class ActorWeights:
 
 
 class Actor:
-    """Epsilon-greedy actions for ``num_envs`` observations with one forward pass."""
+    """The actions of ``num_envs`` observations with one forward pass, picked by ``policy``
+    (whose network ``weights`` holds, or copies of it)."""
 
     def __init__(
         self,
         weights: ActorWeights,
-        num_actions: int,
+        policy: ActingPolicy,
         num_envs: int,
         rng: np.random.Generator,
         obs_shape: tuple[int, ...],
@@ -152,16 +157,18 @@ class Actor:
         use_graph: bool,
     ) -> None:
         self.weights = weights
-        self.num_actions = num_actions
+        self.policy = policy
+        self.num_actions = policy.num_actions
         self.num_envs = num_envs
         self.rng = rng
         self.device = next(weights.source.parameters()).device
         self.cuda = self.device.type == "cuda"
         self.per_env = bool(getattr(weights.source, "per_env", False))  # net(obs, envs)
         self.waits = 0  # host waits for its own forward passes (CUDA): one per forward
-        # max_a Q of each row of the last CPU forward pass (None: none ran, or on CUDA, where
-        # only the actions come back): a rollout learner reuses them instead of computing again.
-        self.greedy_values: np.ndarray | None = None
+        # The policy's extras of each row of the last forward pass, by name (empty: none ran):
+        # a rollout learner reuses the greedy values instead of computing them again.
+        self.extras: dict[str, np.ndarray] = {}
+        self._width = 1 + len(policy.extras)  # the columns of the policy's choice
         self._graphs: list[Any] = []
         if self.cuda:
             self._open_device(obs_shape, obs_dtype, use_graph)
@@ -185,14 +192,17 @@ class Actor:
         dtype, n, device = getattr(torch, obs_dtype), self.num_envs, self.device
         self._obs_host = torch.empty((n, *obs_shape), dtype=dtype, pin_memory=pin)
         self._obs = torch.zeros((n, *obs_shape), dtype=dtype, device=device)
-        self._explore_host = torch.full((n,), -1, dtype=torch.int64, pin_memory=pin)
-        self._explore = torch.full((n,), -1, dtype=torch.int64, device=device)
+        noise = getattr(torch, self.policy.noise_dtype)
+        self._noise_host = torch.zeros((n,), dtype=noise, pin_memory=pin)
+        self._noise = torch.zeros((n,), dtype=noise, device=device)
         self._envs_host = torch.arange(n, dtype=torch.int64, pin_memory=pin)
         self._envs = torch.arange(n, dtype=torch.int64, device=device)
         self._shown = torch.zeros((), dtype=torch.long, device=device)
-        # actions (as float32, exact for any action id) then the shown environment's Q-values
-        self._out = torch.zeros(n + self.num_actions, device=device)
-        self._out_host = torch.zeros(n + self.num_actions, pin_memory=pin)
+        # the policy's choice, a row per environment (the action as float32, exact for any
+        # action id, then the extras), then the shown environment's per-action figures
+        size = n * self._width + self.num_actions
+        self._out = torch.zeros(size, device=device)
+        self._out_host = torch.zeros(size, pin_memory=pin)
 
     def _stage(
         self,
@@ -201,29 +211,27 @@ class Actor:
         shown: int | None,
         envs: np.ndarray | None = None,
     ) -> None:
-        """Put one step's input on the device: the observations, where each environment
-        explores (drawn here, from the actor's generator), the environment shown and, for a
-        network per environment, the rows' environment ids."""
+        """Put one step's input on the device: the observations, each row's noise (drawn here
+        by the policy, from the actor's generator), the environment shown and, for a network
+        per environment, the rows' environment ids."""
         self._obs_host.numpy()[...] = obs
         self._obs.copy_(self._obs_host, non_blocking=True)
         if self.per_env:
             self._envs_host.numpy()[...] = np.arange(len(obs)) if envs is None else envs
             self._envs.copy_(self._envs_host, non_blocking=True)
-        self._explore_host.numpy()[...] = exploration(
-            epsilon, self.num_actions, self.num_envs, self.rng
-        )
-        self._explore.copy_(self._explore_host, non_blocking=True)
+        self._noise_host.numpy()[...] = self.policy.draw(epsilon, self.num_envs, self.rng)
+        self._noise.copy_(self._noise_host, non_blocking=True)
         self._shown.fill_(0 if shown is None else shown)
 
     def _body(self, net: nn.Module) -> None:
-        """Forward, argmax and the staged exploration on the static tensors (what a graph
-        captures; it draws no random numbers)."""
+        """Forward and the policy's choice on the static tensors (what a graph captures; it
+        draws no random numbers)."""
         with torch.no_grad():
-            q = (net(self._obs, self._envs) if self.per_env else net(self._obs)).float()
-            n = self.num_envs
-            actions = torch.where(self._explore >= 0, self._explore, q.argmax(dim=1))
-            self._out[:n].copy_(actions)
-            self._out[n:].copy_(q.index_select(0, self._shown.view(1)).view(-1))
+            out = net(self._obs, self._envs) if self.per_env else net(self._obs)
+            rows = self.num_envs * self._width
+            self._out[:rows].copy_(self.policy.choose(out, self._noise).view(-1))
+            shown = self.policy.per_action(out).index_select(0, self._shown.view(1))
+            self._out[rows:].copy_(shown.view(-1))
 
     def _capture(self, net: nn.Module) -> Any:
         with torch.cuda.stream(self.stream):
@@ -242,29 +250,32 @@ class Actor:
     def act(
         self,
         obs: np.ndarray,
-        epsilon: float,
+        epsilon: float | np.ndarray,
         shown: int | None = None,
         envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Actions for ``obs`` (the rows of environments ``envs``; None: all, in order) and the
-        Q-values of row ``shown`` (None when not asked for, or at epsilon 1, where no forward
-        pass runs)."""
+        """Actions for ``obs`` (the rows of environments ``envs``; None: all, in order) at
+        exploration rate ``epsilon`` (one, or one per row) and the per-action figures of row
+        ``shown`` (None when not asked for, or where no forward pass runs); the rows' extras
+        are left in :attr:`extras`."""
         n = len(obs)
-        self.greedy_values = None
-        if epsilon >= 1.0:
-            return epsilon_greedy(None, epsilon, self.num_actions, n, self.rng), None
+        policy = self.policy
+        self.extras = {}
+        if not policy.needs_forward(epsilon):
+            return policy.draw(epsilon, n, self.rng), None
         index, net = self.weights.current()
         if not self.cuda:
             with torch.no_grad():
                 x = torch.from_numpy(obs)
                 if self.per_env:
                     ids = np.arange(n) if envs is None else np.asarray(envs, dtype=np.int64)
-                    q = net(x, torch.from_numpy(ids)).float().numpy()
+                    out = net(x, torch.from_numpy(ids))
                 else:
-                    q = net(x).float().numpy()
-            self.greedy_values = q.max(axis=1)
-            actions = epsilon_greedy(q, epsilon, self.num_actions, n, self.rng)
-            return actions, (None if shown is None else q[shown])
+                    out = net(x)
+                noise = torch.from_numpy(policy.draw(epsilon, n, self.rng))
+                chosen = policy.choose(out, noise).numpy()
+                figures = None if shown is None else policy.per_action(out)[shown].numpy()
+            return self._unpack(chosen, n), figures
         with torch.cuda.stream(self.stream):
             self._stage(obs, epsilon, shown, envs)
             if self._graphs:
@@ -277,5 +288,12 @@ class Actor:
         self._done.synchronize()  # our own forward pass: the actions are needed now
         self.waits += 1
         out = self._out_host.numpy()
-        actions = out[:n].astype(np.int64)
-        return actions, (None if shown is None else out[n:].copy())
+        rows = n * self._width
+        chosen = out[:rows].reshape(n, self._width)
+        return self._unpack(chosen, n), (None if shown is None else out[rows:].copy())
+
+    def _unpack(self, chosen: np.ndarray, n: int) -> np.ndarray:
+        """The actions of the policy's choice; its extras go to :attr:`extras` (copies)."""
+        for i, name in enumerate(self.policy.extras, start=1):
+            self.extras[name] = chosen[:n, i].copy()
+        return chosen[:n, 0].astype(np.int64)

@@ -139,7 +139,7 @@ def calibrate(
     from edgerl.learners.factory import build_learner
 
     learner = build_learner(cfg, spec, device)
-    actor_net = copy.deepcopy(learner.acting_net).eval()
+    actor_net = copy.deepcopy(learner.policy.net).eval()
     cpus = usable_cpus()
     measurements = []
     for n in sizes:

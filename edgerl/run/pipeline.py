@@ -283,9 +283,10 @@ def build_learning(
     if concurrent:
         memory.set_guard(True)
     prepare_learner(cfg, spec, learner, memory, remaining_updates, decisions)
+    policy = learner.policy
     actor = Actor(
-        ActorWeights(learner.acting_net, concurrent),
-        spec.num_actions,
+        ActorWeights(policy.net, concurrent),
+        policy,
         cfg.env.batch_size or cfg.env.num_envs,  # the rows of one step
         actor_rng,
         spec.obs_shape,

@@ -34,7 +34,7 @@ class Pipeline:
         self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
         self.actor_wait_s = 0.0  # wall seconds the actor waited for the learner
         self._step = 0
-        self._note_values = getattr(memory, "note_values", None)
+        self._note_extras = getattr(memory, "note_extras", None)
         self._cpu = learner.device.type == "cpu"
 
     def act(
@@ -45,16 +45,16 @@ class Pipeline:
         stored: bool = False,
         envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions for ``obs`` (the rows of environments ``envs``; None: all, in
-        order) and the Q-values of row ``shown``. ``stored``: ``obs`` are the memory's newest
-        observations (every environment, in order), whose greedy values a memory that keeps
-        them (PQN's rollout) is given."""
+        """The learner's policy's actions for ``obs`` (the rows of environments ``envs``; None:
+        all, in order) and the per-action figures of row ``shown``. ``stored``: ``obs`` are the
+        memory's newest observations (every environment, in order), whose extras (the policy's,
+        such as PQN's greedy values) a memory that keeps them is given."""
         started = time.perf_counter()
         out = self.actor.act(obs, epsilon, shown, envs)
         self.act_s += time.perf_counter() - started
-        values = self.actor.greedy_values
-        if stored and values is not None and self._note_values is not None:
-            self._note_values(values, self._acted_version())
+        extras = self.actor.extras
+        if stored and extras and self._note_extras is not None:
+            self._note_extras(extras, self._acted_version())
         return out
 
     def _acted_version(self) -> int:

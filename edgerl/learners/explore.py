@@ -1,6 +1,7 @@
 """Exploration: epsilon-greedy actions for a batch of environments, the one implementation that
-training's actor, evaluations and ``edgerl play --epsilon`` use. How much to explore at an env
-step is the learner's :meth:`~edgerl.learners.Learner.epsilon`."""
+training's actor (through :class:`~edgerl.learners.acting.EpsilonGreedy`), evaluations and
+``edgerl play --epsilon`` use. How much to explore at an env step is the learner's
+:meth:`~edgerl.learners.Learner.epsilon`."""
 
 from __future__ import annotations
 

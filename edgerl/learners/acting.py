@@ -1,0 +1,82 @@
+"""How a learner's environments pick their actions while it trains: its acting policy.
+
+The actor (:mod:`edgerl.run.actor`) runs the policy's network on a batch of observations and
+hands the output to the policy, which picks each row's action and says what else to keep of
+that row (its *extras*, such as the greedy value a rollout learner reuses). The actor knows no
+algorithm: epsilon-greedy is DQN's, PQN's and the GA's policy here, and a learner that samples
+from a distribution brings a policy of its own.
+
+A policy has two halves, so that the device half can run inside a captured CUDA graph:
+
+* :meth:`ActingPolicy.draw`, on the host: the randomness of one step (each row's noise), from
+  the actor's numpy generator, so that a seeded run repeats on the CPU and on a GPU alike, and
+  no graph draws random numbers on the GPU (see :mod:`edgerl.run.actor` for why);
+* :meth:`ActingPolicy.choose`, tensor operations only: the rows' actions and extras from the
+  network's output and that noise.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgerl.learners.explore import exploration
+
+
+class ActingPolicy(Protocol):
+    net: nn.Module  # called as net(obs), or net(obs, envs) where it has per_env = True
+    num_actions: int
+    extras: tuple[str, ...]  # what choose() gives beside each action, in its columns' order
+    noise_dtype: str  # the dtype of draw()'s array (a torch dtype's name)
+
+    def draw(self, epsilon: float | np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The noise of ``n`` rows at exploration rate ``epsilon`` (one, or one per row),
+        shape ``(n,)``; where :meth:`needs_forward` is False, it is the actions themselves."""
+        ...
+
+    def needs_forward(self, epsilon: float | np.ndarray) -> bool:
+        """Whether the network must run: False when :meth:`draw` alone picks the actions."""
+        ...
+
+    def choose(self, out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Each row's action and extras, ``(n, 1 + len(extras))`` float32 (the action in the
+        first column, exact as a float), from the network's output ``out`` and the rows'
+        ``noise``; tensor operations only, no random numbers (a CUDA graph captures it)."""
+        ...
+
+    def per_action(self, out: torch.Tensor) -> torch.Tensor:
+        """The figures the viewer shows per action, ``(n, num_actions)``."""
+        ...
+
+
+class EpsilonGreedy:
+    """The greedy action of the network's output (argmax, the first of equal ones), a uniformly
+    random one with probability epsilon; with ``keep_values``, each row's greedy value
+    ``max_a Q`` as the extra ``"value"``. At epsilon 1 no forward pass runs."""
+
+    noise_dtype = "int64"
+
+    def __init__(self, net: nn.Module, num_actions: int, keep_values: bool = False) -> None:
+        self.net = net
+        self.num_actions = num_actions
+        self.extras: tuple[str, ...] = ("value",) if keep_values else ()
+
+    def draw(self, epsilon: float | np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Each row's random action where it explores, -1 where it acts greedily."""
+        return exploration(epsilon, self.num_actions, n, rng)
+
+    def needs_forward(self, epsilon: float | np.ndarray) -> bool:
+        return bool(np.any(np.asarray(epsilon) < 1.0))
+
+    def choose(self, out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        q = out.float()
+        actions = torch.where(noise >= 0, noise, q.argmax(dim=1)).float()
+        if not self.extras:
+            return actions.unsqueeze(1)
+        return torch.stack((actions, q.max(dim=1).values), dim=1)
+
+    def per_action(self, out: torch.Tensor) -> torch.Tensor:
+        return out.float()
