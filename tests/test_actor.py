@@ -107,9 +107,7 @@ def test_the_gpu_actor_agrees_with_the_network(use_graph):
 
 class ByEnvironment(torch.nn.Module):
     """A network per environment, as a population learner's: environment e's greedy action is
-    e % 3 whatever it sees."""
-
-    per_env = True
+    e % 3 whatever it sees (its policy says ``per_env``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -138,7 +136,7 @@ def test_a_network_per_environment_is_given_the_rows_environments(device, use_gr
     graph, and with none given the rows are every environment in order."""
     net = ByEnvironment().to(device)
     rng = np.random.default_rng(0)
-    policy = EpsilonGreedy(net, 3)
+    policy = EpsilonGreedy(net, 3, per_env=True)
     actor = Actor(ActorWeights(net, False), policy, 4, rng, OBS, "float32", use_graph)
     obs = np.zeros((4, 4), np.float32)
     envs = np.array([5, 0, 7, 4])
@@ -199,6 +197,7 @@ class Sampling:
 
     noise_dtype = "float32"
     extras = ("logp", "mean")
+    per_env = False
 
     def __init__(self, net: torch.nn.Module, num_actions: int) -> None:
         self.net = net

@@ -1,7 +1,7 @@
 """A population learner added the way docs/development.md says: one module with the learner, its
 memory and its memory's kind, plus two registry entries (the test that uses it adds them). It is
 the shape of a genetic algorithm, not one: each environment plays whole episodes with a member of
-its own (the network of the learner's ``policy`` has ``per_env``), the memory keeps each
+its own (the learner's ``policy`` says ``per_env``), the memory keeps each
 environment's running return and the episodes it finished, and the learner is owed work when
 episodes have finished (``owed`` sees the memory). Once every member has played an episode the
 best one is the policy, and the next generation is it plus mutated copies. Small, so the test is
@@ -55,6 +55,8 @@ class EpisodeReturns:
             self.running[env] = 0.0
 
     def set_guard(self, on: bool) -> None: ...
+
+    def note_extras(self, extras, version): ...  # type: ignore[no-untyped-def]
 
     def rng_state(self) -> None:
         return None
@@ -133,7 +135,8 @@ class Evolution:
 
     @property
     def policy(self) -> EpsilonGreedy:
-        return EpsilonGreedy(self.population, num_actions_of(self.population.members[0]))
+        members = num_actions_of(self.population.members[0])
+        return EpsilonGreedy(self.population, members, per_env=True)
 
     def describe(self) -> str:
         return f"{self.device.type}, a population of {MEMBERS}"

@@ -49,7 +49,7 @@ class Learner(Protocol):
     @property
     def policy(self) -> ActingPolicy:
         """How the actor acts while training: the policy's network (``q`` itself where one
-        network acts for every environment; one with ``per_env = True`` is called as
+        network acts for every environment; where the policy says ``per_env`` it is called as
         ``forward(obs, envs)``, ``envs`` the rows' environment ids, a long tensor on its device,
         so that each environment can act with a network of its own) and how each row's action
         and extras come from its output."""

@@ -27,7 +27,8 @@ from edgerl.learners.explore import exploration
 
 
 class ActingPolicy(Protocol):
-    net: nn.Module  # called as net(obs), or net(obs, envs) where it has per_env = True
+    net: nn.Module  # called as net(obs), or as net(obs, envs) where per_env
+    per_env: bool  # each row's environment may act with a network of its own (a population)
     num_actions: int
     extras: tuple[str, ...]  # what choose() gives beside each action, in its columns' order
     noise_dtype: str  # the dtype of draw()'s array (a torch dtype's name)
@@ -55,13 +56,17 @@ class ActingPolicy(Protocol):
 class EpsilonGreedy:
     """The greedy action of the network's output (argmax, the first of equal ones), a uniformly
     random one with probability epsilon; with ``keep_values``, each row's greedy value
-    ``max_a Q`` as the extra ``"value"``. At epsilon 1 no forward pass runs."""
+    ``max_a Q`` as the extra ``"value"``; with ``per_env``, ``net`` is called with the rows'
+    environment ids as well. At epsilon 1 no forward pass runs."""
 
     noise_dtype = "int64"
 
-    def __init__(self, net: nn.Module, num_actions: int, keep_values: bool = False) -> None:
+    def __init__(
+        self, net: nn.Module, num_actions: int, keep_values: bool = False, per_env: bool = False
+    ) -> None:
         self.net = net
         self.num_actions = num_actions
+        self.per_env = per_env
         self.extras: tuple[str, ...] = ("value",) if keep_values else ()
 
     def draw(self, epsilon: float | np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -132,7 +132,7 @@ class GeneticAlgorithm:
         use: the environments here take their first jobs then, unless remote actors play them
         all)."""
         if self._policy is None:
-            self._policy = EpsilonGreedy(self.population, num_actions_of(self.q))
+            self._policy = EpsilonGreedy(self.population, num_actions_of(self.q), per_env=True)
         return self._policy
 
     @property

@@ -75,9 +75,8 @@ def load_flat(net: nn.Module, flat: torch.Tensor) -> None:
 class Population(nn.Module):
     """The acting network: row ``i`` acts with the member environment ``envs[i]`` plays, all
     rows in one batched call. The members' weights are ``slots`` (one row of flat
-    weights per environment); the network's code is ``template``'s."""
-
-    per_env = True
+    weights per environment); the network's code is ``template``'s. Called as
+    ``forward(obs, envs)``: its acting policy says ``per_env``."""
 
     def __init__(self, template: nn.Module, num_envs: int, device: torch.device) -> None:
         super().__init__()

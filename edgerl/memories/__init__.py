@@ -51,6 +51,13 @@ class Memory(Protocol):
         """Whether a learner reads while the actor writes (the async pipeline)."""
         ...
 
+    def note_extras(self, extras: dict[str, np.ndarray], version: int) -> None:
+        """What the learner's acting policy said of the newest observations beside their
+        actions (:attr:`edgerl.learners.acting.ActingPolicy.extras`, one row per environment,
+        every environment in order), from the weights of the learner's update ``version``: a
+        memory keeps those it has room for and ignores the rest (a replay keeps none)."""
+        ...
+
     def rng_state(self) -> Any:
         """Its random state, for a checkpoint."""
         ...

@@ -71,6 +71,9 @@ class EpisodeScores:
     def set_guard(self, on: bool) -> None:
         """Nothing to guard: its learner learns in the actor's loop."""
 
+    def note_extras(self, extras: dict[str, np.ndarray], version: int) -> None:
+        """Keeps none: a member's episode is its score alone."""
+
     def rng_state(self) -> None:
         return None  # it draws nothing
 

@@ -29,8 +29,8 @@ the actor is not using, after the actor's last forward pass on it (a wait on the
 host), and the actor switches to it once the copy is done, which it checks with an event query.
 Neither side ever blocks the other.
 
-A policy's network with ``per_env = True`` (a population learner's: each environment acts with a
-member of its own) is called with the rows' environment ids as well, ``net(obs, envs)``; on CUDA
+Where the policy says ``per_env`` (a population learner's: each environment acts with a member of
+its own) its network is called with the rows' environment ids as well, ``net(obs, envs)``; on CUDA
 the ids are staged into a static tensor like the observations, and the graph captures the call.
 """
 
@@ -163,7 +163,7 @@ class Actor:
         self.rng = rng
         self.device = next(weights.source.parameters()).device
         self.cuda = self.device.type == "cuda"
-        self.per_env = bool(getattr(weights.source, "per_env", False))  # net(obs, envs)
+        self.per_env = policy.per_env  # net(obs, envs)
         self.waits = 0  # host waits for its own forward passes (CUDA): one per forward
         # The policy's extras of each row of the last forward pass, by name (empty: none ran):
         # a rollout learner reuses the greedy values instead of computing them again.

@@ -34,7 +34,6 @@ class Pipeline:
         self.act_s = 0.0  # wall seconds in the actor's calls (edgerl bench reads it)
         self.actor_wait_s = 0.0  # wall seconds the actor waited for the learner
         self._step = 0
-        self._note_extras = getattr(memory, "note_extras", None)
         self._cpu = learner.device.type == "cpu"
 
     def act(
@@ -53,8 +52,8 @@ class Pipeline:
         out = self.actor.act(obs, epsilon, shown, envs)
         self.act_s += time.perf_counter() - started
         extras = self.actor.extras
-        if stored and extras and self._note_extras is not None:
-            self._note_extras(extras, self._acted_version())
+        if stored and extras:
+            self.memory.note_extras(extras, self._acted_version())
         return out
 
     def _acted_version(self) -> int:

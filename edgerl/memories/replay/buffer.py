@@ -241,6 +241,10 @@ class ReplayBuffer:
         while the actor writes, without locks); at most an eighth of a ring."""
         self.guard = min(ASYNC_GUARD, self.slots // 8) if on else 0
 
+    def note_extras(self, extras: dict[str, np.ndarray], version: int) -> None:
+        """Keeps none: a replay's transitions are learned from long after the weights that
+        acted on them changed."""
+
     def _item(self, obs: np.ndarray) -> np.ndarray:
         return obs[:, -1] if self.stack > 1 else obs
 
