@@ -224,8 +224,9 @@ def _compute(
     if isinstance(net, NatureCNN):
         net.use_channels_last()
     macs = macs_per_forward(net, spec.obs_shape, spec.obs_dtype)
-    # The actor's values come back from a CPU forward pass, in the plain (non-overlapped) loop.
-    reused = device.type == "cpu" and not overlaps_emulation(cfg.env, spec.has_frames, device)
+    # The acting policy's values come back with the actions (CPU or GPU), and the memory keeps
+    # them where the step is recorded before the next actions are picked (the plain loop).
+    reused = not overlaps_emulation(cfg.env, spec.has_frames, device)
     per_step = forwards_per_env_step(cfg, values_reused=reused)
     update_gflops = updates_per_s * learning_forwards_per_update(cfg) * 2 * macs / 1e9
     log.info("bench: this machine's peak (matrix product, forward pass)")

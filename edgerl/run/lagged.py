@@ -79,7 +79,7 @@ class LaggedRollouts(LearnerThread):
         stored: bool = False,
         envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions with the weights of one rollout before (the greedy values
+        """The policy's actions with the weights of one rollout before (the greedy values
         noted for the memory carry those weights' version, not the learner's)."""
         rollout = self.acts // self.vector_steps  # the rollout this step belongs to
         self._adopt(rollout)

@@ -143,7 +143,7 @@ class AsyncLearning(LearnerThread):
         stored: bool = False,
         envs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions with the actor's weights; records how many updates old they
+        """The policy's actions with the actor's weights; records how many updates old they
         were (:attr:`max_lag_seen`). ``stored`` is ignored: the actor's copy of the weights lags
         the learner's, so its values are not the learner's."""
         out = super().act(obs, epsilon, shown, stored, envs)

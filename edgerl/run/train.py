@@ -1,14 +1,14 @@
 """The Trainer: environments, the learner and its memory, in one loop that reads top to bottom
 (the stepping itself in :mod:`edgerl.run.acting`, or :mod:`edgerl.run.remote` with remote actors).
 
-Each iteration: one batched forward pass picks epsilon-greedy actions for all environments and
-they start their step; while ALE's threads emulate it, the step before it goes to the learner's
+Each iteration: one batched forward pass picks the learner's policy's actions for all environments
+and they start their step; while ALE's threads emulate it, the step before it goes to the learner's
 memory (DQN's replay, PQN's rollout), the pipeline makes exactly the learning the learner asks for
-(DQN: its replay ratio's updates) and the viewer's frame is published. The host work per step is
-a few vectorised numpy operations; episode bookkeeping runs only for the environments whose
-episode ended. Metrics, progress and checkpoints happen on wall-clock intervals. The loop stops
-when ``train.steps`` is reached or a stop is requested (Ctrl-C, SIGTERM): the step in flight
-finishes and a checkpoint is written.
+(DQN: its replay ratio's updates) and the viewer's frame is published. The host work per step is a
+few vectorised numpy operations; episode bookkeeping runs only for the environments whose episode
+ended. Metrics, progress and checkpoints happen on wall-clock intervals. The loop stops when
+``train.steps`` is reached or a stop is requested (Ctrl-C, SIGTERM): the step in flight finishes and
+a checkpoint is written.
 
 A run resumes from its run directory's newest valid checkpoint (:mod:`edgerl.run.checkpointer`):
 the learner, counters, RNGs and (``replay.persist``) the replay, so learning goes on at once.
