@@ -267,3 +267,66 @@ def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
         ).groups()
         assert float(point) == pytest.approx(f.iqm[0], abs=0.05)
         assert float(low) <= float(point) <= float(high)
+
+
+ES_COLUMN = "OpenAI ES after 1 hour on 720 CPUs"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['game']}-{r['learner']}")
+def test_a_rows_es_column_is_the_papers_hour_for_its_game(row):
+    """OpenAI ES's one-hour score of the run's game (config.toml's env.id) as edgerl ships it,
+    or a dash where the paper has none."""
+    import tomllib
+
+    from edgerl.envs.scores import es_hour
+
+    env_id = tomllib.loads((run_dir(row) / "config.toml").read_text())["env"]["id"]
+    expected = es_hour(env_id)
+    assert row[ES_COLUMN] == ("–" if expected is None else f"{expected:,g}")
+
+
+def atari5_rows() -> tuple[list[dict[str, str]], str]:
+    """The Atari-5 section's table, by header, and the section's text."""
+    text = RESULTS.read_text()
+    section = text.split("## Atari-5 on two CPU cores")[1].split("\n## ")[0]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Atari-5 game"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True)))
+    return rows, section
+
+
+def test_the_atari5_table_is_its_runs_final_scores_and_the_summary_the_regressions():
+    """Each Atari-5 row's final score, human-normalised final and OpenAI ES column are its
+    committed run's (the mean of its last three evaluations), each game once; the summary score
+    is the regression's prediction from those finals once all five are there, and said to be
+    not yet computed before."""
+    import tomllib
+
+    from edgerl.envs.scores import atari5_median, es_hour, human_normalised
+
+    rows, section = atari5_rows()
+    finals = {}
+    for row in rows:
+        run = (RESULTS.parent / re.search(r"\]\((runs/[^)]+)\)", row["run"])[1]).resolve()
+        env_id = tomllib.loads((run / "config.toml").read_text())["env"]["id"]
+        last = [float(e["return_mean"]) for e in evaluations(run)[-3:]]
+        finals[env_id] = sum(last) / len(last)
+        assert number(row["final score"]) == pytest.approx(finals[env_id], abs=0.05)
+        hns = human_normalised(env_id, finals[env_id])
+        assert number(row["human-normalised final"]) == pytest.approx(hns, abs=0.005)
+        es = es_hour(env_id)
+        assert row[ES_COLUMN] == ("–" if es is None else f"{es:,g}")
+        assert row["final above ES"] == (
+            "–" if es is None else "yes" if finals[env_id] > es else "no"
+        )
+    assert len(finals) == len(rows)  # each game once
+    predicted = atari5_median(finals)
+    if predicted is None:
+        assert "**The summary score**: not yet computed" in section
+    else:
+        assert f"57-game median of **{predicted:.2f}**" in section

@@ -154,3 +154,35 @@ def test_a_damaged_or_resumed_eval_csv_is_read_as_plot_reads_it(tmp_path, caplog
     assert [(e.step, e.mean) for e in found.evaluations] == [(1000, 20), (2000, 40), (3000, 50)]
     assert found.seed == 7 and found.learner == "pqn"
     assert "1 damaged line at line 5" in caplog.text
+
+
+def atari_run(game: str, seed: int, final: float) -> SeedRun:
+    """A run of ``ALE/<game>-v5`` whose last three evaluations scored ``final``."""
+    evals = [Evaluation(1000 * (i + 1), 10.0 * (i + 1), final) for i in range(3)]
+    return SeedRun(Path(f"{game}-{seed}"), f"ALE/{game}-v5", "pqn", seed, evals)
+
+
+def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from_atari5():
+    """OpenAI ES's one-hour score beside each game that has one, and for a learner with runs of
+    all five Atari-5 games the 57-game median their final scores predict, seed by seed; with
+    a game of the five missing, no prediction (a missing game is not a zero)."""
+    from edgerl.display.seeds import across_games, describe, grouped
+    from edgerl.envs.scores import atari5_median
+
+    humans = {"BattleZone": 37187.5, "DoubleDunk": -16.4, "NameThisGame": 8049.0}
+    humans |= {"Phoenix": 7242.6, "Qbert": 13455.0}
+    runs = [atari_run(g, 0, h) for g, h in humans.items()]  # seed 0 plays like the human
+    runs += [atari_run(g, 1, 2 * h if h > 0 else 0.0) for g, h in humans.items()]
+    groups = grouped(runs)
+    lines = across_games(groups, 3, 1000)
+    seed1 = atari5_median({f"ALE/{g}-v5": 2 * h if h > 0 else 0.0 for g, h in humans.items()})
+    (said,) = [line for line in lines if "Atari-5" in line]
+    assert f"score of 0.85, {seed1:.2f} (2 seeds;" in said
+    assert not any("Atari-5" in line for line in across_games(grouped(runs[1:5]), 3, 1000))
+
+    qbert = describe(figures(groups[("ALE/Qbert-v5", "pqn")], reps=1000))
+    assert "OpenAI ES after an hour on 720 CPUs (Salimans et al. 2017): 147.5" in qbert
+    assert "final scores above it: 2 of 2" in qbert
+    phoenix = figures(groups[("ALE/Phoenix-v5", "pqn")], reps=1000)
+    assert "OpenAI ES" not in describe(phoenix)  # the paper has no Phoenix
+    assert phoenix.to_dict()["es_hour"] is None

@@ -14,6 +14,9 @@ learner; a folder that is not a run but holds runs (``edgerl train --seeds N`` w
   **best** is its best evaluation, shown beside it, never instead of it.
 - **IQM** of the final scores over the seeds (one game: a bootstrap over the seeds; several
   games of one learner: over human-normalised scores, stratified by game).
+- **Against the field**: OpenAI ES's score after an hour on 720 CPUs where the game has one,
+  and, for a learner with runs of all five Atari-5 games, the 57-game median their final scores
+  predict (Aitchison et al.'s regression), seed by seed.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.envs.scores import human_normalised, reference
+from edgerl.envs.scores import atari5_median, atari5_weights, es_hour, human_normalised, reference
 from edgerl.errors import MissingDependencyError, RunDirError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.run.rundir import run_section
@@ -230,6 +233,7 @@ class Figures:
             "human_normalised_final_iqm": None
             if self.human is None
             else {"point": self.human[0], "ci95": list(self.human[1:])},
+            "es_hour": es_hour(self.game),
             "protocol": protocol(self.runs[0]),
         }
 
@@ -288,7 +292,35 @@ def across_games(groups: dict[Group, list[SeedRun]], last: int, reps: int) -> li
             f"{learner.upper()} over {plural(len(games), 'game')} x {plural(n, 'seed')}: "
             f"human-normalised final IQM {point:.2f} [95% CI {low:.2f}, {high:.2f}]"
         )
+        if (predicted := atari5_line(learner, groups, last)) is not None:
+            lines.append(predicted)
     return lines
+
+
+def atari5_line(learner: str, groups: dict[Group, list[SeedRun]], last: int) -> str | None:
+    """The 57-game median that the learner's final scores on the five Atari-5 games predict,
+    seed by seed (the i-th seed of each game together, as many as the game with fewest), or
+    None where a game of the five has no run."""
+    five = {k[0]: groups[k] for k in groups if k[1] == learner and k[0] in atari5_games()}
+    if len(five) < len(atari5_weights()):
+        return None
+    n = min(len(runs) for runs in five.values())
+    predicted = [
+        atari5_median({g: runs[i].final(last) for g, runs in five.items()}) for i in range(n)
+    ]
+    per_seed = ", ".join(f"{p:.2f}" for p in predicted if p is not None)  # None: not five
+    return (
+        f"{learner.upper()} on Atari-5 (Aitchison et al. 2022): the final scores predict a "
+        f"57-game median human-normalised score of {per_seed} ({plural(n, 'seed')}; the "
+        "regression's own error is about 10%)"
+    )
+
+
+def atari5_games() -> set[str]:
+    """The env ids of the Atari-5 games (``ALE/BattleZone-v5``, ...)."""
+    return {
+        "ALE/" + "".join(w.capitalize() for w in g.split("_")) + "-v5" for g in atari5_weights()
+    }
 
 
 def protocol(run: SeedRun) -> str:
@@ -341,6 +373,12 @@ def describe(f: Figures, last: int = LAST) -> str:
     if f.human is not None:
         point, low, high = f.human
         lines.append(f"  human-normalised final: IQM {point:.2f} [95% CI {low:.2f}, {high:.2f}]")
+    if (es := es_hour(f.game)) is not None:
+        above = sum(final > es for final in f.finals)
+        lines.append(
+            f"  OpenAI ES after an hour on 720 CPUs (Salimans et al. 2017): {es:g}; "
+            f"final scores above it: {above} of {len(f.finals)}"
+        )
     lines.append(f"  protocol: {protocol(f.runs[0])}")
     return "\n".join(lines)
 
