@@ -70,7 +70,9 @@ class EpisodesKind:
     keeps_steps = False
     lockstep = False
     label = "the toy's scores"  # what sentences call it
-    size_key = "env.num_envs"  # what makes it smaller
+
+    def size_key(self, cfg: Config) -> str:  # what makes it smaller
+        return "env.num_envs"
 
     def refuse(self, cfg: Config) -> None: ...  # no keys of its own to check
 

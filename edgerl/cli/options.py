@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from edgerl.config import Config, Layer
+from edgerl.config.learners import LEARNERS
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("edgerl")
@@ -191,9 +192,10 @@ def build_config(
     return cfg
 
 
-# What a run's config.toml lends a resume: how it learns and is judged, not the machine it ran
-# on (perf, hw, display, log, fleet) nor where it is (train.run_dir).
-RECIPE_SECTIONS = ("env", "agent", "pqn", "ga", "replay", "eval", "train")
+# What a run's config.toml lends a resume: how it learns and is judged (every learner's own
+# section, named as agent.algo names it), not the machine it ran on (perf, hw, display, log,
+# fleet) nor where it is (train.run_dir).
+RECIPE_SECTIONS = ("env", "agent", *LEARNERS, "replay", "eval", "train")
 
 
 def run_recipe_layer(cfg: Config) -> Layer | None:

@@ -27,6 +27,8 @@ class LearnerInfo:
     # one rollout old), or "" (never: it learns in the actor's loop).
     beside_actor: str
     layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
+    # A rollout learner's: the key of its rollout's length (PQN's, unless it has its own).
+    rollout_key: str = "pqn.rollout_steps"
     # Its unit of learning is made of all its environments' steps (a rollout of env.num_envs):
     # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
     own_num_envs: bool = False

@@ -154,7 +154,7 @@ def check_memory(cfg: Config, spec: EnvSpec, device: torch.device) -> int:
     kind = memory_kind(cfg)
     plan, _ = kind.plan(cfg, spec, device)
     kind.check(cfg, device, plan)
-    named = (kind.label, kind.size_key)
+    named = (kind.label, kind.size_key(cfg))
     check_env_memory(spec, cfg.env.num_envs, plan, kind.where(cfg, device), named)
     return plan.available_bytes
 

@@ -1,4 +1,5 @@
-"""Q-networks: the Nature CNN for Atari frame stacks, an MLP for vector observations.
+"""Q-networks (and PPO's policy networks: the same shapes, their outputs the actions' logits):
+the Nature CNN for Atari frame stacks, an MLP for vector observations.
 
 Either can put a LayerNorm after every hidden layer (``layer_norm``), as PQN does: normalised
 features keep Q-learning without a target network stable (Gallici et al. 2024).
@@ -64,12 +65,20 @@ class NatureCNN(nn.Module):
         fmt = torch.channels_last if enabled else torch.contiguous_format
         return self.to(memory_format=fmt)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    @property
+    def last(self) -> nn.Linear:
+        """The output layer (a policy learner puts a value head of its own beside it)."""
+        return self.head[-1]
+
+    def hidden(self, obs: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer's features, 512 per observation."""
         x = obs.to(self.input_dtype) / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        hidden = self.head[:-1](self.features(x))  # Linear(3136, 512), (LayerNorm,) ReLU
-        return output_layer(self.head[-1], hidden)
+        return self.head[:-1](self.features(x))  # Linear(3136, 512), (LayerNorm,) ReLU
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return output_layer(self.last, self.hidden(obs))
 
 
 class MLP(nn.Module):
@@ -90,9 +99,17 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
         self.input_dtype = torch.float32
 
+    @property
+    def last(self) -> nn.Linear:
+        """The output layer (a policy learner puts a value head of its own beside it)."""
+        return self.net[-1]
+
+    def hidden(self, obs: torch.Tensor) -> torch.Tensor:
+        """The last hidden layer's features."""
+        return self.net[:-1](obs.to(self.input_dtype))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        hidden = self.net[:-1](obs.to(self.input_dtype))
-        return output_layer(self.net[-1], hidden)
+        return output_layer(self.last, self.hidden(obs))
 
 
 def build_q_network(spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool = False) -> nn.Module:

@@ -12,7 +12,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
-from edgerl.config.learners import rollouts_held
+from edgerl.config.learners import learner_info, rollouts_held
 from edgerl.envs import EnvSpec
 from edgerl.errors import ConfigError, ReplayMemoryError
 from edgerl.hw.device import resolve_device
@@ -35,9 +35,12 @@ class MemoryKind(Protocol):
     # Every environment steps together, each step's rows in order: no ALE async mode (rows
     # of some environments) and no autotune of the environments (its unit is all of them).
     lockstep: bool
-    # What the messages call it, and the key that makes it smaller.
+    # What the messages call it.
     label: str
-    size_key: str
+
+    def size_key(self, cfg: Config) -> str:
+        """The key that makes it smaller."""
+        ...
 
     def refuse(self, cfg: Config) -> None:
         """Raise ConfigError (one sentence naming the keys to change) where ``cfg``'s own keys
@@ -73,7 +76,9 @@ class ReplayKind:
     keeps_steps = ReplayBuffer.keeps_steps
     lockstep = False
     label = "the replay"
-    size_key = "replay.capacity"
+
+    def size_key(self, cfg: Config) -> str:
+        return "replay.capacity"
 
     def refuse(self, cfg: Config) -> None:
         """A sampled batch fits the replay, and the replay holds 16 steps of every environment
@@ -132,14 +137,23 @@ class ReplayKind:
         )
 
 
+def rollout_steps(cfg: Config) -> int:
+    """The rollout length of ``cfg``'s rollout learner: the key its registry line names
+    (``pqn.rollout_steps``, ``ppo.rollout_steps``)."""
+    return int(cfg.get(learner_info(cfg.agent.algo).rollout_key))
+
+
 class RolloutKind:
-    """PQN's rollout: the last ``pqn.rollout_steps`` steps of every environment, learned once
-    (two of them where the learner learns one while the next is collected)."""
+    """A rollout learner's (PQN's, PPO's): the last ``rollout_steps`` steps of every
+    environment, learned once (two of them where the learner learns one while the next is
+    collected)."""
 
     keeps_steps = RolloutBuffer.keeps_steps
     lockstep = True
     label = "the rollout"
-    size_key = "pqn.rollout_steps"
+
+    def size_key(self, cfg: Config) -> str:
+        return learner_info(cfg.agent.algo).rollout_key
 
     def refuse(self, cfg: Config) -> None:
         """Nothing: its size is what the memory plan weighs against the machine."""
@@ -152,22 +166,23 @@ class RolloutKind:
 
     def _what(self, cfg: Config, held: int) -> str:
         return (
-            f"{'two rollouts' if held == 2 else 'a rollout'} of {cfg.pqn.rollout_steps} steps x "
+            f"{'two rollouts' if held == 2 else 'a rollout'} of {rollout_steps(cfg)} steps x "
             f"{plural(cfg.env.num_envs, 'environment')} need{'' if held == 2 else 's'}"
         )
 
     def plan(self, cfg: Config, spec: EnvSpec, device: torch.device) -> tuple[MemoryPlan, str]:
         available, where = available_memory(device)
         held = self._held(cfg, device)
-        size = held * rollout_bytes(spec, cfg.env.num_envs, cfg.pqn.rollout_steps)
-        plan = MemoryPlan(cfg.pqn.rollout_steps, size, size, available, where)
+        steps = rollout_steps(cfg)
+        size = held * rollout_bytes(spec, cfg.env.num_envs, steps)
+        plan = MemoryPlan(steps, size, size, available, where)
         return plan, (
             f"{self._what(cfg, held)} {fmt_bytes(size)} (no replay"
             + ("; one learned while the next is collected)" if held == 2 else ")")
         )
 
     def fix(self, cfg: Config, plan: MemoryPlan) -> str:
-        return "lower env.num_envs or pqn.rollout_steps, or free memory"
+        return f"lower env.num_envs or {self.size_key(cfg)}, or free memory"
 
     def check(self, cfg: Config, device: torch.device, plan: MemoryPlan) -> None:
         if plan.fits:
@@ -176,13 +191,13 @@ class RolloutKind:
             f"{self._what(cfg, self._held(cfg, device))} {fmt_bytes(plan.total_bytes)} but "
             f"only {fmt_bytes(plan.available_bytes)} of {plan.where} memory is available, of "
             f"which edgerl uses at most {MEMORY_SHARE:.0%}; lower env.num_envs or "
-            "pqn.rollout_steps"
+            f"{self.size_key(cfg)}"
         )
 
     def build(
         self, cfg: Config, spec: EnvSpec, device: torch.device, available: int | None, num_envs: int
     ) -> Memory:
-        return RolloutBuffer(spec, num_envs, cfg.pqn.rollout_steps, device)
+        return RolloutBuffer(spec, num_envs, rollout_steps(cfg), device)
 
 
 class EpisodesKind:
@@ -192,7 +207,9 @@ class EpisodesKind:
     keeps_steps = EpisodeScores.keeps_steps
     lockstep = False
     label = "the episode scores"
-    size_key = "env.num_envs"
+
+    def size_key(self, cfg: Config) -> str:
+        return "env.num_envs"
 
     def refuse(self, cfg: Config) -> None:
         """Nothing: two numbers an environment."""

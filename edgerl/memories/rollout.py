@@ -1,15 +1,19 @@
-"""PQN's memory: the last ``pqn.rollout_steps`` vector steps of every environment, nothing older.
+"""A rollout learner's memory (PQN's, PPO's): the last ``rollout_steps`` vector steps of every
+environment (``pqn.rollout_steps``, ``ppo.rollout_steps``), nothing older.
 
 It takes the same writes as the replay (:meth:`add_first` after a reset, :meth:`add` after each
 vector step), so the training loop does not know which learner it feeds. Observations are kept
 whole (frame stacks), on the learner's device: a rollout of Pong at 128 environments and 32 steps
 is 116 MB, against 7 GB for a DQN replay of a million transitions.
 
-Once full, the learner computes Q(lambda) returns from it (:func:`lambda_returns`) and learns;
-:meth:`clear` then starts the next rollout from the newest observations. Where the learner learns
-one rollout while the next is collected (:mod:`edgerl.run.lagged`), :meth:`take_full` hands the
-full rollout over and goes on writing into a second set of tensors: twice the memory, and the
-learner's rollout never changes under it.
+Beside each observation it keeps what the learner's acting policy said of it when it acted on it
+(:meth:`RolloutBuffer.note_extras`): PQN's greedy values, PPO's values and the log-probabilities
+of the actions taken, whatever names the policy declares; it stores them without knowing the
+algorithm. Once full, the learner computes its returns from it (PQN: :func:`lambda_returns`) and
+learns; :meth:`clear` then starts the next rollout from the newest observations. Where the
+learner learns one rollout while the next is collected (:mod:`edgerl.run.lagged`),
+:meth:`take_full` hands the full rollout over and goes on writing into a second set of tensors:
+twice the memory, and the learner's rollout never changes under it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from edgerl.words import fmt_bytes
 def rollout_bytes(spec: EnvSpec, num_envs: int, steps: int) -> int:
     """Bytes a rollout of ``steps`` vector steps of ``num_envs`` environments holds."""
     obs = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
-    return num_envs * (steps + 1) * (obs + 8 + 4 + 4 + 2)  # obs, action, reward, value, flags
+    # obs, action, reward, flags and two extras (PQN keeps one: the greedy value; PPO two)
+    return num_envs * (steps + 1) * (obs + 8 + 4 + 2 + 2 * 4)
 
 
 def lambda_returns(
@@ -78,9 +83,12 @@ class RolloutBuffer:
         self.truncated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
         # The final observations of truncated episodes: (t, env rows, observations).
         self.finals: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-        # max_a Q(obs[t]) as the actor computed it, and the learner's update count it was computed
-        # at (-1: not known): the learner reuses them where its weights are still the same.
+        # What the actor's policy said of obs[t] as it acted on it: the extra "value" (PQN's
+        # max_a Q, PPO's V) in ``values``, any other in ``kept`` by name (made when first
+        # noted), and the learner's update count the acting weights came from (-1: nothing
+        # noted): PQN reuses values where its weights are still the same.
         self.values = torch.zeros((steps + 1, num_envs), device=device)
+        self.kept: dict[str, torch.Tensor] = {}
         self.values_version = np.full(steps + 1, -1, dtype=np.int64)
         self.t = 0  # transitions stored in this rollout
         self.valid = 0  # transitions stored (the trainer's progress line reads it)
@@ -161,14 +169,35 @@ class RolloutBuffer:
 
     def note_extras(self, extras: dict[str, np.ndarray], version: int) -> None:
         """Keep what the acting policy said of the newest observations (one row per
-        environment), computed with the weights of the learner's update ``version``: their
-        greedy values max_a Q (``extras["value"]``; other extras are not kept here). The
-        actor's forward pass already made them, and the learner need not compute them again."""
-        values = extras.get("value")
-        if values is None:
-            return
-        self.values[self.t].copy_(self._tensor(np.asarray(values, dtype=np.float32)))
+        environment), computed with the weights of the learner's update ``version``, every
+        extra by its name (``extras["value"]`` in :attr:`values`, the rest in :attr:`kept`).
+        The actor's forward pass already made them: the learner need not compute them again."""
+        for name, rows in extras.items():
+            self.extra(name)[self.t].copy_(self._tensor(np.asarray(rows, dtype=np.float32)))
         self.values_version[self.t] = version
+
+    def extra(self, name: str) -> torch.Tensor:
+        """The stored extra ``name``, (steps + 1, envs): slot t is what the policy said of
+        ``obs[t]`` (where :attr:`values_version` says it was noted)."""
+        if name == "value":
+            return self.values
+        if name not in self.kept:
+            self.kept[name] = torch.zeros_like(self.values)
+        return self.kept[name]
+
+    def _carry_newest(self, source: RolloutBuffer) -> None:
+        """Start at slot 0 from ``source``'s newest observation and what was noted of it (the
+        actor may have acted on it already: its extras belong to the next rollout's first
+        step)."""
+        t = source.t
+        self.obs[0].copy_(source.obs[t])
+        version = source.values_version[t]
+        self.values_version[:] = -1
+        self.values_version[0] = version
+        if version >= 0:
+            self.values[0].copy_(source.values[t])
+            for name, stored in source.kept.items():
+                self.extra(name)[0].copy_(stored[t])
 
     def take_full(self) -> RolloutBuffer:
         """Hand the full rollout over and go on with the next one in a second set of tensors
@@ -186,16 +215,15 @@ class RolloutBuffer:
             setattr(full, name, mine)
         full.finals, self.finals = self.finals, full.finals
         full.values_version, self.values_version = self.values_version, full.values_version
+        full.kept, self.kept = self.kept, full.kept
         full.t, full.valid = self.t, self.capacity
-        self.obs[0].copy_(full.obs[self.t])  # the next rollout starts from the newest
-        self.values_version[:] = -1
+        self._carry_newest(full)  # the next rollout starts from the newest
         self.t = 0
         self.finals.clear()
         return full
 
     def clear(self) -> None:
         """Start the next rollout from the newest observations."""
-        self.obs[0].copy_(self.obs[self.t])
-        self.values_version[:] = -1  # the next rollout's values come from its own steps
+        self._carry_newest(self)
         self.t = 0
         self.finals.clear()
