@@ -43,6 +43,7 @@ from edgerl.config.sections import (
     HwConfig,
     LogConfig,
     PerfConfig,
+    PPOConfig,
     PQNConfig,
     ReplayConfig,
     TrainConfig,
@@ -57,6 +58,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     pqn: PQNConfig = field(default_factory=PQNConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     ga: GAConfig = field(default_factory=GAConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)

@@ -99,6 +99,32 @@ GA_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# PPO's presets. Frames: CleanRL's ppo_atari.py (the [ppo] defaults: rollouts of 128 steps, 4
+# epochs of 4 minibatches, lambda 0.95, clip 0.1, entropy 0.01) with 8 environments, Adam at
+# lr 2.5e-4 annealed to 0 and the gradient clipped at norm 0.5. Vector: CleanRL's ppo.py for
+# CartPole with 8 environments of 64 steps (a rollout of 512, as there), measured in edgerl's suite.
+PPO_PRESETS: dict[str, dict[str, Any]] = {
+    "frames": {
+        "env.num_envs": 8,
+        "agent.lr": 2.5e-4,
+        "agent.lr_end": 0.0,
+        "agent.grad_clip": 0.5,
+        "agent.adam_eps": 1e-5,
+    },
+    "vector": {
+        "env.num_envs": 8,
+        "agent.lr": 2.5e-4,
+        "agent.lr_end": 0.0,
+        "agent.grad_clip": 0.5,
+        "agent.adam_eps": 1e-5,
+        "agent.hidden": (64, 64),
+        "ppo.rollout_steps": 64,
+        "ppo.clip": 0.2,
+        "train.steps": 300_000,
+        "perf.pipeline": "sync",
+    },
+}
+
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
     "dqn": LearnerInfo(
@@ -111,6 +137,14 @@ LEARNERS: dict[str, LearnerInfo] = {
         layer_norm=True,
         own_num_envs=True,
         presets=PQN_PRESETS,
+    ),
+    "ppo": LearnerInfo(
+        "edgerl.learners.ppo",
+        memory="rollout",
+        rollout_key="ppo.rollout_steps",
+        beside_actor="rollout-lag",
+        own_num_envs=True,
+        presets=PPO_PRESETS,
     ),
     "ga": LearnerInfo(
         "edgerl.learners.ga",

@@ -67,8 +67,9 @@ class AgentConfig:
     algo: str = setting(
         "dqn",
         "the learner: dqn (Double DQN with a replay memory), pqn (Q(lambda) without one: "
-        "for boards with little memory; its keys are in [pqn]) or ga (a genetic algorithm, "
-        "forward passes only; its keys are in [ga])",
+        "for boards with little memory; its keys are in [pqn]), ppo (proximal policy "
+        "optimisation, a policy that samples its actions; its keys are in [ppo]) or ga (a "
+        "genetic algorithm, forward passes only; its keys are in [ga])",
         choices=LEARNERS.keys(),  # a view: a learner registered later is a choice too
     )
     lr: float = setting(1e-4, "Adam learning rate", min=0.0, max=1.0)
@@ -135,6 +136,37 @@ class PQNConfig:
     )
     epochs: int = setting(2, "passes over each rollout", min=1, max=100)
     minibatches: int = setting(32, "minibatches per pass", min=1, max=100_000)
+
+
+@dataclass
+class PPOConfig:
+    rollout_steps: int = setting(
+        128,
+        "vector steps of every environment per rollout, learned from at once",
+        min=1,
+        max=10_000,
+    )
+    lam: float = setting(
+        0.95,
+        "GAE's lambda: how much of the longer returns goes into each advantage",
+        min=0.0,
+        max=1.0,
+    )
+    epochs: int = setting(4, "passes over each rollout", min=1, max=100)
+    minibatches: int = setting(4, "minibatches per pass", min=1, max=100_000)
+    clip: float = setting(
+        0.1,
+        "how far a pass may move an action's probability ratio from 1 (the clip range)",
+        min=0.0,
+        max=10.0,
+    )
+    vf_coef: float = setting(0.5, "the value loss's weight beside the policy's", min=0.0, max=100.0)
+    ent_coef: float = setting(
+        0.01,
+        "the entropy bonus's weight: how much the policy is kept from certainty",
+        min=0.0,
+        max=10.0,
+    )
 
 
 @dataclass
