@@ -610,3 +610,40 @@ def test_a_manifest_missing_one_delta_of_its_chain_is_named(tmp_path):
     rewrite(tmp_path / name, manifest)
     why = restores_or_says_why(tmp_path, name)
     assert why is not None and "its deltas leave" in why and "unwritten" in why, why
+
+
+def test_a_second_ctrl_c_during_the_last_replay_save_writes_no_checkpoint_naming_it(
+    tmp_path, monkeypatch, caplog
+):
+    """Ctrl-C, then Ctrl-C again while the session's last replay save writes its files (issue
+    59, item 5): the save is cut short before its manifest is on disk, so the checkpoint that
+    would name it is not written (it used to be, and its resume found no manifest and refilled
+    the replay); the log says so, and the run resumes from the checkpoint before."""
+    import edgerl.memories.replay.store
+
+    original = edgerl.memories.replay.store.write_atomic
+    cut = []
+
+    def write_atomic(path, data):  # type: ignore[no-untyped-def]
+        if Path(path).name.startswith("manifest-") and not cut:
+            cut.append(path)
+            raise KeyboardInterrupt  # the second Ctrl-C, as the manifest is about to be written
+        return original(path, data)
+
+    run = tmp_path / "cartpole"
+    settings = [*pairs(CARTPOLE), f"train.run_dir={run}", "train.checkpoint_every_s=100000"]
+    with Trainer(config([*settings, "train.steps=200"]), quiet=True) as t:
+        t.run()  # a checkpoint and its replay at step 200
+    monkeypatch.setattr(edgerl.memories.replay.store, "write_atomic", write_atomic)
+    with pytest.raises(KeyboardInterrupt), Trainer(config([*settings, "train.steps=300"])) as t:
+        t.run()
+    assert cut, "the final save wrote no manifest"
+    assert [c.step for c in list_checkpoints(run / "checkpoints")] == [200]
+    assert "the replay save of step 300 was cut short: its checkpoint is not written" in caplog.text
+    monkeypatch.setattr(edgerl.memories.replay.store, "write_atomic", original)
+    caplog.clear()
+    with Trainer(config([*settings, "train.steps=400"]), quiet=True) as t:
+        assert t.step == 200 and len(t.memory) == 200  # step 200's checkpoint, with its replay
+        t.run()
+    assert "missing" not in caplog.text
+    assert list_checkpoints(run / "checkpoints")[-1].step == 400

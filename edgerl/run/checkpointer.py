@@ -207,6 +207,13 @@ class Checkpointer:
         job, data, step = self._pending
         job.wait()
         self._pending = None
+        if not job.ended:  # cut short (Ctrl-C again during the save): its manifest may be absent
+            log.warning(
+                "the replay save of step %s was cut short: its checkpoint is not written, and "
+                "the run resumes from the one before",
+                f"{step:,}",
+            )
+            return None
         r = job.result
         if job.error is not None:
             # The checkpoint still names the replay it should have had: a resume says so.

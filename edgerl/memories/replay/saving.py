@@ -73,6 +73,9 @@ class SaveJob:
     result: SaveResult
     delta_name: str | None
     error: str | None = None
+    # The write ran to its end, done or failed: False after an exception that is not the
+    # write's (a second Ctrl-C during a save in the foreground), the manifest maybe not written.
+    ended: bool = False
     chain: list[dict[str, Any]] = field(default_factory=list)
     _thread: threading.Thread | None = None
 
@@ -110,3 +113,4 @@ class SaveJob:
             self.error = f"replay save failed ({type(e).__name__}: {e})"
         self.result.save_s = time.perf_counter() - started
         self.result.cpu_s = time.thread_time() - cpu
+        self.ended = True
