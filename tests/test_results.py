@@ -217,7 +217,7 @@ RUNS = REPO / "docs" / "runs"
 # Each seed table: the runs it sums up, its target and the training time it counts it within.
 SEED_TABLES = {
     "CartPole, 5 seeds each": (
-        [RUNS / "cartpole-seeds" / a for a in ("dqn", "pqn", "ga")],
+        [RUNS / "cartpole-seeds" / a for a in ("dqn", "pqn", "ga", "ppo")],
         500,
         None,
     ),
