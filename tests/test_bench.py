@@ -444,3 +444,31 @@ def test_a_loop_that_counted_no_step_says_so_and_gives_no_figure_or_advice():
     (line,) = _loop_lines(loop, None)
     assert "no step was counted" in line and "--seconds" in line
     assert "of the limit" not in line and "waits" not in line
+
+
+def test_dqns_update_modes_and_replay_are_named_as_dqns_where_another_learner_is_benched():
+    """The stage table measures DQN's update modes whichever learner is configured: a bench of
+    PQN or PPO says they are DQN's, and prints none of DQN's settings as its learner's."""
+    from edgerl.measure.report import render
+
+    result = {
+        "device": "cpu",
+        "cpus": 2,
+        "torch_threads": 2,
+        "env": "CartPole-v1",
+        "train_freq": 2,
+        "batch_size": 64,
+        "n_step": 1,
+        "replay_bytes_per_transition": 22,
+        "env_steps_per_s": {"8": 40_000.0},
+        "act_per_s": {"1": {"actions_per_s": 9_000.0}},
+        "updates_per_s": {"eager": 800.0},
+    }
+    dqn = render({**result, "algo": "dqn"}).splitlines()
+    assert dqn[0].endswith("CartPole-v1, dqn, train_freq 2, batch 64, n_step 1")
+    assert "replay:        22 bytes" in dqn[1] and any(ln.startswith("updates/s:") for ln in dqn)
+    ppo = render({**result, "algo": "ppo"}).splitlines()
+    assert ppo[0].endswith("CartPole-v1, ppo") and "train_freq" not in ppo[0]
+    assert ppo[1].startswith("DQN's replay:") and any(
+        ln.startswith("DQN's updates/s:") for ln in ppo
+    )

@@ -82,13 +82,27 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _dqn_said(result: dict[str, Any]) -> str:
+    """How a figure of DQN's (its update modes, its replay) is named: plainly where DQN is the
+    learner measured, as DQN's where another one is (the stage table measures DQN's update
+    whichever learner is configured)."""
+    return "" if result.get("algo", "dqn") == "dqn" else "DQN's "
+
+
 def _header(result: dict[str, Any]) -> list[str]:
+    algo = result.get("algo", "dqn")
+    settings = (  # DQN's update is these; another learner's is its own section's
+        f", train_freq {result['train_freq']}, batch {result['batch_size']}, n_step "
+        f"{result['n_step']}"
+        if algo == "dqn"
+        else ""
+    )
+    dqn = _dqn_said(result)
     return [
         f"edgerl bench on {result['device']} ({result['cpus']} CPUs, {result['torch_threads']} "
-        f"torch threads), {result['env']}, {result.get('algo', 'dqn')}, train_freq "
-        f"{result['train_freq']}, batch {result['batch_size']}, n_step {result['n_step']}"
+        f"torch threads), {result['env']}, {algo}{settings}"
         + (f", --preset {result['preset']}" if result.get("preset") else ""),
-        f"replay:        {result['replay_bytes_per_transition']:,} bytes per transition",
+        f"{dqn + 'replay:':<15}{result['replay_bytes_per_transition']:,} bytes per transition",
     ]
 
 
@@ -102,8 +116,10 @@ def _stage_lines(result: dict[str, Any]) -> list[str]:
         "actions/s:     "
         + ", ".join(f"batch {b} {v['actions_per_s']:,.0f}" for b, v in result["act_per_s"].items())
     )
+    dqn = _dqn_said(result)
     lines.append(
-        "updates/s:     " + ", ".join(f"{k} {v:,.1f}" for k, v in result["updates_per_s"].items())
+        f"{dqn + 'updates/s:':<15}"
+        + ", ".join(f"{k} {v:,.1f}" for k, v in result["updates_per_s"].items())
     )
     return lines
 
