@@ -229,11 +229,10 @@ SEED_TABLES = {
 }
 
 
-def seed_rows(title: str) -> list[dict[str, str]]:
-    """The table under the heading ``### title`` of docs/results.md, by header."""
-    lines = RESULTS.read_text().splitlines()
-    at = lines.index(f"### {title}")
-    start = next(i for i in range(at, len(lines)) if lines[i].startswith("| recipe"))
+def table_at(lines: list[str], first: str, at: int = 0) -> list[dict[str, str]]:
+    """The rows of the first table from line ``at`` on whose header starts ``| first``, by
+    header."""
+    start = next(i for i in range(at, len(lines)) if lines[i].startswith(f"| {first}"))
     header = [c.strip() for c in lines[start].strip("|").split("|")]
     rows = []
     for line in lines[start + 2 :]:
@@ -241,6 +240,12 @@ def seed_rows(title: str) -> list[dict[str, str]]:
             break
         rows.append(dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True)))
     return rows
+
+
+def seed_rows(title: str) -> list[dict[str, str]]:
+    """The table under the heading ``### title`` of docs/results.md, by header."""
+    lines = RESULTS.read_text().splitlines()
+    return table_at(lines, "recipe", lines.index(f"### {title}"))
 
 
 @pytest.mark.parametrize("title", SEED_TABLES)
@@ -289,15 +294,7 @@ def atari5_rows() -> tuple[list[dict[str, str]], str]:
     """The Atari-5 section's table, by header, and the section's text."""
     text = RESULTS.read_text()
     section = text.split("## Atari-5 on two CPU cores")[1].split("\n## ")[0]
-    lines = section.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| Atari-5 game"))
-    header = [c.strip() for c in lines[start].strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True)))
-    return rows, section
+    return table_at(section.splitlines(), "Atari-5 game"), section
 
 
 def test_the_atari5_table_is_its_runs_final_scores_and_the_summary_the_regressions():
