@@ -117,14 +117,21 @@ def test_bench_json(cli):
 
 def test_ctrl_c_prints_what_the_bench_measured_so_far_and_exits_130():
     """A bench stopped by Ctrl-C (or SIGINT from a time limit) keeps what it measured: the
-    JSON document has the stages before the interrupt, marked interrupted."""
+    JSON document has the stages before the interrupt, marked interrupted. It starts with SIGINT
+    ignored, as a shell script's background job (or ``timeout -s INT`` run from one) hands it
+    over, and Python then installs no handler of its own: the bench installs one (it ran to its
+    end and exited 0 when this test was run from such a job)."""
     args = ["bench", "--env", "CartPole-v1", "--seconds", "10", "--envs", "1"]
-    proc = subprocess.Popen(
-        edgerl_cmd(*args, "--actor-envs", "", "--loop-envs", "1", "--json"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child inherits it ignored
+    try:
+        proc = subprocess.Popen(
+            edgerl_cmd(*args, "--actor-envs", "", "--loop-envs", "1", "--json"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     err: list[str] = []
     reached = threading.Event()
 

@@ -26,9 +26,13 @@ The measurements themselves are in :mod:`edgerl.measure.loops`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,6 +343,22 @@ def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.devic
     )
 
 
+@contextlib.contextmanager
+def sigint_interrupts() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here even where the process started with it ignored: a
+    shell script's background job, or ``timeout -s INT`` run from one, hands its programs SIGINT
+    ignored, and Python then installs no handler of its own (``edgerl train`` installs its own
+    for the same reason). The old handler comes back after; off the main thread, nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def run_bench(opts: BenchOptions) -> dict[str, Any]:
     """Measure everything; returns the JSON document (see README "Performance"). A Ctrl-C
     (SIGINT) ends the measuring: what was measured by then is returned, marked interrupted."""
@@ -347,7 +367,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     result: dict[str, Any] = {}
     warnings: list[str] = []
     try:
-        _measure(opts, result, warnings)
+        with sigint_interrupts():
+            _measure(opts, result, warnings)
     except KeyboardInterrupt:
         result["interrupted"] = True
         warnings.append(
