@@ -44,6 +44,7 @@ from edgerl.learners.shared import (
     LossMeter,
     anneal_lr,
     loadable_optimizer_state,
+    rollouts_owed,
 )
 from edgerl.memories import Memory
 from edgerl.memories.rollout import RolloutBuffer
@@ -195,9 +196,7 @@ class PPO:
 
     def owed(self, step: int, memory: Memory | None = None) -> int:
         """Rollouts complete at env step ``step`` and not learned from yet."""
-        start_step, start_rollouts = self.learn_from
-        done = start_rollouts + max(0, step - start_step) // self.steps_per_unit
-        return done - self.rollouts
+        return rollouts_owed(self.learn_from, self.rollouts, step, self.steps_per_unit)
 
     def resume_at(self, step: int, refill: int = 0) -> None:
         self.learn_from = (step, self.rollouts)

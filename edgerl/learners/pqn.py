@@ -51,6 +51,7 @@ from edgerl.learners.shared import (
     autocast,
     epsilon_at,
     loadable_optimizer_state,
+    rollouts_owed,
 )
 from edgerl.memories import Memory
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
@@ -169,9 +170,7 @@ class PQN:
     def owed(self, step: int, memory: Memory | None = None) -> int:
         """Rollouts complete at env step ``step`` and not learned from yet (every environment
         steps together: the step alone says)."""
-        start_step, start_rollouts = self.learn_from
-        done = start_rollouts + max(0, step - start_step) // self.steps_per_unit
-        return done - self.rollouts
+        return rollouts_owed(self.learn_from, self.rollouts, step, self.steps_per_unit)
 
     def resume_at(self, step: int, refill: int = 0) -> None:
         """Continue a resumed run at ``step``: the first rollout starts there (``refill`` is

@@ -45,6 +45,16 @@ def epsilons_at(
     return np.full(n, epsilon_at(cfg, step, learning_from))
 
 
+def rollouts_owed(
+    learn_from: tuple[int, int], rollouts: int, step: int, steps_per_unit: int
+) -> int:
+    """A rollout learner's whole rollouts complete at env step ``step`` and not learned from yet
+    (every environment steps together: the step alone says), counted from ``learn_from`` (the
+    session's first step and the rollouts done then), ``rollouts`` learned so far."""
+    start_step, start_rollouts = learn_from
+    return start_rollouts + max(0, step - start_step) // steps_per_unit - rollouts
+
+
 def anneal_lr(
     optimizer: torch.optim.Optimizer, cfg: AgentConfig, total_steps: int, step: int
 ) -> None:
