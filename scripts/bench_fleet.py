@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     from edgerl.fleet.actor import RemoteActor
     from edgerl.learners.factory import q_network
     from edgerl.memories.replay import ReplayBuffer
-    from edgerl.run.episodes import Episodes
+    from edgerl.report.episodes import Episodes
     from edgerl.run.remote import write_chunk
 
     if args.resend:
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
 
         class Learner:  # the trainer's part that write_chunk drives: the replay writes
             step = 0
-            book = Episodes()
+            episode_tally = Episodes()
 
             def _record(self, actions, result, envs):  # type: ignore[no-untyped-def]
                 replay.add(
@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
 
         run = Learner()
         run.cfg, run.spec, run.memory = cfg, spec, replay  # type: ignore[attr-defined]
-        run.book.start(total, 0, None)
+        run.episode_tally.start(total, 0, None)
         transport.start(weights, 0, seed=0)
         transport.set_exploration(np.full(total, 0.01 if args.greedy else 1.0))
 

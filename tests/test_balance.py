@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from edgerl.config import build_layers, resolve
-from edgerl.run.balance import (
+from edgerl.report.balance import (
     Balancer,
     BalanceSample,
     Knob,
@@ -60,7 +60,7 @@ def knobs(threads: int = 2, cpus: int = 4, lead: int | None = None):
 def test_threads_are_given_up_to_other_programs_at_once_and_tried_again_when_free(caplog):
     made, applied = knobs(threads=4, cpus=4)
     walk = Balancer(made, cpus=4)
-    with caplog.at_level(logging.INFO, logger="edgerl.run.balance"):
+    with caplog.at_level(logging.INFO, logger="edgerl.report.balance"):
         move = walk.window(1000.0, others_busy=2.2)  # two CPUs taken: two threads left
     assert applied == [("threads", 2)] and move is not None and move.new == 2
     assert "other programs kept 2.2 of 4 CPUs busy" in caplog.text
@@ -130,11 +130,11 @@ def cartpole(tmp_path, *sets: str, steps: int = 3000):
 def test_a_runs_metrics_and_status_say_who_waits(tmp_path, algo):
     import json
 
-    from edgerl.run.status import StatusWriter
+    from edgerl.report.status import StatusWriter
 
     cfg = cartpole(tmp_path, f"agent.algo={algo}", "agent.learning_starts=200")
     with Trainer(cfg, quiet=True) as trainer:
-        status = StatusWriter(every_s=0.1, side=trainer.side)
+        status = StatusWriter(every_s=0.1, side=trainer.side_files)
         trainer.add_hook(status)
         trainer.run()
     with (tmp_path / "metrics.csv").open() as f:

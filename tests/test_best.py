@@ -12,7 +12,7 @@ import pytest
 
 from edgerl.files.checkpoint import load
 from edgerl.policies.torch import TorchPolicy
-from edgerl.run.best import BEST_NAME, best_evaluation, save_best
+from edgerl.report.best import BEST_NAME, best_evaluation, save_best
 
 from .conftest import run_edgerl
 

@@ -362,7 +362,7 @@ def test_any_policy_description_is_read_or_refused_in_a_sentence(tmp_path_factor
 
 @pytest.mark.parametrize("saved", [b"env = 3\n", b"[env]\nid = 5\n", RANDOM_4K, b"env = []\n"])
 def test_a_damaged_config_toml_of_a_run_is_no_game(tmp_path, saved):
-    from edgerl.run.rundir import run_game
+    from edgerl.report.rundir import run_game
 
     (tmp_path / "config.toml").write_bytes(saved)
     assert run_game(tmp_path) is None
@@ -460,8 +460,8 @@ def test_what_a_resume_reads_of_any_eval_or_metrics_csv_never_stops_it(
 ):
     from edgerl.config import EvalConfig
     from edgerl.files.sidefiles import SideFiles
-    from edgerl.run.evaluate import Evaluator
-    from edgerl.run.metrics import CSV_COLUMNS, MetricsWriter
+    from edgerl.report.evaluate import Evaluator
+    from edgerl.report.metrics import CSV_COLUMNS, MetricsWriter
 
     run = tmp_path_factory.mktemp("run")
     (run / "eval.csv").write_bytes(eval_csv)
@@ -530,7 +530,7 @@ def test_a_damaged_table_of_edgerls_own_is_one_sentence_at_an_atari_runs_start(
     broken install, an Atari run's start names the file and the line (issue 58, item 5)."""
     from edgerl.envs import scores
     from edgerl.files import packaged
-    from edgerl.run import estimate
+    from edgerl.report import estimate
 
     data = tmp_path / "data"
     data.mkdir()

@@ -9,8 +9,8 @@ import pytest
 
 from edgerl.config import build_layers, resolve
 from edgerl.config.learners import LEARNERS
-from edgerl.run import estimate
-from edgerl.run.estimate import (
+from edgerl.report import estimate
+from edgerl.report.estimate import (
     PaceEstimate,
     expectation,
     pace_sentence,
@@ -88,7 +88,7 @@ def test_an_atari_run_on_a_cpu_says_its_measured_pace_once_and_that_it_is_long(
 
     hooks = [hook, StopOnceSaid(True, False)]
     with (
-        caplog.at_level(logging.INFO, logger="edgerl.run.estimate"),
+        caplog.at_level(logging.INFO, logger="edgerl.report.estimate"),
         Trainer(cfg, quiet=True, hooks=hooks) as trainer,
     ):
         trainer.run()

@@ -18,7 +18,7 @@ from edgerl.envs import probe
 from edgerl.files.checkpoint import Checkpoint, load
 from edgerl.learners.nets import build_q_network
 from edgerl.policies import newest_checkpoint
-from edgerl.run.evaluate import EVAL_COLUMNS, eval_period, evaluate
+from edgerl.report.evaluate import EVAL_COLUMNS, eval_period, evaluate
 
 from .conftest import edgerl_cmd
 
@@ -211,7 +211,7 @@ def test_an_evaluation_says_how_many_episodes_ended_and_steps_were_played_as_it_
 def test_a_long_evaluation_is_said_in_the_log_as_it_goes(cli, tmp_path, monkeypatch):
     """Breakout's first evaluation ran 4.5 minutes in silence (issue 59): every
     PROGRESS_EVERY_S (here: each step) the log says how far it is."""
-    from edgerl.run import evaluate as evaluate_module
+    from edgerl.report import evaluate as evaluate_module
 
     monkeypatch.setattr(evaluate_module, "PROGRESS_EVERY_S", 0.0)
     r = train(cli, tmp_path / "run", 600, "eval.every_steps=500", "eval.episodes=2")
@@ -257,7 +257,7 @@ def test_an_atari_evaluation_also_scores_each_episodes_first_5_minutes(monkeypat
     first 18,000 frames apart (here 800: 200 steps, so a lost Pong game is longer), the recorded
     episode too, and says both when they differ."""
     import edgerl.envs
-    from edgerl.run.evaluate import Evaluation
+    from edgerl.report.evaluate import Evaluation
 
     assert edgerl.envs.reference_steps(EnvConfig(id="CartPole-v1")) is None  # no human reference
     full = evaluate(noop_pong(), EvalConfig(episodes=2), seed=0)
@@ -289,12 +289,12 @@ def test_auto_evaluates_runs_of_50000_steps_or_more_twenty_times():
 
 
 def test_an_evaluation_that_fails_is_one_log_line_and_training_goes_on(cli, tmp_path, monkeypatch):
-    import edgerl.run.evaluate
+    import edgerl.report.evaluate
 
     def broken(*args, **kwargs):
         raise RuntimeError("no emulator for you")
 
-    monkeypatch.setattr(edgerl.run.evaluate, "play_together", broken)
+    monkeypatch.setattr(edgerl.report.evaluate, "play_together", broken)
     run = tmp_path / "run"
     r = train(cli, run, 600, "eval.every_steps=200")
     failed = "evaluation at step 200 failed (RuntimeError: no emulator for you); training goes on"

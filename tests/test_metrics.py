@@ -10,7 +10,7 @@ import select
 import struct
 import time
 
-from edgerl.run.metrics import ConsoleProgress, TrainStats, progress_fields
+from edgerl.report.metrics import ConsoleProgress, TrainStats, progress_fields
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -90,7 +90,7 @@ def test_the_rate_shown_is_the_last_half_minutes_never_the_filling():
     """Pong showed 97, 572, 90 steps/s: the session's average, fill phase included; PQN on a
     CPU swung between 700 and 35 (a rollout, then an update). The rate is over the last 30 s
     of learning, and stays until a new window spans a second."""
-    from edgerl.run.metrics import SMOOTH_S, Pace
+    from edgerl.report.metrics import SMOOTH_S, Pace
 
     pace = Pace(0, 0.0, learning_starts=10_000)
     assert pace.rate(5_000, 1.0) == 5_000  # filling fast
@@ -109,7 +109,7 @@ def test_the_rate_shown_is_the_last_half_minutes_never_the_filling():
 
 
 def test_the_session_summary_gives_the_learning_pace_and_the_filling_apart():
-    from edgerl.run.metrics import TrainResult
+    from edgerl.report.metrics import TrainResult
 
     def result(fill_steps: int, fill_s: float, learn_steps: int, learn_s: float) -> str:
         return TrainResult(

@@ -181,7 +181,7 @@ def test_a_picture_run_resumes_with_its_make_kwargs_and_is_no_vector_run(cli, tm
     """`edgerl train --run-dir DIR` resumes a run's game with the gymnasium.make arguments it
     was made with; the viewer does not take it for a run without frames."""
     from edgerl.files.checkpoint import list_checkpoints
-    from edgerl.run.status import game_without_frames
+    from edgerl.report.status import game_without_frames
 
     run = tmp_path / "car"
     small = ["--set", "env.num_envs=2", "--set", "agent.learning_starts=50", "--quiet"]

@@ -82,7 +82,7 @@ def test_the_async_actor_never_waits_for_the_learners_gpu_work(tmp_path, monkeyp
     see event waits, so they are counted here)."""
     import threading
 
-    from edgerl.run.hooks import Hook
+    from edgerl.report.hooks import Hook
 
     main = threading.main_thread()
     waits: list[str] = []

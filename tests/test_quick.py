@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from edgerl.config.parse import tomllib
-from edgerl.run import quick
+from edgerl.report import quick
 
 
 def resolved(cli, *args: str) -> dict:

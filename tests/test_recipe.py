@@ -9,7 +9,7 @@ import pytest
 from edgerl.config.presets import NAMED_PRESETS, named_preset_layer
 from edgerl.hw.platform import Platform, detect
 from edgerl.hw.recipe import board_recipe, preset_layer
-from edgerl.run.status import Liveness, describe
+from edgerl.report.status import Liveness, describe
 from edgerl.service.daemon import daemon_config
 
 from .conftest import FIXTURES

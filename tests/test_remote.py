@@ -16,7 +16,7 @@ from edgerl.files.checkpoint import list_checkpoints, load
 from edgerl.fleet.actor import RemoteActor
 from edgerl.learners.shared import epsilon_at, epsilons_at
 from edgerl.memories.replay import ReplayBuffer
-from edgerl.run.episodes import Episodes
+from edgerl.report.episodes import Episodes
 from edgerl.run.remote import write_chunk
 from edgerl.run.train import Trainer
 from edgerl.run.transport import Chunk, apex_epsilons, chunk_problem
@@ -42,8 +42,8 @@ class Recorder:
     def __init__(self, cfg, spec, memory, num_envs):
         self.cfg, self.spec, self.memory = cfg, spec, memory
         self.step = 0
-        self.book = Episodes()
-        self.book.start(num_envs, 0, None)
+        self.episode_tally = Episodes()
+        self.episode_tally.start(num_envs, 0, None)
 
     def record_step(self, actions, result, envs):
         self.memory.add(

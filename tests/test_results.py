@@ -187,7 +187,7 @@ def test_the_records_training_quotes_are_rows_of_the_table():
     record is a row with its run directory, env steps, wall time and greedy mean; every Atari
     row whose target was reached is a record, and so is every row of a game no row reached the
     target of (its best: what an hour gave there)."""
-    from edgerl.run.estimate import records
+    from edgerl.report.estimate import records
 
     by_run = {run_dir(r).name: r for r in ROWS}
     for rec in records():

@@ -30,7 +30,7 @@ def test_a_score_is_normalised_between_random_play_and_the_human_tester():
 
 
 def test_an_evaluations_log_line_has_its_human_normalised_score():
-    from edgerl.run.evaluate import Evaluation
+    from edgerl.report.evaluate import Evaluation
 
     ev = Evaluation(100_000, 60.0, (10.0, 12.0), (900, 950), 0, 4.0)
     assert "0.32 human-normalised" in ev.describe("ALE/Breakout-v5")

@@ -49,7 +49,7 @@ def test_a_status_whose_fleet_nests_without_end_is_damaged_in_one_sentence(tmp_p
     import json
 
     from edgerl.errors import RunDirError
-    from edgerl.run.status import read_status
+    from edgerl.report.status import read_status
 
     deep: dict = {}
     node = deep
@@ -77,7 +77,7 @@ def test_a_learners_figures_and_counts_out_of_range_are_damage_never_a_crash(tmp
     import json
 
     from edgerl.errors import RunDirError
-    from edgerl.run.status import read_status
+    from edgerl.report.status import read_status
 
     doc = {"state": "training", "pid": 1, "updated_unix": 1.0, **extra}
     (tmp_path / "status.json").write_text(json.dumps(doc))

@@ -144,10 +144,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("hw",),  # the machine: Jetson platform, clocks, load, CPUs, torch's device
     ("envs",),  # vector environments, ALE's async mode, preprocessing
     ("memories", "stream"),  # replay and rollout; the frame stream's format
-    ("learners",),  # DQN, PQN, their networks and fast updates
+    ("learners",),  # DQN, PQN, PPO, the GA: their policies, networks and fast updates
     ("policies",),  # a learned policy from any file, behind one interface
     ("play", "export"),  # playing a policy; writing and checking policy files
-    ("run",),  # the training loop: actor, pipeline, trainer, hooks, evaluations
+    ("report",),  # what a run reports and keeps: hooks, metrics, evaluations, status, run dir
+    ("run",),  # the training loop: actor, pipelines, trainer, checkpoints
     ("fleet",),  # actors on other machines through Ray (the optional edgerl[fleet] extra)
     ("service",),  # the session around a run, the daemon, logging
     ("display",),  # the viewer, the console renderer, the curves
@@ -216,7 +217,17 @@ def test_only_learners_and_memories_ask_which_kind_of_memory_a_learner_has():
 # A learner's name (a string such as "dqn") belongs to learners/, memories/ and config/: the loop
 # and what is around it ask the learner or its registry line what they need (issue 55). The
 # packages below hold none; measure/ (its loops measure DQN's) is still to be freed.
-NO_LEARNER_NAMES = ("run", "serve", "display", "play", "export", "fleet", "service", "stream")
+NO_LEARNER_NAMES = (
+    "run",
+    "report",
+    "serve",
+    "display",
+    "play",
+    "export",
+    "fleet",
+    "service",
+    "stream",
+)
 
 
 def learner_names_in(packages: tuple[str, ...]) -> list[str]:
@@ -257,14 +268,14 @@ def test_every_import_points_down_the_layer_table():
 
 def test_the_layer_check_names_an_import_that_climbs():
     graph = {
-        "edgerl.hw.monitor": {"edgerl.run.hooks", "edgerl.config"},
-        "edgerl.run.hooks": {"edgerl.config"},
+        "edgerl.hw.monitor": {"edgerl.report.hooks", "edgerl.config"},
+        "edgerl.report.hooks": {"edgerl.config"},
         "edgerl.play": {"edgerl.export"},
         "edgerl.config": set(),
         "edgerl.export": set(),
     }
     assert against_the_layers(graph) == [
-        "edgerl.hw.monitor -> edgerl.run.hooks (up: run is above hw)",
+        "edgerl.hw.monitor -> edgerl.report.hooks (up: report is above hw)",
         "edgerl.play -> edgerl.export (sideways: play and export share a layer)",
     ]
 
@@ -293,7 +304,7 @@ def test_watching_a_run_does_not_load_pytorch():
 
     code = (
         "import sys\n"
-        "import edgerl.display.viewer, edgerl.display.render, edgerl.run.status\n"
+        "import edgerl.display.viewer, edgerl.display.render, edgerl.report.status\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:3])\n"
     )
     r = subprocess.run(

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from edgerl.files.checkpoint import list_checkpoints, load
-from edgerl.run.rundir import RunDir
+from edgerl.report.rundir import RunDir
 
 from .conftest import PONG_FAST, edgerl_cmd
 
@@ -373,7 +373,7 @@ def test_a_run_that_ended_names_no_trainer_even_while_its_process_lives(cli, tmp
     test, a notebook, a service between runs), and a viewer that reads the lock file without
     taking the lock must not wait for it as for a trainer (a fresh clone in a folder named
     edgerl made this test process look like one, and `view --timeout 1` waited for ever)."""
-    from edgerl.run import rundir
+    from edgerl.report import rundir
 
     run = tmp_path / "cp"
     assert cli("train", "--env", "CartPole-v1", "--steps", "200", "--run-dir", run).code == 0

@@ -69,7 +69,7 @@ def interrupted(args: list[str]) -> str:
 @click.version_option(__version__, prog_name="edgerl")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """edgerl: train DQN and PQN agents on Atari on the device, watch them, export to TensorRT."""
+    """edgerl: train RL agents on Atari on the device, watch them, export to TensorRT."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     setup_logging(debug)

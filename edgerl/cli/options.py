@@ -177,7 +177,7 @@ def build_config(
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says
         from edgerl.hw.recipe import preset_layer
-        from edgerl.run.quick import quick_layer
+        from edgerl.report.quick import quick_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
@@ -208,7 +208,7 @@ def run_recipe_layer(cfg: Config) -> Layer | None:
     from edgerl.config import SECTIONS, keys
     from edgerl.config.parse import flatten, parse_toml_file
     from edgerl.errors import ConfigError
-    from edgerl.run.rundir import run_dir_of
+    from edgerl.report.rundir import run_dir_of
 
     run_dir = run_dir_of(cfg)
     path = run_dir / "config.toml"
@@ -241,7 +241,7 @@ def with_game(cfg: Config) -> Config:
     game was given but the run directory holds a run, that run's game: resuming needs no --env."""
     from edgerl.config import with_values
     from edgerl.envs import canonical_id
-    from edgerl.run.rundir import run_env
+    from edgerl.report.rundir import run_env
 
     env = run_env(Path(cfg.train.run_dir)) if cfg.train.run_dir else {}
     saved = env.get("id") if isinstance(env.get("id"), str) and env.get("id") else None
@@ -266,8 +266,8 @@ def default_status_dir() -> Path:
     and ``./runs``; says which on stderr, and why. Raises RunDirError."""
     from edgerl.config import build_layers, resolve
     from edgerl.errors import RunDirError
-    from edgerl.run.rundir import service_state_dir
-    from edgerl.run.status import find_status_dirs
+    from edgerl.report.rundir import service_state_dir
+    from edgerl.report.status import find_status_dirs
 
     cfg = resolve(build_layers())
     if "train.run_dir" in cfg.explicit:
@@ -289,7 +289,7 @@ def default_policy_run() -> Path:
     under the service's state directory and ``./runs``, the one with the newest checkpoint;
     says which on stderr, and why. Raises CheckpointError."""
     from edgerl.errors import CheckpointError
-    from edgerl.run.rundir import service_state_dir
+    from edgerl.report.rundir import service_state_dir
     from edgerl.service.daemon import daemon_config
 
     service_run = Path(daemon_config(None, recipe=False).train.run_dir)

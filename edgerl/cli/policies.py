@@ -293,7 +293,7 @@ def _run_policy(run_dir: Path | None, last: bool, doing: str) -> Path:
     """The policy of ``run_dir`` (default: the service's run, else the newest under ./runs): its
     best-evaluated one, or its newest checkpoint with ``last``; says which on stderr. Raises
     CheckpointError when the run has none."""
-    from edgerl.run.best import choose
+    from edgerl.report.best import choose
 
     if run_dir is None:
         run_dir = default_policy_run()

@@ -48,7 +48,7 @@ def train(
     quiet: bool,
     seeds: int,
 ) -> None:
-    """Train an agent (DQN, or PQN with --set agent.algo=pqn); resumes the run's newest checkpoint.
+    """Train an agent (DQN; PQN, PPO or the GA with --set agent.algo=...); resumes its checkpoint.
 
     Ctrl-C stops after the current step and writes a checkpoint; run the same command to resume.
     """
@@ -57,7 +57,7 @@ def train(
             ctx, config_file, overrides, env_id, steps, run_dir, seed, quick, preset, fresh, quiet
         )
         return
-    from edgerl.run.rundir import run_dir_of
+    from edgerl.report.rundir import run_dir_of
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
     base = run_dir_of(cfg)
@@ -105,8 +105,8 @@ def train_one(
         # swallows one raised in its import of numpy, leaving numpy half-built for later).
         with stop_on_signals(stop.set) as received:
             from edgerl.hw.device import describe_threads
-            from edgerl.run.estimate import expectation
-            from edgerl.run.metrics import check_extras
+            from edgerl.report.estimate import expectation
+            from edgerl.report.metrics import check_extras
             from edgerl.service.session import training_session
 
             cfg = build_config(
@@ -196,7 +196,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
     Exit code 0 while it runs or once it has finished (reached train.steps), 3 when it stopped
     before that, is not running or its status is stale, 2 when its status cannot be read.
     """
-    from edgerl.run.status import describe, disk_full, liveness, read_status
+    from edgerl.report.status import describe, disk_full, liveness, read_status
 
     if run_dir is None:
         run_dir = default_status_dir()

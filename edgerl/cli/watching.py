@@ -53,7 +53,7 @@ def check_readable(run_dir: Path) -> None:
     """Refuse a run this user may not read, in one sentence that says how to get access
     (without it the viewer could only say that no frame came). Raises RunDirError."""
     from edgerl.errors import RunDirError
-    from edgerl.run.status import STATUS_FILE
+    from edgerl.report.status import STATUS_FILE
 
     for path in (run_dir, run_dir / STATUS_FILE):
         try:
@@ -291,7 +291,7 @@ def serve_roots() -> list[Path]:
     """Where ``edgerl serve`` looks for runs without --run-dir: ``train.run_dir`` if the config
     sets it, the service's runs and ./runs."""
     from edgerl.config import build_layers, resolve
-    from edgerl.run.rundir import service_state_dir
+    from edgerl.report.rundir import service_state_dir
 
     cfg = resolve(build_layers())
     roots = [Path(cfg.train.run_dir)] if "train.run_dir" in cfg.explicit else []

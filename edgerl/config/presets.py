@@ -40,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# --quick's values (edgerl.run.quick picks the game by the device), by observation kind: 60,000
+# --quick's values (edgerl.report.quick picks the game by the device), by observation kind: 60,000
 # steps solve CartPole with its preset (PRESETS["vector"], seeds 0-4); for frames, the "Pong
 # against the clock" settings of docs/performance.md (an H100 went from -21 to -14 in 407,736
 # steps, 9 minutes): one update per step, short exploration, sticky actions off.

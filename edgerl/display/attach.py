@@ -10,8 +10,8 @@ from pathlib import Path
 
 from edgerl.errors import EdgerlError
 from edgerl.files.processes import pid_alive
-from edgerl.run.rundir import trainer_of
-from edgerl.run.status import liveness, read_status
+from edgerl.report.rundir import trainer_of
+from edgerl.report.status import liveness, read_status
 from edgerl.stream import POINTER_FILE
 from edgerl.stream.reader import (
     Frame,

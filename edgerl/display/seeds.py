@@ -34,7 +34,7 @@ import numpy as np
 from edgerl.envs.scores import atari5_median, atari5_weights, es_hour, human_normalised, reference
 from edgerl.errors import MissingDependencyError, RunDirError
 from edgerl.files.csvread import CsvReader, number
-from edgerl.run.rundir import run_section
+from edgerl.report.rundir import run_section
 from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)

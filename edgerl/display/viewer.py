@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from edgerl.display.attach import Attachment, NoFramesToShow
 from edgerl.display.render import SurfaceRenderer, import_pygame, open_display, text_frame
 from edgerl.errors import EdgerlError
-from edgerl.run.status import game_without_frames
+from edgerl.report.status import game_without_frames
 from edgerl.stream.reader import Frame, no_frames
 
 log = logging.getLogger(__name__)

@@ -182,7 +182,7 @@ def checkpoint_bytes(ctx: Context) -> int:
 
 def check_disk(ctx: Context) -> Check:
     """The run directory ``edgerl train`` would use here can be written and has room."""
-    from edgerl.run.rundir import run_dir_of
+    from edgerl.report.rundir import run_dir_of
 
     cfg = ctx.cfg
     run_dir = run_dir_of(cfg)

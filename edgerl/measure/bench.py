@@ -67,8 +67,8 @@ from edgerl.measure.loops import (
 )
 from edgerl.measure.replay import replay_save_cost
 from edgerl.memories.budget import bytes_per_transition
+from edgerl.report.balance import who_waits
 from edgerl.run.autotune import calibrate
-from edgerl.run.balance import who_waits
 from edgerl.run.pipeline import resolve_pipeline
 from edgerl.words import duration
 

@@ -35,8 +35,8 @@ from edgerl.learners.dqn import DQN
 from edgerl.learners.factory import build_learner
 from edgerl.learners.nets import NatureCNN
 from edgerl.memories.replay.sampling import example_batch
-from edgerl.run.balance import BalanceSample, cpu_gpu_ratio
-from edgerl.run.hooks import Hook, Run
+from edgerl.report.balance import BalanceSample, cpu_gpu_ratio
+from edgerl.report.hooks import Hook, Run
 
 MIN_WINDOW_UPDATES = 3  # a loop's window holds at least this many updates
 START_TIMEOUT_S = 600.0  # a loop that never reaches its window is reported, not waited for

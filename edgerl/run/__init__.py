@@ -1,3 +1,3 @@
-"""A training run: the loop (train.py) with its actor and pipeline, the hooks that follow it
-(evaluations, the best policy, metrics, status, checkpoints), the run directory, autotune, the
-quick settings and stop requests. The session and service around it are :mod:`edgerl.service`."""
+"""The training loop (train.py) with its actor and pipelines, checkpoints, autotune, the settled
+config and stop requests; what it reports and keeps is :mod:`edgerl.report`. The session and
+service around it are :mod:`edgerl.service`."""

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from edgerl.config import Config
     from edgerl.learners import Learner
     from edgerl.memories import Memory
-    from edgerl.run.episodes import Episodes
-    from edgerl.run.metrics import EpisodeWriter
+    from edgerl.report.episodes import Episodes
+    from edgerl.report.metrics import EpisodeWriter
     from edgerl.run.pipeline_base import Pipeline
     from edgerl.stream import DisplayPublisher
 
@@ -41,7 +41,7 @@ class ActingRun(Protocol):
     learner: Learner
     memory: Memory
     learning: Pipeline | None
-    book: Episodes
+    episode_tally: Episodes
     display: DisplayPublisher | None
 
     @property
@@ -86,7 +86,7 @@ class LocalActing:
         run.memory.add_first(obs, envs=ids)
         num_envs = env.num_envs
         shown = min(cfg.display.env_index, num_envs - 1)
-        run.book.start(num_envs, shown, episodes_csv)
+        run.episode_tally.start(num_envs, shown, episodes_csv)
         batches = self.batches = Batches(num_envs, ids)
         # A learner whose acting network changes where an episode ends sees each step before
         # the next actions are picked (the first action of an episode is its new member's).

@@ -41,7 +41,7 @@ from edgerl.learners.nets import weights_problem
 from edgerl.memories import Memory
 from edgerl.memories.replay.saving import SaveJob
 from edgerl.memories.replay.store import ReplayFileError, ReplayStore
-from edgerl.run.hooks import TICK_EVERY_S, Hook, Run
+from edgerl.report.hooks import TICK_EVERY_S, Hook, Run
 from edgerl.run.pipeline_base import Pipeline
 from edgerl.words import plural
 

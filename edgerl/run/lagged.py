@@ -27,7 +27,7 @@ each rollout (its thread, not the actor's); the actor's weight copy is made on t
 after the learner's last rollout finished, and the learner's stream waits for that copy before
 it changes the weights again.
 
-What it measures for the balance (:mod:`edgerl.run.balance`): the actor's waits for the learner
+What it measures for the balance (:mod:`edgerl.report.balance`): the actor's waits for the learner
 and the learner's waits for a rollout, so the CPU/GPU ratio says which side waits for which.
 """
 
@@ -43,8 +43,8 @@ import torch
 
 from edgerl.learners import Learner
 from edgerl.memories.rollout import RolloutBuffer
+from edgerl.report.balance import BalanceSample
 from edgerl.run.actor import Actor
-from edgerl.run.balance import BalanceSample
 from edgerl.run.pipeline_base import LearnerThread
 
 

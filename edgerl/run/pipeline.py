@@ -59,8 +59,8 @@ from edgerl.learners import Learner
 from edgerl.learners.factory import prepare_learner
 from edgerl.learners.fast_update import Decisions
 from edgerl.memories import Memory
+from edgerl.report.balance import BalanceSample, Knob
 from edgerl.run.actor import Actor, ActorWeights
-from edgerl.run.balance import BalanceSample, Knob
 from edgerl.run.lagged import LaggedRollouts
 from edgerl.run.pipeline_base import LearnerThread, Pipeline
 

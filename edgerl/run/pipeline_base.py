@@ -16,8 +16,8 @@ import torch
 from edgerl.hw.device import torch_default_threads
 from edgerl.learners import Learner
 from edgerl.memories import Memory
+from edgerl.report.balance import BalanceSample, Knob
 from edgerl.run.actor import Actor
-from edgerl.run.balance import BalanceSample, Knob
 
 
 class Pipeline:
@@ -77,7 +77,7 @@ class Pipeline:
     def _owed(self, step: int) -> int:
         return self.learner.owed(step, self.memory)
 
-    # The balance (edgerl.run.balance): each side's clock, and what may move live.
+    # The balance (edgerl.report.balance): each side's clock, and what may move live.
 
     def balance_sample(self) -> BalanceSample:
         """The actor's waits for the learner and the learner's busy time so far. Here (one

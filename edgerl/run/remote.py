@@ -31,8 +31,8 @@ import numpy as np
 
 from edgerl.envs import Step
 from edgerl.learners.shared import epsilons_at
+from edgerl.report.hooks import TICK_EVERY_S
 from edgerl.run.acting import ActingRun
-from edgerl.run.hooks import TICK_EVERY_S
 from edgerl.run.transport import Chunk, Transport, apex_epsilons
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def write_chunk(run: ActingRun, chunk: Chunk, total: int) -> None:
     envs = chunk.envs
     if chunk.first is not None:
         run.memory.add_first(as_obs(run, chunk.first), envs=envs)
-        run.book.restart(envs)
+        run.episode_tally.restart(envs)
     at = 0  # the next of final_items
     for t in range(len(chunk.actions)):
         if run.step >= total:

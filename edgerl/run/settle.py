@@ -29,8 +29,8 @@ from edgerl.hw.device import (
     resolve_pin_threads,
 )
 from edgerl.learners.factory import check_memory, check_setup, resolve_env_batch
+from edgerl.report.rundir import default_run_dir
 from edgerl.run.autotune import Choice, autotune_config
-from edgerl.run.rundir import default_run_dir
 
 
 @dataclass(frozen=True)

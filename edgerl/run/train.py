@@ -37,13 +37,10 @@ from edgerl.files.sidefiles import SideFiles
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
 from edgerl.memories.replay.store import ReplayStore
-from edgerl.run import balance
-from edgerl.run.acting import LocalActing
-from edgerl.run.autotune import Choice
-from edgerl.run.checkpointer import Checkpointer
-from edgerl.run.episodes import Episodes
-from edgerl.run.hooks import TICK_EVERY_S, Hook
-from edgerl.run.metrics import (
+from edgerl.report import balance
+from edgerl.report.episodes import Episodes
+from edgerl.report.hooks import TICK_EVERY_S, Hook
+from edgerl.report.metrics import (
     CSV_COLUMNS,
     ConsoleProgress,
     EpisodeWriter,
@@ -53,9 +50,12 @@ from edgerl.run.metrics import (
     TrainStats,
     nothing_to_do,
 )
+from edgerl.report.rundir import RunDir
+from edgerl.run.acting import LocalActing
+from edgerl.run.autotune import Choice
+from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.pipeline import build_learning
 from edgerl.run.pipeline_base import Pipeline
-from edgerl.run.rundir import RunDir
 from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
 from edgerl.run.transport import Transport
@@ -71,8 +71,8 @@ class Trainer:
     Use as a context manager: ``with Trainer(cfg) as t: t.run()``. Entering builds everything and
     raises an EdgerlError subclass for anything the user can fix; leaving always releases the run
     directory and environments (and writes a checkpoint if the loop crashed). ``hooks`` follow
-    the run: the Trainer is the :class:`~edgerl.run.hooks.Run` they read. Its checkpoints are
-    its :class:`~edgerl.run.checkpointer.Checkpointer`'s (``self.saver``).
+    the run: the Trainer is the :class:`~edgerl.report.hooks.Run` they read. Its checkpoints are
+    its :class:`~edgerl.run.checkpointer.Checkpointer`'s (``self.checkpointer``).
     """
 
     def __init__(
@@ -87,7 +87,7 @@ class Trainer:
         fleet: Callable[[Config, EnvSpec], Transport] | None = None,
     ) -> None:
         self.requested_cfg = cfg
-        self.side = side or SideFiles()
+        self.side_files = side or SideFiles()
         self._make_envs = make_envs  # edgerl bench times the loop with a stand-in here
         self._open_fleet = fleet  # what brings actors elsewhere (fleet.actors > 0)
         self.remote: Transport | None = None  # those actors, once open
@@ -96,8 +96,8 @@ class Trainer:
         self.quiet = quiet
         self.cfg = cfg
         self.step = 0
-        self.book = Episodes()
-        self.saver: Checkpointer | None = None  # once the run directory is open
+        self.episode_tally = Episodes()
+        self.checkpointer: Checkpointer | None = None  # once the run directory is open
         self.resumed_from: Path | None = None
         self.moved_aside: Path | None = None
         self.stats = TrainStats()
@@ -131,11 +131,11 @@ class Trainer:
             crashed = exc is not None and not isinstance(
                 exc, (KeyboardInterrupt, RunDirError, CheckpointLostError)
             )
-            if self.saver is not None:
-                self.saver.wait_pending()
-                if crashed and self._acting and self.saver.unsaved:
+            if self.checkpointer is not None:
+                self.checkpointer.wait_pending()
+                if crashed and self._acting and self.checkpointer.unsaved:
                     log.error("training loop failed (%s); writing a checkpoint before exiting", exc)
-                    self.saver.save()
+                    self.checkpointer.save()
         finally:
             self._close_resources()
 
@@ -154,9 +154,9 @@ class Trainer:
         self.run_dir = run_path
         checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
         found = checkpoints.newest_valid()
-        self.saver = Checkpointer(self, checkpoints, replay_store=None)
+        self.checkpointer = Checkpointer(self, checkpoints, replay_store=None)
         if found is not None:
-            self.saver.check_compatible(found[1], found[0].path)
+            self.checkpointer.check_compatible(found[1], found[0].path)
         if cfg.perf.autotune:  # measured now that the run directory is this trainer's
             self._check_stop()
             settled = settle_config(self.requested_cfg, autotune=True)
@@ -173,9 +173,9 @@ class Trainer:
         if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
-                self.saver.replay_store = store
+                self.checkpointer.replay_store = store
         if found is not None:
-            self.saver.resume(found[1], found[0].path)
+            self.checkpointer.resume(found[1], found[0].path)
             self.resumed_from = found[0].path
         else:
             log.info("new run in %s (no checkpoint there to resume)", run_path)
@@ -189,7 +189,7 @@ class Trainer:
             self._env = self._make_envs(cfg.env, spec, self._check_stop)
         self._check_stop()
         config_toml = cfg.to_toml().encode()
-        self.side.attempt(
+        self.side_files.attempt(
             "config.toml", lambda: write_atomic(self._rundir.config_file, config_toml)
         )
         self.display = DisplayPublisher(cfg.display, run_path, spec)
@@ -227,12 +227,12 @@ class Trainer:
     @property
     def last_checkpoint(self) -> Path | None:
         """The run's newest checkpoint: this session's newest, else the one it resumed from."""
-        written = self.saver.last_path if self.saver is not None else None
+        written = self.checkpointer.last_path if self.checkpointer is not None else None
         return written or self.resumed_from
 
     def policy_snapshot(self) -> Checkpoint:
-        assert self.saver is not None
-        return self.saver.policy_snapshot()
+        assert self.checkpointer is not None
+        return self.checkpointer.policy_snapshot()
 
     @property
     def updates(self) -> int:
@@ -243,21 +243,21 @@ class Trainer:
 
     @property
     def episodes(self) -> int:
-        return self.book.count
+        return self.episode_tally.count
 
     @episodes.setter
     def episodes(self, count: int) -> None:
-        self.book.count = count
+        self.episode_tally.count = count
 
     @property
     def recent_returns(self) -> deque[float]:
-        return self.book.recent
+        return self.episode_tally.recent
 
     def return_mean(self) -> float:
-        return self.book.mean_return()
+        return self.episode_tally.mean_return()
 
     def write_problems(self) -> list[str]:
-        return self.side.problems()
+        return self.side_files.problems()
 
     def request_stop(self, reason: str) -> None:
         """Ask the loop to stop after the current step (safe from a signal handler)."""
@@ -291,9 +291,9 @@ class Trainer:
         extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
         extra += [c for c in self.learner.figures() if c not in CSV_COLUMNS + extra]
         self._metrics = MetricsWriter(
-            self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side
+            self.run_dir, CSV_COLUMNS + extra, cfg.train.tensorboard, side=self.side_files
         )
-        self._episodes_csv = EpisodeWriter(self.run_dir, side=self.side)
+        self._episodes_csv = EpisodeWriter(self.run_dir, side=self.side_files)
         self._progress = ConsoleProgress(cfg.train.steps, self.step, quiet=self.quiet)
         self._session_start = time.monotonic()
         self._pace = Pace(self.step, self._session_start, self.learner.learn_from[0])
@@ -323,16 +323,16 @@ class Trainer:
             self.learning.finish(drain=False)  # stops the learner thread on every exit path
 
     def _loop(self, total: int) -> TrainResult:
-        assert self._progress is not None and self.saver is not None
+        assert self._progress is not None and self.checkpointer is not None
         assert self.learning is not None
         self._clock = dict.fromkeys(("tick", "row"), time.monotonic())
-        self.saver.restart_clock()
+        self.checkpointer.restart_clock()
         self._row_step = self.step
         self._started = False
         if self.remote is not None:
             from edgerl.run.remote import run_remote
 
-            self.book.start(self.remote.num_envs, 0, self._episodes_csv)
+            self.episode_tally.start(self.remote.num_envs, 0, self._episodes_csv)
             run_remote(self, self.remote, total)
         else:
             assert self._env is not None and self._episodes_csv is not None
@@ -347,14 +347,14 @@ class Trainer:
         self._progress.update(self.stats)
         if self.step != self._row_step:
             self._write_row()
-        self.saver.finish()
+        self.checkpointer.finish()
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
 
     def tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
         checkpoints."""
-        assert self._progress is not None and self.saver is not None
+        assert self._progress is not None and self.checkpointer is not None
         cfg, clock = self.cfg, self._clock
         if not self._started:
             self._started = True
@@ -374,7 +374,7 @@ class Trainer:
             self._refresh_stats(now)
             self._write_row()
             clock["row"], self._row_step = now, self.step
-        self.saver.after_step(now)
+        self.checkpointer.after_step(now)
 
     def record_step(self, actions: np.ndarray, result: Step, envs: np.ndarray | None) -> None:
         """Store one step of ``envs`` (None: all, in order): the transitions and the episodes;
@@ -390,7 +390,7 @@ class Trainer:
         )
         self.step += len(actions)
         done = result.terminated | result.truncated
-        self.book.add(result.rewards, done, envs, self.step, self.wall_s())
+        self.episode_tally.add(result.rewards, done, envs, self.step, self.wall_s())
 
     def record_episodes(
         self, scores: np.ndarray, lengths: np.ndarray, envs: np.ndarray, steps: int
@@ -399,7 +399,7 @@ class Trainer:
         ``scores``, ``lengths`` and ``envs`` ended (a population's remote actors)."""
         self.step += steps
         for episode in zip(scores.tolist(), lengths.tolist(), envs.tolist(), strict=True):
-            self.book.add_whole(*episode, self.step, self.wall_s())
+            self.episode_tally.add_whole(*episode, self.step, self.wall_s())
 
     def _result(self, stopped: bool) -> TrainResult:
         phases = self._pace.phases(self.step, time.monotonic())  # fill and learn: steps, seconds
@@ -412,7 +412,7 @@ class Trainer:
         """Publish the shown environment's frame at ``step`` for `edgerl view` (a copy into
         shared memory, never a wait)."""
         assert self.display is not None
-        meta = self.book.frame_meta(step, eps, action, self.stats, q_values)
+        meta = self.episode_tally.frame_meta(step, eps, action, self.stats, q_values)
         self.display.publish(frames[-1], meta)
 
     def _refresh_stats(self, now: float) -> None:

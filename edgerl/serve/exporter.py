@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from edgerl.run.status import liveness
+from edgerl.report.status import liveness
 from edgerl.serve.runs import RunFiles, clean_load, finite
 
 MIB = 1 << 20  # tegrastats' MB are MiB

@@ -28,7 +28,7 @@ import numpy as np
 
 from edgerl.display.attach import Attachment, NoFramesToShow
 from edgerl.errors import EdgerlError
-from edgerl.run.status import game_without_frames, read_status
+from edgerl.report.status import game_without_frames, read_status
 from edgerl.stream.reader import Frame, no_frames
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from edgerl.display.curves import Series, load_run
 from edgerl.errors import EdgerlError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.hw.monitor import LOAD_CSV_COLUMNS
-from edgerl.run.status import (
+from edgerl.report.status import (
     FIELDS,
     STATUS_FILE,
     liveness,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from edgerl.config import Config, build_layers, field_info, keys, resolve, with_values
 from edgerl.errors import EdgerlError
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats, progress_fields
-from edgerl.run.rundir import run_section, service_run_dir
+from edgerl.report.hooks import Hook, Run
+from edgerl.report.metrics import TrainStats, progress_fields
+from edgerl.report.rundir import run_section, service_run_dir
 from edgerl.run.train import Trainer
 from edgerl.service.logs import set_level, setup_service_logging
 from edgerl.service.notify import Notifier, watchdog_interval_s

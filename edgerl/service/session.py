@@ -16,13 +16,13 @@ from edgerl.config import Config
 from edgerl.files.sidefiles import SideFiles
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
-from edgerl.run.estimate import PaceEstimate
-from edgerl.run.evaluate import Evaluator, eval_period
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats
-from edgerl.run.rundir import run_umask
+from edgerl.report.estimate import PaceEstimate
+from edgerl.report.evaluate import Evaluator, eval_period
+from edgerl.report.hooks import Hook, Run
+from edgerl.report.metrics import TrainStats
+from edgerl.report.rundir import run_umask
+from edgerl.report.status import StatusWriter
 from edgerl.run.signals import StopRequest
-from edgerl.run.status import StatusWriter
 from edgerl.run.train import Trainer
 
 log = logging.getLogger(__name__)

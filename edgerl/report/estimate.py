@@ -19,9 +19,9 @@ from edgerl.config.fleet import fleet_envs
 from edgerl.envs.scores import human_normalised
 from edgerl.files.packaged import finite, read_table
 from edgerl.hw.cpus import cpu_load
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats
-from edgerl.run.quick import LONG_RUN_S, hours
+from edgerl.report.hooks import Hook, Run
+from edgerl.report.metrics import TrainStats
+from edgerl.report.quick import LONG_RUN_S, hours
 from edgerl.words import duration
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ return 500), and Pong with the settings of the classic fast-Pong recipes for 500
 a CUDA GPU is. An ``--env`` given with it keeps that game and takes the quick settings of its kind.
 
 Atari on a CPU is slow (a few hundred env steps/s on two cores), so a long Atari run on a CPU is
-said so once its pace is measured (:mod:`edgerl.run.estimate`), with the quick run instead.
+said so once its pace is measured (:mod:`edgerl.report.estimate`), with the quick run instead.
 """
 
 from __future__ import annotations

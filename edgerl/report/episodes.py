@@ -12,7 +12,7 @@ from collections import deque
 
 import numpy as np
 
-from edgerl.run.metrics import EpisodeWriter, TrainStats
+from edgerl.report.metrics import EpisodeWriter, TrainStats
 from edgerl.stream import FrameMeta
 
 RECENT_EPISODES = 100
@@ -66,7 +66,7 @@ class Episodes:
 
     def add_whole(self, ret: float, length: int, env: int, step: int, wall_s: float) -> None:
         """An episode of environment ``env`` ended at env step ``step`` (one of :meth:`add`'s,
-        or one played elsewhere, whose steps this book never saw)."""
+        or one played elsewhere, whose steps this tally never saw)."""
         self.recent.append(ret)
         self.count += 1
         if self._csv is not None:

@@ -1,13 +1,13 @@
 """The best-evaluated policy of a run, kept beside its checkpoints, and which policy ``play`` and
 ``export`` take.
 
-Like Stable-Baselines3's ``EvalCallback`` best model: every evaluation (:mod:`edgerl.run.evaluate`)
-whose mean return is at least the best so far writes the weights it evaluated to
-``<run_dir>/checkpoints/best.ckpt`` (ties go to the newer weights, trained longer), in the
-checkpoint file format (magic, SHA-256, written atomically), with the evaluation's figures. A
-policy often gets worse late in a run (a CartPole run evaluated at 500 collapsed to 95 by its
-end), so ``play`` and ``export`` take the best policy of a run by default and the newest
-checkpoint with ``--last``, and say which one they took.
+Like Stable-Baselines3's ``EvalCallback`` best model: every evaluation
+(:mod:`edgerl.report.evaluate`) whose mean return is at least the best so far writes the weights it
+evaluated to ``<run_dir>/checkpoints/best.ckpt`` (ties go to the newer weights, trained longer), in
+the checkpoint file format (magic, SHA-256, written atomically), with the evaluation's figures. A
+policy often gets worse late in a run (a CartPole run evaluated at 500 collapsed to 95 by its end),
+so ``play`` and ``export`` take the best policy of a run by default and the newest checkpoint with
+``--last``, and say which one they took.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from edgerl.hw.cpus import CpuSample, cpu_load, others_busy
 
 if TYPE_CHECKING:
     from edgerl.config import Config
-    from edgerl.run.metrics import TrainStats
+    from edgerl.report.metrics import TrainStats
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from edgerl.config import Config
     from edgerl.files.checkpoint import Checkpoint
-    from edgerl.run.metrics import TrainStats
+    from edgerl.report.metrics import TrainStats
 
 # How often the trainer calls on_tick (and refreshes its progress line): a few times a second.
 TICK_EVERY_S = 0.25

@@ -11,7 +11,7 @@ GPU machine the CPU's cores are the emulators' (an H200 with 16 cores, PQN Pong,
 episodes took 40-68 s on the CPU beside training and 15 s after it, so that evaluations due at
 500k, 750k and 1M steps were skipped while the one of 250k ran). Each evaluation appends one row to
 ``<run_dir>/eval.csv`` (:data:`EVAL_COLUMNS`); one with the best mean return so far keeps its
-weights as the run's best policy (:mod:`edgerl.run.best`).
+weights as the run's best policy (:mod:`edgerl.report.best`).
 
 An evaluation still running when the next one is due makes that one skipped (logged): queueing it
 would evaluate weights older than its step says, and a slow policy would pile evaluations up.
@@ -50,8 +50,8 @@ from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.play import PlayOptions, PlayResult, play, play_together
 from edgerl.play.observers import Filming
 from edgerl.policies.torch import TorchPolicy
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats
+from edgerl.report.hooks import Hook, Run
+from edgerl.report.metrics import TrainStats
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ class Evaluator(Hook):
         side: SideFiles | None = None,
         device: str = "cpu",
     ) -> None:
-        from edgerl.run.best import best_evaluation
+        from edgerl.report.best import best_evaluation
 
         self.run_dir = run_dir
         self.device = device  # where the evaluation's forward passes run: the training device
@@ -420,7 +420,7 @@ class Evaluator(Hook):
     def _keep_best(self, snapshot: Checkpoint, ev: Evaluation) -> None:
         """Keep the evaluated weights as the run's best policy (a failed write is logged; the
         previous best stays)."""
-        from edgerl.run.best import save_best
+        from edgerl.report.best import save_best
 
         evaluation = {k: float(v) for k, v in ev.cells().items() if v}
         evaluation.update(step=ev.step, episodes=len(ev.returns), cut=ev.cut)

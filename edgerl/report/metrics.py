@@ -38,7 +38,7 @@ class TrainStats:
     eval_step: int = -1  # the step of the weights it evaluated
     evaluating: tuple[int, int, int] | None = None  # in progress: (step, episodes ended, of)
     fleet: dict[str, Any] | None = None  # the remote actors' state (fleet.actors), for status
-    # The learner's busy time over the actor's in the row's window (edgerl.run.balance), the
+    # The learner's busy time over the actor's in the row's window (edgerl.report.balance), the
     # sentence saying who waits, and the balancer's newest moves (for status).
     cpu_gpu_ratio: float = math.nan
     who_waits: str = ""

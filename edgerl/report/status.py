@@ -5,7 +5,7 @@ Written by every training run (``edgerl train`` and the service) and read by ``e
 ``step``, ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``,
 ``started_at``, ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path),
 ``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
-newest evaluation, see :mod:`edgerl.run.evaluate`), ``evaluating_step``, ``_done`` and
+newest evaluation, see :mod:`edgerl.report.evaluate`), ``evaluating_step``, ``_done`` and
 ``_episodes`` (one in progress), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
 :mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
@@ -33,8 +33,8 @@ from edgerl.files.atomic import write_atomic
 from edgerl.files.processes import pid_alive
 from edgerl.files.regular import read_regular
 from edgerl.files.sidefiles import SideFiles
-from edgerl.run.hooks import Hook, Run
-from edgerl.run.metrics import TrainStats
+from edgerl.report.hooks import Hook, Run
+from edgerl.report.metrics import TrainStats
 from edgerl.words import duration, plural
 
 STATUS_FILE = "status.json"
@@ -311,7 +311,7 @@ def game_without_frames(run_dir: Path) -> str | None:
     else None (pictures, or nothing known yet). Its status.json says so; one written before it
     did (no ``frames``) is read as before: any game that is not ALE's is vectors."""
     from edgerl.envs import ale_game
-    from edgerl.run.rundir import run_game
+    from edgerl.report.rundir import run_game
 
     try:
         status = read_status(run_dir)
