@@ -146,6 +146,46 @@ def test_other_programs_on_cpus_this_process_may_not_use_take_nothing_from_it(mo
     assert cpus.CpuSample.now().busy == 100.0  # every CPU
 
 
+def test_niced_work_does_not_count_as_taking_cpus_from_a_trainer_that_is_not_niced(monkeypatch):
+    """A ``nice -n 19`` job beside an Atari run made the trainer drop a thread: the scheduler gives
+    such a job only what the trainer leaves, so its time (the kernel's "nice" column) is not
+    counted against a trainer at niceness 0 or below; a niced trainer counts it (its own time is
+    in that column). Guest time, inside user and nice, is counted once."""
+    from collections import namedtuple
+
+    from edgerl.hw import cpus
+
+    Times = namedtuple("Times", "user nice system idle iowait guest guest_nice")
+    record = Times(
+        user=30.0, nice=50.0, system=10.0, idle=10.0, iowait=0.0, guest=4.0, guest_nice=2.0
+    )
+    monkeypatch.setattr(
+        cpus.psutil, "cpu_times", lambda percpu=False: [record] if percpu else record
+    )
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(cpus, "lower_priority_yields", lambda: True)
+    assert cpus.CpuSample.now().busy == 40.0  # user (its guest time in it) and system
+    monkeypatch.setattr(cpus, "lower_priority_yields", lambda: False)
+    assert cpus.CpuSample.now().busy == 90.0  # and nice (its guest time in it)
+
+
+def test_whether_niced_work_yields_follows_this_processs_own_niceness():
+    """Read from the kernel: a process at niceness 0 (or below) is yielded to, a niced one is not.
+    (The child starts at this test's niceness, which a ``nice`` run of the suite raises.)"""
+    code = (
+        "import os, sys\n"
+        "os.nice(int(sys.argv[1]))\n"
+        "from edgerl.hw.cpus import lower_priority_yields\n"
+        "print(lower_priority_yields())\n"
+    )
+    said = [
+        subprocess.run([sys.executable, "-c", code, n], capture_output=True, text=True, timeout=300)
+        for n in ("0", "5")
+    ]
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert [s.stdout.strip() for s in said] == [str(own <= 0), "False"], [s.stderr for s in said]
+
+
 def test_other_programs_cpu_use_is_the_machines_less_this_process_over_the_window():
     """Over 2 s the machine was busy 3.5 CPU-seconds, 1.5 of them this process's own."""
     start, end = CpuSample(10.0, 100.0, 5.0), CpuSample(12.0, 103.5, 6.5)

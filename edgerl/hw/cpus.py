@@ -8,6 +8,14 @@ command line marks the CPU time at its start (:func:`mark`, before torch is impo
 CPU time less this process's own, over the wall time between. Without a mark, or over less than
 half a second, it falls back to the load average. No torch here: the mark is taken before
 PyTorch's import.
+
+Work of a lower priority than this process's (``nice``: the kernel's "nice" CPU time, spent by
+processes of a niceness above 0) is not counted as taking CPUs from it when it runs at niceness 0
+or below (``edgerl train``, or the service at -5): the scheduler gives such work only what the
+trainer leaves (a niceness 19 task weighs 15 against a niceness 0 task's 1,024), so dropping a
+thread for it would hand it a core. Measured: a ``nice -n 19`` test run beside an Atari run on two
+cores had the trainer drop from two threads to one (0.6 of 2 CPUs busy with other work, counted
+before this rule).
 """
 
 from __future__ import annotations
@@ -41,19 +49,33 @@ class CpuSample:
             allowed = os.sched_getaffinity(0)
         except (AttributeError, OSError):
             allowed = set()
+        yields = lower_priority_yields()
         if allowed and len(allowed) < len(per_cpu) and max(allowed) < len(per_cpu):
-            busy = sum(_busy(per_cpu[i]) for i in allowed)
+            busy = sum(_busy(per_cpu[i], yields) for i in allowed)
         else:
-            busy = _busy(psutil.cpu_times())
+            busy = _busy(psutil.cpu_times(), yields)
         mine = psutil.Process().cpu_times()
         return cls(time.monotonic(), busy, mine.user + mine.system)
 
 
-def _busy(times: Any) -> float:
-    """The busy seconds in one of psutil's cpu_times records."""
+def lower_priority_yields() -> bool:
+    """Whether niced work (niceness above 0) yields to this process: it runs at niceness 0 or
+    below. A process that is niced itself counts all other work, as its own time is among the
+    niced time."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) <= 0
+    except (AttributeError, OSError):
+        return False
+
+
+def _busy(times: Any, without_niced: bool = False) -> float:
+    """The busy seconds in one of psutil's cpu_times records; ``without_niced`` leaves out the
+    time of processes of a niceness above 0."""
     total = sum(times)
     # Linux counts guest time inside user time too (psutil's cpu_percent does the same).
     total -= getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
+    if without_niced:  # niced guests' time is inside "nice": it goes with it
+        total -= getattr(times, "nice", 0.0)
     return float(total - times.idle - getattr(times, "iowait", 0.0))
 
 
