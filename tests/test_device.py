@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -167,6 +168,45 @@ def test_niced_work_does_not_count_as_taking_cpus_from_a_trainer_that_is_not_nic
     assert cpus.CpuSample.now().busy == 40.0  # user (its guest time in it) and system
     monkeypatch.setattr(cpus, "lower_priority_yields", lambda: False)
     assert cpus.CpuSample.now().busy == 90.0  # and nice (its guest time in it)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread niceness is Linux's")
+def test_this_processs_own_niced_threads_leave_its_own_time_as_they_leave_the_machines():
+    """An evaluation's thread runs at niceness 10: its time is in the kernel's nice column, which
+    the machine's busy time leaves out for a trainer that is not niced, so it leaves this
+    process's own time too (else it would hide as much of other programs' work)."""
+    import threading
+
+    from edgerl.hw import cpus
+
+    if not cpus.lower_priority_yields():
+        pytest.skip("the suite runs niced: its own time counts whole")
+    spun: list[float] = []
+
+    def niced_spin() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        start = time.thread_time()
+        while time.thread_time() - start < 0.5:  # CPU time, however loaded the machine
+            pass
+        spun.append(time.thread_time() - start)
+        done.wait(timeout=600)  # alive while sampled: an ended thread leaves the sum
+
+    done = threading.Event()
+    me = psutil.Process()
+    before, total_before = cpus.CpuSample.now(), sum(me.cpu_times()[:2])
+    thread = threading.Thread(target=niced_spin, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 600
+        while not spun and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after, total_after = cpus.CpuSample.now(), sum(me.cpu_times()[:2])
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert spun, "the niced thread did not spin within 600 s"
+    # this process spent the thread's 0.5 s and more; its own, as counted, left at least 0.5 out
+    assert (total_after - total_before) - (after.own - before.own) >= 0.45
 
 
 def test_whether_niced_work_yields_follows_this_processs_own_niceness():
