@@ -45,6 +45,9 @@ class LearnerInfo:
     # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
     # edgerl.config.presets.PRESETS.
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The settings that decide how many env steps it needs to reach a score (its samples to
+    # target, edgerl.config.targets): a run on record speaks for a config where these agree.
+    sample_keys: tuple[str, ...] = ()
 
     @property
     def concurrent(self) -> bool:
@@ -128,7 +131,18 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
     "dqn": LearnerInfo(
-        "edgerl.learners.dqn", memory="replay", beside_actor="samples", remote_actors="steps"
+        "edgerl.learners.dqn",
+        memory="replay",
+        beside_actor="samples",
+        remote_actors="steps",
+        sample_keys=(
+            "env.num_envs",
+            "agent.batch_size",
+            "agent.train_freq",
+            "agent.lr",
+            "agent.target_update",
+            "agent.eps_decay_steps",
+        ),
     ),
     "pqn": LearnerInfo(
         "edgerl.learners.pqn",
@@ -137,6 +151,15 @@ LEARNERS: dict[str, LearnerInfo] = {
         layer_norm=True,
         own_num_envs=True,
         presets=PQN_PRESETS,
+        sample_keys=(
+            "env.num_envs",
+            "pqn.rollout_steps",
+            "pqn.epochs",
+            "pqn.minibatches",
+            "agent.lr",
+            "agent.eps_decay_steps",
+            "train.steps",  # the learning rate anneals over it
+        ),
     ),
     "ppo": LearnerInfo(
         "edgerl.learners.ppo",
@@ -145,6 +168,14 @@ LEARNERS: dict[str, LearnerInfo] = {
         beside_actor="rollout-lag",
         own_num_envs=True,
         presets=PPO_PRESETS,
+        sample_keys=(
+            "env.num_envs",
+            "ppo.rollout_steps",
+            "ppo.epochs",
+            "ppo.minibatches",
+            "agent.lr",
+            "train.steps",  # the learning rate anneals over it
+        ),
     ),
     "ga": LearnerInfo(
         "edgerl.learners.ga",
@@ -154,6 +185,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         raw_rewards=True,
         switches_per_episode=True,
         presets=GA_PRESETS,
+        sample_keys=("ga.population", "ga.truncation", "ga.sigma", "env.max_episode_frames"),
     ),
 }
 

@@ -66,6 +66,7 @@ from edgerl.measure.loops import (
     whole_loop,
 )
 from edgerl.measure.replay import replay_save_cost
+from edgerl.measure.to_target import time_to_target
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.report.balance import who_waits
 from edgerl.run.autotune import calibrate
@@ -433,6 +434,8 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         result["actor"] = _actor(cfg, opts, limit, device.type == "cuda")
     result["loops"] = []
     _loops(cfg, opts, limit, warnings, result["loops"])
+    if (predicted := time_to_target(cfg, result["loops"])) is not None:
+        result["to_target"] = predicted
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
     if memory_keeps_steps(cfg):  # a rollout is never saved

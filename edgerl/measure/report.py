@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgerl.measure.replay import render_replay_save
+from edgerl.measure.to_target import to_target_lines
 from edgerl.words import duration
 
 ACTOR_GOAL = 0.9  # the actor loop should reach this share of the raw vector env
@@ -69,6 +70,8 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"  against the learner alone: {a['who_waits']}")
     for loop in result.get("loops", []):
         lines += _loop_lines(loop, result.get("env_steps_per_s", {}).get(str(loop["num_envs"])))
+    if "to_target" in result:
+        lines += to_target_lines(result["to_target"])
     if "autotune" in result:
         a = result["autotune"]
         lines.append(f"autotune:      {a['num_envs']} envs x {a['threads']} threads: {a['reason']}")

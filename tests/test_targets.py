@@ -1,0 +1,153 @@
+"""Samples to target (edgerl/data/samples_to_target.csv) against the runs under docs/runs/: every
+Pong run on record is a row, with the settings of its config.toml and the steps of its eval.csv;
+a config finds the runs that share its settings and no others."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from edgerl.config import Config
+from edgerl.config.learners import learner_info
+from edgerl.config.parse import tomllib
+from edgerl.config.targets import (
+    COMMON_KEYS,
+    SampleRun,
+    sample_runs,
+    samples_to_target,
+    text_of,
+)
+
+RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
+PONG_TARGET = 18.0
+
+
+def recorded(run: Path) -> SampleRun | None:
+    """The row a run directory makes: None unless it trained Pong."""
+    config = tomllib.loads((run / "config.toml").read_text())
+    defaults = Config()
+
+    def value(key: str) -> object:
+        section, name = key.split(".", 1)
+        return config.get(section, {}).get(name, defaults.get(key))
+
+    if value("env.id") != "ALE/Pong-v5":
+        return None
+    algo = str(value("agent.algo"))
+    keys = COMMON_KEYS + learner_info(algo).sample_keys
+    with (run / "eval.csv").open(newline="") as f:
+        evals = list(csv.DictReader(f))
+    reached = [int(e["step"]) for e in evals if float(e["return_mean"]) >= PONG_TARGET]
+    return SampleRun(
+        env_id="ALE/Pong-v5",
+        algo=algo,
+        target=PONG_TARGET,
+        settings=" ".join(f"{k}={text_of(value(k))}" for k in keys),
+        run=str(run.relative_to(RUNS)),
+        reached_at=reached[0] if reached else 0,
+        evaluated_to=int(evals[-1]["step"]),
+    )
+
+
+def pong_runs() -> set[SampleRun]:
+    runs = {p.parent for p in RUNS.rglob("eval.csv") if (p.parent / "config.toml").is_file()}
+    return {row for run in runs if (row := recorded(run)) is not None}
+
+
+def test_every_pong_run_on_record_is_a_row_with_its_settings_and_steps():
+    assert set(sample_runs()) == pong_runs()
+
+
+def preset(name: str) -> Config:
+    from edgerl.config import build_layers, resolve
+    from edgerl.config.presets import apply_presets, named_preset_layer
+
+    layers = [*build_layers(None, [], use_system=False), named_preset_layer(name)]
+    return apply_presets(resolve(layers), "frames")
+
+
+def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_whatever_machine_ran_them():
+    """pong-cpu and pong-gpu learn with the same settings (the GPU's differ in speed only): six
+    of nine such runs reached 18, the rest stopped by the clock or at 1.5M steps (fp32)."""
+    found = samples_to_target(preset("pong-cpu"))
+    assert found is not None
+    assert (found.reached, len(found.runs)) == (6, 9)
+    assert found.steps == 1_225_024  # between 1,200,000 and 1,250,048
+    assert samples_to_target(preset("pong-gpu")) == found
+    assert "1,225,024 env steps to 18 (the median of the 6 of 9 runs" in found.describe()
+
+
+def test_a_setting_that_changes_what_a_step_teaches_leaves_the_runs_out():
+    import dataclasses
+
+    cfg = preset("pong-gpu-dqn")
+    found = samples_to_target(cfg)
+    assert found is not None and found.steps == 1_100_000  # the H100's run
+    smaller = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, batch_size=32))
+    assert samples_to_target(smaller) is None
+    sticky = dataclasses.replace(
+        cfg, env=dataclasses.replace(cfg.env, repeat_action_probability=0.25)
+    )
+    assert samples_to_target(sticky) is None
+    other_game = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, id="ALE/Breakout-v5"))
+    assert samples_to_target(other_game) is None
+
+
+@pytest.mark.parametrize("algo", ["dqn", "pqn", "ppo", "ga"])
+def test_every_learner_names_the_settings_its_samples_depend_on_and_each_is_a_key(algo):
+    from edgerl.config import keys
+
+    sample_keys = learner_info(algo).sample_keys
+    assert sample_keys and set(sample_keys) <= set(keys())
+
+
+def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_environments():
+    """The runs' samples to target over each loop's steps/s at the configured count; loops at
+    other counts (DQN's bench runs several) predict nothing, since the runs trained at one."""
+    from edgerl.measure.report import render
+    from edgerl.measure.to_target import time_to_target
+
+    loops = [
+        {"mode": "sync", "num_envs": 128, "steps_per_s": 500.0},
+        {"mode": "async", "num_envs": 128, "steps_per_s": 400.0},
+        {"mode": "sync", "num_envs": 8, "steps_per_s": 900.0},
+    ]
+    predicted = time_to_target(preset("pong-cpu"), loops)
+    assert predicted is not None
+    assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
+        ("sync", 2450.0),  # 1,225,024 / 500
+        ("async", 3062.6),
+    ]
+    text = render({"to_target": predicted})
+    assert "to target:     1,225,024 env steps to 18 (the median of the 6 of 9 runs" in text
+    assert "loop sync  128 env(s) at 500 steps/s: 40 min 50 s of training predicted" in text
+    assert time_to_target(preset("pong-cpu"), loops[2:])["loops"] == []  # type: ignore[index]
+    assert "no loop was measured at the configured 128 environments" in render(
+        {"to_target": time_to_target(preset("pong-cpu"), loops[2:])}
+    )
+    sticky = Config()  # the defaults: Pong with sticky actions, which no run on record used
+    assert time_to_target(sticky, loops) is None
+
+
+def groups() -> list[tuple[str, str, int, int, str]]:
+    """(learner, settings, reached, runs, median) per group of rows with the same settings."""
+    import statistics
+
+    out = []
+    for algo, settings in sorted({(r.algo, r.settings) for r in sample_runs()}):
+        runs = [r for r in sample_runs() if (r.algo, r.settings) == (algo, settings)]
+        reached = [r.reached_at for r in runs if r.reached_at]
+        median = f"{int(statistics.median(reached)):,}" if reached else "–"
+        out.append((algo.upper(), settings, len(reached), len(runs), median))
+    return out
+
+
+def test_the_performance_page_shows_the_samples_to_target_of_every_group_of_runs():
+    page = (RUNS.parent / "performance.md").read_text()
+    section = page[page.index("## Samples to target") :]
+    for algo, settings, reached, runs, median in groups():
+        shown = settings.replace("env.repeat_action_probability=0.0 ", "")
+        row = f"| {algo} | `{shown}` | {reached} of {runs} | {median} |"
+        assert row in section, row
