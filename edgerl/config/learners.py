@@ -1,6 +1,7 @@
 """The learners edgerl knows, by the name ``agent.algo`` gives them, and what the rest of edgerl
 needs to know of each: the module that builds it, what it learns from, whether it may learn on a
-thread of its own beside the actor, its network's LayerNorm, its presets and its speed on a CPU.
+thread of its own beside the actor, its network's LayerNorm, its presets and the settings its
+samples to target depend on.
 
 No PyTorch here: the config reads the names and presets before PyTorch is imported. A new learner
 is a module with a ``build(net, cfg, device)`` function (and, if it makes its update fast before
