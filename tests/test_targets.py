@@ -76,6 +76,8 @@ def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_whatever_machine_ra
     assert (found.reached, len(found.runs)) == (6, 9)
     assert found.steps == 1_225_024  # between 1,200,000 and 1,250,048
     assert samples_to_target(preset("pong-gpu")) == found
+    dqn = samples_to_target(preset("pong-cpu-dqn"))  # the AMD EPYC's run; the Xeon's stopped
+    assert dqn is not None and (dqn.steps, dqn.reached, len(dqn.runs)) == (500_000, 1, 2)
     assert "1,225,024 env steps to 18 (the median of the 6 of 9 runs" in found.describe()
 
 

@@ -143,6 +143,9 @@ LEARNERS: dict[str, LearnerInfo] = {
             "agent.lr",
             "agent.target_update",
             "agent.eps_decay_steps",
+            "agent.n_step",
+            "agent.learning_starts",
+            "replay.capacity",
         ),
     ),
     "pqn": LearnerInfo(
