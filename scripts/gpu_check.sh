@@ -173,7 +173,7 @@ import json, sys
 import torch
 from edgerl.envs import probe
 from edgerl.measure.bench import BenchOptions, _config
-from edgerl.measure.learner import learner_limit
+from edgerl.run.learner_alone import learner_limit
 cfg = _config(BenchOptions(preset="pong-gpu", overrides=(f"perf.cuda_graphs={sys.argv[1]}",)))
 found = learner_limit(cfg, probe(cfg.env), torch.device("cuda"), 8.0)
 print(json.dumps({"perf.cuda_graphs": sys.argv[1], **found}))

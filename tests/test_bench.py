@@ -275,7 +275,7 @@ def test_the_learner_limit_of_a_rollout_learner_counts_whole_rollouts():
     from edgerl.config import Config, with_values
     from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
-    from edgerl.measure.learner import learner_limit
+    from edgerl.run.learner_alone import learner_limit
 
     spec = probe("CartPole-v1")
     cfg = with_values(Config(), {"env.id": "CartPole-v1", "agent.algo": "pqn"})
@@ -365,7 +365,7 @@ def test_the_learner_limit_counts_work_that_ends_after_its_launch_returns():
     import threading
     import time
 
-    from edgerl.measure.learner import QUEUE_BOUND, time_launches
+    from edgerl.run.learner_alone import QUEUE_BOUND, time_launches
 
     work: queue.Queue[float] = queue.Queue()
 

@@ -8,7 +8,7 @@ import pytest
 
 from edgerl.config.presets import NAMED_PRESETS, named_preset_layer
 from edgerl.hw.platform import Platform, detect
-from edgerl.hw.recipe import board_recipe, preset_layer
+from edgerl.hw.recipe import board_recipe
 from edgerl.report.status import Liveness, describe
 from edgerl.service.daemon import daemon_config
 
@@ -47,9 +47,11 @@ def test_the_service_trains_the_machines_recipe_when_its_config_chooses_no_learn
 ):
     monkeypatch.setenv("EDGERL_HW_ROOT", str(BOARDS / "nano_jp4"))  # a Nano without its GPU
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as here, on a GPU too
+    monkeypatch.setenv("CACHE_DIRECTORY", str(tmp_path / "cache"))
     silent = tmp_path / "silent.toml"
-    silent.write_text(
+    silent.write_text(  # the class's recipe unmeasured (the calibration: the tests below)
         f'[env]\nid = "ALE/Breakout-v5"\n[train]\nsteps = 5000\nrun_dir = "{tmp_path / "new"}"\n'
+        "[hw]\ncalibrate = false\n"
     )
     cfg = daemon_config(silent)
     assert cfg.agent.algo == "pqn" and cfg.env.repeat_action_probability == 0.0
@@ -65,7 +67,7 @@ def test_the_service_trains_the_machines_recipe_when_its_config_chooses_no_learn
     old = tmp_path / "old"
     old.mkdir()
     (old / "config.toml").write_text('[agent]\nalgo = "dqn"\n[train]\nrecipe = ""\n')
-    silent.write_text(f'[train]\nrun_dir = "{old}"\n')
+    silent.write_text(f'[train]\nrun_dir = "{old}"\n[hw]\ncalibrate = false\n')
     assert daemon_config(silent).agent.algo == "dqn" and daemon_config(silent).train.recipe == ""
     # One trained with the recipe keeps it.
     (old / "config.toml").write_text('[train]\nrecipe = "pong-cpu (no CUDA GPU)"\n')
@@ -73,7 +75,9 @@ def test_the_service_trains_the_machines_recipe_when_its_config_chooses_no_learn
 
 
 def test_preset_board_names_the_recipe_and_status_shows_it():
-    layer = preset_layer("board")
+    from edgerl.run.calibrate import calibrated_layer
+
+    layer = calibrated_layer(calibrated=False)  # the class's own (the calibration's own tests)
     assert layer.values["agent.algo"] == "pqn"
     assert layer.values["train.recipe"] == board_recipe().describe()
     named = named_preset_layer("pong-cpu")

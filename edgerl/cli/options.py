@@ -176,12 +176,18 @@ def build_config(
     if quick and preset:
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
     if quick or preset:  # over the files, under what the command line says
-        from edgerl.hw.recipe import preset_layer
+        from edgerl.config.presets import BOARD_PRESET, named_preset_layer
         from edgerl.report.quick import quick_layer
+        from edgerl.run.calibrate import calibrated_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
-        chosen = quick_layer(resolve(layers)) if quick else preset_layer(str(preset))
+        if quick:
+            chosen = quick_layer(resolve(layers))
+        elif preset == BOARD_PRESET:  # measured here (once: remembered) unless told not to
+            chosen = calibrated_layer(resolve(layers).hw.calibrate)
+        else:
+            chosen = named_preset_layer(str(preset))
         layers = [*files, chosen, *command_line]
     cfg = with_game(resolve(layers))
     if resume and (recipe := run_recipe_layer(cfg)) is not None:

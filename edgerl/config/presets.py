@@ -193,16 +193,15 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
 }
 
 
-# --preset board: the recipe of NAMED_PRESETS this machine's class trains best
-# (edgerl.hw.recipe.preset_layer, which knows the machine; the service uses it when its config
-# chooses no learner).
+# --preset board: the recipe of NAMED_PRESETS this machine trains fastest (edgerl.run.calibrate,
+# which measures the machine; the service uses it when its config chooses no learner).
 BOARD_PRESET = "board"
 
 
 def named_preset_layer(name: str) -> Layer:
     """The settings of ``--preset name`` as a config layer (naming itself in
     ``train.recipe``); raises ConfigError for a name that is not one of :data:`NAMED_PRESETS`
-    (``board``: :func:`edgerl.hw.recipe.preset_layer`)."""
+    (``board``: :func:`edgerl.run.calibrate.calibrated_layer`)."""
     if name not in NAMED_PRESETS:
         choices = ", ".join(sorted([*NAMED_PRESETS, BOARD_PRESET]))
         raise ConfigError(f"unknown preset {name!r}; the presets are: {choices}")

@@ -259,6 +259,12 @@ class HwConfig:
     state_dir: str = setting(
         "", "clock state (empty: /run/edgerl-clocks as root, else ~/.local/state/edgerl)"
     )
+    calibrate: bool = setting(
+        True,
+        "--preset board and the service measure this machine's recipes at their first start "
+        "(remembered) and train the one with the least predicted time to its target; false: "
+        "the class's recipe, unmeasured",
+    )
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""The recipe a machine trains by default: the fastest one proven (or, for a Jetson, estimated)
-for its class. The service uses it when its config chooses no learner; ``--preset board``
-asks for it by hand.
+"""The recipe a machine's class trains by default: the fastest one proven (or, for a Jetson,
+estimated) for its class. The calibration (:mod:`edgerl.run.calibrate`: ``--preset board`` and
+the service) starts from it, measures it beside the recipes it may be traded for and trains the
+fastest; with ``hw.calibrate = false`` it is trained as it is.
 
 - **No GPU PyTorch can use**: ``pong-cpu`` (PQN on the CPU cores; on record on two cores).
 - **A GPU of its own** (a desktop or server card): ``pong-gpu`` (PQN in the lagged pipeline
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgerl.config import Layer
-from edgerl.config.presets import BOARD_PRESET, NAMED_PRESETS, named_preset_layer
+from edgerl.config.presets import NAMED_PRESETS
 from edgerl.hw.platform import Platform, detect
 
 SMALL_BOARD_GIB = 16.0  # below this, a Jetson's recipe runs 64 environments, not 128
@@ -79,8 +80,3 @@ def board_recipe(
             changes,
         )
     return Recipe("pong-gpu", "a CUDA GPU of its own: PQN in the lagged pipeline", {})
-
-
-def preset_layer(name: str) -> Layer:
-    """``--preset name`` as a config layer: a named recipe, or (``board``) this machine's."""
-    return board_recipe().layer() if name == BOARD_PRESET else named_preset_layer(name)

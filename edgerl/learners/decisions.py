@@ -6,6 +6,9 @@ the same ones reuses it (:meth:`edgerl.learners.fast_update.FastUpdate.maybe_com
 key). The file is ``compile-decisions.json`` in ``$CACHE_DIRECTORY`` (the service's, set by
 systemd), else ``$XDG_CACHE_HOME/edgerl``, else ``~/.cache/edgerl``.
 
+The same small store keeps the board's calibration (:mod:`edgerl.run.calibrate`, in
+``calibration.json`` beside it).
+
 It is a cache: a file that cannot be read or parsed is reported once, renamed aside
 (``.damaged``, kept for inspection) and the measurement is made again; a directory that cannot
 be written costs only the next run's measurement.
@@ -42,8 +45,14 @@ def default_directory() -> Path:
 class CompileDecisions:
     """A small JSON map from a key to what was measured for it."""
 
-    def __init__(self, directory: Path | None = None) -> None:
-        self.path = (directory or default_directory()) / FILE_NAME
+    def __init__(
+        self,
+        directory: Path | None = None,
+        file_name: str = FILE_NAME,
+        what: str = "the torch.compile decision",
+    ) -> None:
+        self.path = (directory or default_directory()) / file_name
+        self.what = what  # what the warnings call an entry
         self._warned = False
 
     def _read(self) -> dict[str, Any]:
@@ -94,6 +103,6 @@ class CompileDecisions:
             write_atomic(self.path, (text + "\n").encode())
         except OSError as e:
             self._warn(
-                f"cannot remember the torch.compile decision in {self.path}: {e.strerror or e}; "
+                f"cannot remember {self.what} in {self.path}: {e.strerror or e}; "
                 "the next run measures again"
             )

@@ -41,12 +41,11 @@ import torch
 
 from edgerl.config import Config, build_layers, resolve
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets
+from edgerl.config.presets import BOARD_PRESET, apply_presets, named_preset_layer
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
-from edgerl.hw.recipe import preset_layer
 from edgerl.learners.factory import check_keys, memory_keeps_steps, q_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
@@ -56,7 +55,6 @@ from edgerl.measure.compute import (
     macs_per_forward,
     matmul_peak_gflops,
 )
-from edgerl.measure.learner import learner_limit
 from edgerl.measure.loops import (
     actor_loop,
     env_steps_per_s,
@@ -70,6 +68,8 @@ from edgerl.measure.to_target import time_to_target
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.report.balance import who_waits
 from edgerl.run.autotune import calibrate
+from edgerl.run.calibrate import calibrated_layer
+from edgerl.run.learner_alone import learner_limit
 from edgerl.run.pipeline import resolve_pipeline
 from edgerl.words import duration
 
@@ -131,8 +131,10 @@ class BenchOptions:
 def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
     sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
     layers = build_layers(opts.config_file, use_system=False)
-    if opts.preset is not None:  # over the file, under what the bench and --set say
-        layers.append(preset_layer(opts.preset))
+    if opts.preset == BOARD_PRESET:  # what train would train here (measured once, remembered)
+        layers.append(calibrated_layer(resolve(layers).hw.calibrate))
+    elif opts.preset is not None:  # over the file, under what the bench and --set say
+        layers.append(named_preset_layer(opts.preset))
     # --env when given (a shortcut of None is left out: the game of the layers below)
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)

@@ -35,17 +35,19 @@ STATUS_EVERY_S = 5.0
 LIVE_KEYS = [k for k in keys() if field_info(k)[0].metadata.get("live")]
 
 
-def daemon_config(config_file: Path | None, recipe: bool = True) -> Config:
+def daemon_config(config_file: Path | None, recipe: bool = True, measure: bool = True) -> Config:
     """The service's config: the usual layers, with service defaults for keys nobody set. A
     config that chooses no learner (``agent.algo``) trains this machine's recipe
-    (:mod:`edgerl.hw.recipe`) under it: what the config sets wins, its game included
-    (``recipe`` False: without it, for commands that need only where the service's run is)."""
+    (:mod:`edgerl.run.calibrate`: measured at the first start, remembered after) under it: what
+    the config sets wins, its game included (``recipe`` False: without it, for commands that
+    need only where the service's run is; ``measure`` False: a remembered calibration or none,
+    for a reload while training runs)."""
     layers = build_layers(config_file)
     cfg = resolve(layers)
     if recipe and takes_recipe(cfg):
-        from edgerl.hw.recipe import board_recipe
+        from edgerl.run.calibrate import calibrated_recipe
 
-        chosen = board_recipe()
+        chosen = calibrated_recipe(cfg.hw.calibrate, measure)
         cfg = resolve([chosen.layer(keep_game="env.id" in cfg.explicit), *layers])
     service_defaults = {
         "hw.max_clocks": True,
@@ -141,7 +143,7 @@ class ServiceHook(Hook):
         ("key old -> new"). Called from the training loop."""
         self.notifier.reloading()
         try:
-            new = daemon_config(self.config_file)
+            new = daemon_config(self.config_file, measure=False)
         except EdgerlError as e:
             log.error("reload failed, keeping the running config: %s", e)
             self.notifier.ready(f"reload failed: {e}")

@@ -1,0 +1,113 @@
+"""The machine measures itself and picks its recipe (edgerl.run.calibrate): the least predicted
+time to the target from the samples on record and the speeds measured here; figures remembered
+per machine, software and settings; the service and --preset board train the choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgerl.hw.recipe import Recipe
+from edgerl.learners.decisions import CompileDecisions
+from edgerl.run.calibrate import Measured, calibrate, candidate_config, choose, measure
+
+CPU = Recipe("pong-cpu", "no CUDA GPU: PQN on 2 CPU cores", {})
+
+
+class StandIn:
+    """Measures a recipe as a machine would give it: the emulator's speed per environment and
+    the learner's cost per sample of gradient work, counted per call."""
+
+    def __init__(self, emulator_steps_per_s: float, learner_samples_per_s: float) -> None:
+        self.emulator, self.learner = emulator_steps_per_s, learner_samples_per_s
+        self.calls: list[str] = []
+
+    def __call__(self, cfg, seconds):  # type: ignore[no-untyped-def]
+        self.calls.append(cfg.agent.algo)
+        if cfg.agent.algo == "pqn":  # each env step is learned from twice (2 epochs)
+            work = cfg.pqn.epochs
+        else:  # a batch every train_freq env steps
+            work = cfg.agent.batch_size / cfg.agent.train_freq
+        return self.emulator, self.learner / work, "sync"
+
+
+def chosen(stand_in: StandIn, tmp_path) -> Recipe:  # type: ignore[no-untyped-def]
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    return choose(calibrate(CPU, store, measure_fn=stand_in), CPU)
+
+
+def test_a_slow_emulator_picks_the_recipe_that_needs_fewer_env_steps(tmp_path):
+    """With the emulator the limit, every recipe runs near its speed: DQN's 500,000 env steps
+    to 18 beat PQN's 1,225,024."""
+    pick = chosen(StandIn(emulator_steps_per_s=150, learner_samples_per_s=20_000), tmp_path)
+    assert pick.preset == "pong-cpu-dqn"
+    assert "the least time predicted" in pick.why and "the emulator the limit" in pick.why
+
+
+def test_a_slow_learner_picks_the_recipe_that_asks_less_learning_per_env_step(tmp_path):
+    """With the learner the limit, DQN's 8 samples of gradient work per env step cost more
+    than PQN's 2 save: PQN, as on record on two CPU cores (PQN 41 minutes, DQN 68)."""
+    pick = chosen(StandIn(emulator_steps_per_s=5_000, learner_samples_per_s=1_200), tmp_path)
+    assert pick.preset == "pong-cpu"
+    assert "pong-cpu-dqn: actor 5,000 and learner 150 env steps/s" in pick.why
+
+
+def test_the_figures_are_remembered_and_measured_again_when_the_machine_changes(
+    tmp_path, monkeypatch
+):
+    stand_in = StandIn(150, 20_000)
+    chosen(stand_in, tmp_path)
+    chosen(stand_in, tmp_path)
+    assert stand_in.calls == ["pqn", "dqn"]  # the second start measured nothing
+    import edgerl
+
+    monkeypatch.setattr(edgerl, "__version__", "99.0")  # another edgerl: measured again
+    chosen(stand_in, tmp_path)
+    assert stand_in.calls == ["pqn", "dqn", "pqn", "dqn"]
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    assert calibrate(CPU, store, measure_fn=stand_in, remembered_only=True)  # a reload: known
+    empty = CompileDecisions(tmp_path / "none", "calibration.json", "the calibration")
+    assert calibrate(CPU, empty, measure_fn=stand_in, remembered_only=True) == []
+    assert len(stand_in.calls) == 4
+
+
+def test_a_recipe_without_samples_on_record_is_shown_and_never_chosen():
+    fast = Measured(Recipe("pong-cpu", "", {}), 9e9, 9e9, "sync", samples=None)
+    assert fast.predicted_s is None
+    assert "no run on record at its settings" in fast.describe()
+    assert choose([fast], CPU).preset == "pong-cpu"  # the class's own, nothing to choose by
+
+
+def test_measuring_a_recipe_runs_its_real_actor_and_learner_here():
+    """The real measurement of pong-cpu-dqn (4 Pong environments, DQN's update), briefly."""
+    actor, learner, pipeline = measure(candidate_config(Recipe("pong-cpu-dqn", "", {})), 0.5)
+    assert actor > 0 and learner > 0
+    assert pipeline == "sync"  # on the CPU
+
+
+def test_preset_board_and_the_service_train_the_calibrated_choice(cli, tmp_path, monkeypatch):
+    """Figures remembered in the cache directory (as a first start leaves them) make the
+    choice; the run's first lines say which recipe and why."""
+    from edgerl.run.calibrate import calibrated_recipe
+    from edgerl.service.daemon import daemon_config
+
+    monkeypatch.setenv("CACHE_DIRECTORY", str(tmp_path / "cache"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    store = CompileDecisions(tmp_path / "cache", "calibration.json", "the calibration")
+    calibrate(calibrated_recipe(calibrated=False), store, measure_fn=StandIn(150, 20_000))
+    silent = tmp_path / "silent.toml"
+    silent.write_text(f'[train]\nrun_dir = "{tmp_path / "run"}"\n')
+    cfg = daemon_config(silent, measure=False)
+    assert cfg.agent.algo == "dqn" and cfg.env.num_envs == 4
+    assert cfg.train.recipe.startswith("pong-cpu-dqn (")
+    r = cli("config", "--preset", "board")
+    assert r.code == 0, r.err
+    assert 'algo = "dqn"' in r.out and 'recipe = "pong-cpu-dqn (' in r.out
+    r = cli("config", "--preset", "board", "--set", "hw.calibrate=false")
+    assert r.code == 0 and 'algo = "pqn"' in r.out, r.err
+
+
+@pytest.mark.parametrize("name", ["pong-cpu", "pong-cpu-dqn", "pong-gpu", "pong-gpu-dqn"])
+def test_every_candidate_has_its_samples_to_target_on_record(name):
+    from edgerl.config.targets import samples_to_target
+
+    assert samples_to_target(candidate_config(Recipe(name, "", {}))) is not None
