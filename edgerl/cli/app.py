@@ -11,7 +11,9 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 
 import click
 
@@ -75,9 +77,21 @@ def cli(ctx: click.Context, debug: bool) -> None:
     setup_logging(debug)
 
 
+def ctrl_c_interrupts() -> None:
+    """Ctrl-C (SIGINT) stops every command, also one started with SIGINT ignored: a shell
+    script's background job, or ``timeout -s INT`` run from one, hands its programs SIGINT
+    ignored, and Python then installs no handler of its own (``edgerl train`` and ``bench``
+    install theirs; ``play``, ``export`` and ``serve`` ran on after such a SIGINT). Off the main
+    thread (a test's), nothing."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (never raises for user errors)."""
     cpus.mark()  # other programs' CPU use is measured from here (perf.threads=0)
+    ctrl_c_interrupts()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
