@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgerl.config import with_values
 from edgerl.hw.recipe import Recipe
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.run.calibrate import Measured, calibrate, candidate_config, choose, measure
@@ -79,7 +80,8 @@ def test_a_recipe_without_samples_on_record_is_shown_and_never_chosen():
 
 def test_measuring_a_recipe_runs_its_real_actor_and_learner_here():
     """The real measurement of pong-cpu-dqn (4 Pong environments, DQN's update), briefly."""
-    actor, learner, pipeline = measure(candidate_config(Recipe("pong-cpu-dqn", "", {})), 0.5)
+    cfg = with_values(candidate_config(Recipe("pong-cpu-dqn", "", {})), {"perf.device": "cpu"})
+    actor, learner, pipeline = measure(cfg, 0.5)
     assert actor > 0 and learner > 0
     assert pipeline == "sync"  # on the CPU
 
@@ -111,3 +113,83 @@ def test_every_candidate_has_its_samples_to_target_on_record(name):
     from edgerl.config.targets import samples_to_target
 
     assert samples_to_target(candidate_config(Recipe(name, "", {}))) is not None
+
+
+def test_a_small_boards_own_recipe_without_a_prediction_is_kept_not_traded(tmp_path):
+    """A board under 16 GiB runs pong-jetson with 64 environments, which no run on record
+    used: with no time predicted for it, nothing can be weighed against it."""
+    small = Recipe("pong-jetson", "an integrated GPU sharing 4 GiB: PQN", {"env.num_envs": 64})
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    measured = calibrate(small, store, measure_fn=StandIn(150, 20_000))
+    assert [m.predicted_s is None for m in measured] == [True, False]
+    pick = choose(measured, small)
+    assert pick.preset == "pong-jetson" and pick.changes == {"env.num_envs": 64}
+    assert "kept: no time predicted for it here" in pick.why
+
+
+def test_a_recipe_that_cannot_be_measured_is_left_out_and_the_rest_decide(tmp_path, caplog):
+    def dqn_fails(cfg, seconds):  # type: ignore[no-untyped-def]
+        if cfg.agent.algo == "dqn":
+            raise RuntimeError("CUDA out of memory")
+        return 1000.0, 500.0, "sync"
+
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    measured = calibrate(CPU, store, measure_fn=dqn_fails)
+    assert [m.recipe.preset for m in measured] == ["pong-cpu"]
+    assert "pong-cpu-dqn could not be measured here (CUDA out of memory): left out" in caplog.text
+    assert choose(measured, CPU).preset == "pong-cpu"
+
+
+def test_a_damaged_remembered_figure_is_measured_again(tmp_path):
+    import json
+
+    stand_in = StandIn(150, 20_000)
+    chosen(stand_in, tmp_path)
+    path = tmp_path / "calibration.json"
+    doc = json.loads(path.read_text())
+    for entry in doc["entries"].values():
+        entry["actor"] = None  # an edit by hand, or a bug of an older edgerl
+    path.write_text(json.dumps(doc))
+    chosen(stand_in, tmp_path)
+    assert stand_in.calls == ["pqn", "dqn", "pqn", "dqn"]
+
+
+def test_figures_taken_while_other_work_kept_the_cpus_busy_are_used_not_remembered(tmp_path):
+    """A real busy process beside the measurement (its CPU time counted, however loaded the
+    machine is): the figures choose now, and the next start measures again."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    def beside_a_busy_loop(cfg, seconds):  # type: ignore[no-untyped-def]
+        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+        try:
+            deadline = time.monotonic() + 600
+            while psutil.Process(busy.pid).cpu_times().user < 1.5 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            busy.kill()
+            busy.wait(timeout=60)
+        return 1000.0, 500.0, "sync"
+
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    assert len(calibrate(CPU, store, measure_fn=beside_a_busy_loop)) == 2
+    assert not (tmp_path / "calibration.json").exists()
+
+
+def test_a_run_already_begun_keeps_the_recipe_it_trained_with(tmp_path):
+    """After an upgrade or on other CPUs the calibration may choose another learner, which the
+    run's checkpoints refuse: a run in the run directory goes on with its own recipe."""
+    from edgerl.run.calibrate import calibrated_recipe
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('[train]\nrecipe = "pong-cpu-dqn (no CUDA GPU: ...)"\n')
+    store = CompileDecisions(tmp_path / "empty", "calibration.json", "the calibration")
+    kept = calibrated_recipe(store=store, run_dir=run)  # nothing remembered: nothing measured
+    assert kept.preset == "pong-cpu-dqn"
+    assert not (tmp_path / "empty" / "calibration.json").exists()
+    (run / "config.toml").write_text('[train]\nrecipe = ""\n')  # trained without one
+    assert calibrated_recipe(calibrated=False, run_dir=run).preset in ("pong-cpu", "pong-gpu")

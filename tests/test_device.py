@@ -172,7 +172,7 @@ def test_niced_work_does_not_count_as_taking_cpus_from_a_trainer_that_is_not_nic
 
 @pytest.mark.skipif(sys.platform != "linux", reason="per-thread niceness is Linux's")
 def test_this_processs_own_niced_threads_leave_its_own_time_as_they_leave_the_machines():
-    """An evaluation's thread runs at niceness 10: its time is in the kernel's nice column, which
+    """The replay save's thread runs at niceness 10: its time is in the kernel's nice column, which
     the machine's busy time leaves out for a trainer that is not niced, so it leaves this
     process's own time too (else it would hide as much of other programs' work)."""
     import threading

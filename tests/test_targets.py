@@ -153,3 +153,16 @@ def test_the_performance_page_shows_the_samples_to_target_of_every_group_of_runs
         shown = settings.replace("env.repeat_action_probability=0.0 ", "")
         row = f"| {algo} | `{shown}` | {reached} of {runs} | {median} |"
         assert row in section, row
+
+
+def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small_replay():
+    """The bench measures with a small replay and early learning (its BENCH_SETTINGS); those
+    are DQN sample keys, so the prediction is looked up with the config training would use."""
+    from edgerl.measure.bench import BenchOptions, _config
+    from edgerl.measure.to_target import time_to_target
+
+    loops = [{"mode": "sync", "num_envs": 4, "steps_per_s": 100.0}]
+    opts = BenchOptions(preset="pong-cpu-dqn")
+    assert time_to_target(_config(opts), loops) is None  # the bench's own: nothing on record
+    predicted = time_to_target(_config(opts, bench_settings=False), loops)
+    assert predicted is not None and predicted["loops"][0]["predicted_s"] == 5000.0

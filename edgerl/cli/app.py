@@ -91,7 +91,8 @@ def ctrl_c_interrupts() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (never raises for user errors)."""
     cpus.mark()  # other programs' CPU use is measured from here (perf.threads=0)
-    ctrl_c_interrupts()
+    if argv is None:  # the command itself, not a caller's in-process call (a test's)
+        ctrl_c_interrupts()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:

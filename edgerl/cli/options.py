@@ -178,6 +178,7 @@ def build_config(
     if quick or preset:  # over the files, under what the command line says
         from edgerl.config.presets import BOARD_PRESET, named_preset_layer
         from edgerl.report.quick import quick_layer
+        from edgerl.report.rundir import run_dir_of
         from edgerl.run.calibrate import calibrated_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
@@ -185,7 +186,9 @@ def build_config(
         if quick:
             chosen = quick_layer(resolve(layers))
         elif preset == BOARD_PRESET:  # measured here (once: remembered) unless told not to
-            chosen = calibrated_layer(resolve(layers).hw.calibrate)
+            unmeasured = with_game(resolve([*files, calibrated_layer(False), *command_line]))
+            run_dir = run_dir_of(unmeasured)  # a run there keeps the recipe it trained with
+            chosen = calibrated_layer(resolve(layers).hw.calibrate, run_dir=run_dir)
         else:
             chosen = named_preset_layer(str(preset))
         layers = [*files, chosen, *command_line]

@@ -15,12 +15,15 @@ or below (``edgerl train``, or the service at -5): the scheduler gives such work
 trainer leaves (a niceness 19 task weighs 15 against a niceness 0 task's 1,024), so dropping a
 thread for it would hand it a core. Measured: a ``nice -n 19`` test run beside an Atari run on two
 cores had the trainer drop from two threads to one (0.6 of 2 CPUs busy with other work, counted
-before this rule).
+before this rule). Niceness weighs only among processes that share a CPU cgroup: a niced job in
+another cgroup with the CPU controller (the service's own, under systemd) gets its cgroup's
+share whatever its niceness, and is undercounted here.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +64,13 @@ class CpuSample:
 
 
 def _niced_threads_time(me: psutil.Process) -> float:
-    """CPU seconds of this process's live threads that run niced (an evaluation's thread, at
+    """CPU seconds of this process's live threads that run niced (the replay save's, at
     niceness 10): the kernel counts them in the "nice" time left out of the machine's busy time,
     so they leave this process's own too. A niced thread that ended within a window takes its
-    seconds out of this sum, making other programs look less busy for that window, never more."""
+    seconds out of this sum, making other programs look less busy for that window, never more.
+    Linux only (elsewhere a thread's id is no process id getpriority takes)."""
+    if not sys.platform.startswith("linux"):
+        return 0.0
     total = 0.0
     try:
         threads = me.threads()

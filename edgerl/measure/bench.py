@@ -128,11 +128,19 @@ class BenchOptions:
     batch_shapes: tuple[tuple[int, int], ...] = ()
 
 
-def _config(opts: BenchOptions, extra: dict[str, Any] | None = None) -> Config:
-    sets = [f"{k}={v}" for k, v in {**BENCH_SETTINGS, **(extra or {})}.items()]
+def _config(
+    opts: BenchOptions, extra: dict[str, Any] | None = None, bench_settings: bool = True
+) -> Config:
+    """The config the bench measures (``bench_settings``: with BENCH_SETTINGS, which make its
+    replay small; without them, the one training would use, which the runs on record match)."""
+    sets = [
+        f"{k}={v}"
+        for k, v in {**(BENCH_SETTINGS if bench_settings else {}), **(extra or {})}.items()
+    ]
     layers = build_layers(opts.config_file, use_system=False)
     if opts.preset == BOARD_PRESET:  # what train would train here (measured once, remembered)
-        layers.append(calibrated_layer(resolve(layers).hw.calibrate))
+        said = resolve([*layers, *build_layers(None, opts.overrides, {}, False)])
+        layers.append(calibrated_layer(said.hw.calibrate))
     elif opts.preset is not None:  # over the file, under what the bench and --set say
         layers.append(named_preset_layer(opts.preset))
     # --env when given (a shortcut of None is left out: the game of the layers below)
@@ -436,7 +444,7 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         result["actor"] = _actor(cfg, opts, limit, device.type == "cuda")
     result["loops"] = []
     _loops(cfg, opts, limit, warnings, result["loops"])
-    if (predicted := time_to_target(cfg, result["loops"])) is not None:
+    if predicted := time_to_target(_config(opts, bench_settings=False), result["loops"]):
         result["to_target"] = predicted
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)

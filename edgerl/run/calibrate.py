@@ -25,11 +25,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from edgerl.config import Config, Layer, build_layers, resolve
+from edgerl.config import Config, Layer, build_layers, resolve, with_values
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import apply_presets
 from edgerl.config.targets import SamplesToTarget, samples_to_target
@@ -158,6 +160,9 @@ def measure(cfg: Config, seconds: float) -> tuple[float, float, str]:
     from edgerl.run.learner_alone import learner_limit
     from edgerl.run.pipeline import resolve_pipeline
 
+    # the update as the bench's loops measure it: compiling (perf.compile auto on a CPU) would
+    # cost 20-50 s a recipe and is kept in training only where it pays
+    cfg = with_values(cfg, {"perf.compile": "off"})
     device = resolve_device(cfg.perf.device)
     configure_for_training(device, cfg)
     spec = probe(cfg.env)
@@ -184,18 +189,77 @@ def calibrate(
     for recipe in candidates(class_recipe):
         cfg = candidate_config(recipe)
         key = _key(recipe, cfg, machine)
-        known = store.get(key)
-        if known is not None and {"actor", "learner", "pipeline"} <= set(known):
-            actor, learner, pipeline = known["actor"], known["learner"], known["pipeline"]
+        known = _figures(store.get(key))
+        if known is not None:
             log.info("calibration: %s remembered from %s", recipe.preset, store.path)
         elif remembered_only:
             continue
         else:
-            log.info("calibration: measuring %s (about %.0f s)", recipe.preset, 2 * seconds)
-            actor, learner, pipeline = measure_fn(cfg, seconds)
-            store.put(key, {"actor": actor, "learner": learner, "pipeline": pipeline})
+            known = _measure_here(recipe, cfg, seconds, measure_fn)
+            if known is None:
+                continue
+            if known[3] <= BUSY_TO_REMEMBER:
+                store.put(key, dict(zip(("actor", "learner", "pipeline"), known[:3], strict=True)))
+            else:
+                log.warning(
+                    "calibration: other work kept %.1f CPUs busy while %s was measured: its "
+                    "figures are used now and measured again at the next start",
+                    known[3],
+                    recipe.preset,
+                )
+        actor, learner, pipeline = known[:3]
         out.append(Measured(recipe, actor, learner, pipeline, samples_to_target(cfg)))
     return out
+
+
+BUSY_TO_REMEMBER = 0.5  # CPUs other work may keep busy while figures worth remembering are taken
+
+
+def _figures(entry: dict[str, Any] | None) -> tuple[float, float, str, float] | None:
+    """A remembered entry's figures, or None unless they are what a measurement leaves (a
+    damaged or hand-edited entry is measured again)."""
+    if entry is None:
+        return None
+    actor, learner, pipeline = entry.get("actor"), entry.get("learner"), entry.get("pipeline")
+    numbers = all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+        for x in (actor, learner)
+    )
+    if not numbers or pipeline not in ("sync", "async"):
+        return None
+    return float(actor), float(learner), str(pipeline), 0.0  # type: ignore[arg-type]
+
+
+def _measure_here(
+    recipe: Recipe, cfg: Config, seconds: float, measure_fn: Any
+) -> tuple[float, float, str, float] | None:
+    """(actor, learner, pipeline, CPUs other work kept busy meanwhile), or None where measuring
+    failed (said; the recipe is then left out, never a reason to stop)."""
+    from edgerl.hw.cpus import CpuSample, others_busy
+
+    log.info("calibration: measuring %s", recipe.preset)
+    before = CpuSample.now()
+    try:
+        actor, learner, pipeline = measure_fn(cfg, seconds)
+    except Exception as e:  # out of memory on a small board, a driver's error: not this one
+        log.warning("calibration: %s could not be measured here (%s): left out", recipe.preset, e)
+        log.debug("calibration failure", exc_info=True)
+        return None
+    finally:
+        _free_memory()
+    busy = others_busy(before, CpuSample.now()) or 0.0
+    return actor, learner, pipeline, busy
+
+
+def _free_memory() -> None:
+    """Give back what measuring allocated (a Jetson's GPU shares the board's memory)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def choose(measured: list[Measured], class_recipe: Recipe) -> Recipe:
@@ -203,9 +267,14 @@ def choose(measured: list[Measured], class_recipe: Recipe) -> Recipe:
     ``why``; the class's own where none has a prediction."""
     timed = [m for m in measured if m.predicted_s is not None]
     figures = "; ".join(m.describe() for m in measured)
-    if not timed:
+    own = [m for m in measured if m.recipe == class_recipe]
+    if not timed or not own or own[0].predicted_s is None:
+        # nothing to weigh the class's own against (a small board's 64 environments: no run
+        # on record trained with them): it is kept, never traded for a recipe whose time
+        # alone is known
         return dataclasses.replace(
-            class_recipe, why=f"{class_recipe.why}; calibrated, nothing to choose by: {figures}"
+            class_recipe,
+            why=f"{class_recipe.why}; calibrated, kept: no time predicted for it here ({figures})",
         )
     best = min(timed, key=lambda m: m.predicted_s)  # type: ignore[arg-type, return-value]
     machine = class_recipe.why.split(":", 1)[0]  # the class's words name its own learner too
@@ -214,12 +283,20 @@ def choose(measured: list[Measured], class_recipe: Recipe) -> Recipe:
 
 
 def calibrated_recipe(
-    calibrated: bool = True, measure_now: bool = True, store: CompileDecisions | None = None
+    calibrated: bool = True,
+    measure_now: bool = True,
+    store: CompileDecisions | None = None,
+    run_dir: Path | None = None,
 ) -> Recipe:
     """This machine's recipe, chosen by measuring (``--preset board``, the service): the
     class's own, unmeasured, where not ``calibrated`` (``hw.calibrate = false``); from the
-    remembered figures alone without ``measure_now`` (a reload while training runs)."""
+    remembered figures alone without ``measure_now`` (a reload while training runs). A run
+    already in ``run_dir`` keeps the recipe it trained with: measured again after an upgrade
+    or on other CPUs, the choice could name another learner, which its checkpoints refuse."""
     class_recipe = board_recipe()
+    if run_dir is not None and (kept := recipe_of_run(run_dir, class_recipe)) is not None:
+        log.info("calibration: the run in %s goes on with its recipe, %s", run_dir, kept.preset)
+        return kept
     if not calibrated:
         return class_recipe
     measured = calibrate(class_recipe, store, remembered_only=not measure_now)
@@ -232,6 +309,23 @@ def calibrated_recipe(
     return chosen
 
 
-def calibrated_layer(calibrated: bool = True) -> Layer:
+def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
+    """The recipe the run kept in ``run_dir`` trained with (its config.toml's ``train.recipe``
+    names a preset first), the class's own with this machine's changes where it is that one;
+    None for no run there, or one trained without a named recipe."""
+    from edgerl.config.presets import NAMED_PRESETS
+    from edgerl.report.rundir import run_section
+
+    saved = run_section(run_dir, "train")
+    said = str((saved or {}).get("recipe") or "")
+    preset = said.split(" ", 1)[0]
+    if preset not in NAMED_PRESETS:
+        return None
+    if preset == class_recipe.preset:
+        return class_recipe
+    return Recipe(preset, "the recipe the run in its run directory trained with", {})
+
+
+def calibrated_layer(calibrated: bool = True, run_dir: Path | None = None) -> Layer:
     """``--preset board`` as a config layer."""
-    return calibrated_recipe(calibrated).layer()
+    return calibrated_recipe(calibrated, run_dir=run_dir).layer()

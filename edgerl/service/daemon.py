@@ -47,7 +47,8 @@ def daemon_config(config_file: Path | None, recipe: bool = True, measure: bool =
     if recipe and takes_recipe(cfg):
         from edgerl.run.calibrate import calibrated_recipe
 
-        chosen = calibrated_recipe(cfg.hw.calibrate, measure)
+        run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else service_run_dir(cfg.env.id)
+        chosen = calibrated_recipe(cfg.hw.calibrate, measure, run_dir=run_dir)
         cfg = resolve([chosen.layer(keep_game="env.id" in cfg.explicit), *layers])
     service_defaults = {
         "hw.max_clocks": True,
