@@ -146,6 +146,10 @@ LEARNERS: dict[str, LearnerInfo] = {
             "agent.n_step",
             "agent.learning_starts",
             "replay.capacity",
+            "agent.gamma",
+            "agent.double",
+            "agent.eps_end",
+            "agent.lr_end",
         ),
     ),
     "pqn": LearnerInfo(
@@ -163,6 +167,10 @@ LEARNERS: dict[str, LearnerInfo] = {
             "agent.lr",
             "agent.eps_decay_steps",
             "train.steps",  # the learning rate anneals over it
+            "pqn.lam",
+            "agent.gamma",
+            "agent.eps_end",
+            "agent.lr_end",
         ),
     ),
     "ppo": LearnerInfo(
@@ -179,6 +187,12 @@ LEARNERS: dict[str, LearnerInfo] = {
             "ppo.minibatches",
             "agent.lr",
             "train.steps",  # the learning rate anneals over it
+            "ppo.lam",
+            "ppo.clip",
+            "ppo.ent_coef",
+            "ppo.vf_coef",
+            "agent.gamma",
+            "agent.lr_end",
         ),
     ),
     "ga": LearnerInfo(

@@ -67,7 +67,7 @@ from edgerl.measure.replay import replay_save_cost
 from edgerl.measure.to_target import time_to_target
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.report.balance import who_waits
-from edgerl.run.autotune import calibrate
+from edgerl.run.autotune import calibrate as autotune_envs
 from edgerl.run.calibrate import calibrated_layer
 from edgerl.run.learner_alone import learner_limit
 from edgerl.run.pipeline import resolve_pipeline
@@ -433,7 +433,7 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         )
     if opts.autotune:
         log.info("bench: autotune")
-        choice, measurements, _ = calibrate(
+        choice, measurements, _ = autotune_envs(
             cfg, spec, device, resolve_pipeline(cfg.perf.pipeline, device, concurrent=concurrent)
         )
         result["autotune"] = {
