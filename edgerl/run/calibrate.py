@@ -88,11 +88,12 @@ class Measured:
             f"env steps/s, {self.pipeline}: {self.loop_steps_per_s:,.0f} predicted ({limit} the "
             "limit)"
         )
-        if self.predicted_s is None:
+        samples, predicted = self.samples, self.predicted_s
+        if samples is None or predicted is None:
             return f"{self.recipe.preset}: {speed}; no run on record at its settings"
         return (
-            f"{self.recipe.preset}: {speed}; {self.samples.steps:,} env steps to "  # type: ignore[union-attr]
-            f"{self.samples.target:g} on record: {duration(self.predicted_s)}"  # type: ignore[union-attr]
+            f"{self.recipe.preset}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
+            f"on record: {duration(predicted)}"
         )
 
 
