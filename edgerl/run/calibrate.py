@@ -38,6 +38,7 @@ from edgerl.config.targets import SamplesToTarget, samples_to_target
 from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.recipe import Recipe, board_recipe
 from edgerl.learners.decisions import CompileDecisions
+from edgerl.run.autotune import predict
 from edgerl.words import duration
 
 log = logging.getLogger(__name__)
@@ -66,10 +67,9 @@ class Measured:
 
     @property
     def loop_steps_per_s(self) -> float:
+        """The loop's speed as autotune predicts it from the two halves (0: one stalled)."""
         a, b = self.actor_steps_per_s, self.learner_steps_per_s
-        if a <= 0 or b <= 0:
-            return 0.0
-        return min(a, b) if self.pipeline == "async" else 1.0 / (1.0 / a + 1.0 / b)
+        return predict(a, b, self.pipeline) if a > 0 and b > 0 else 0.0
 
     @property
     def predicted_s(self) -> float | None:
@@ -196,27 +196,30 @@ def calibrate(
         elif remembered_only:
             continue
         else:
-            known = _measure_here(recipe, cfg, seconds, measure_fn)
-            if known is None:
+            measured = _measure_here(recipe, cfg, seconds, measure_fn)
+            if measured is None:
                 continue
-            if known[3] <= BUSY_TO_REMEMBER:
-                store.put(key, dict(zip(("actor", "learner", "pipeline"), known[:3], strict=True)))
+            known, busy = measured
+            if busy <= BUSY_TO_REMEMBER:
+                store.put(key, dict(zip(("actor", "learner", "pipeline"), known, strict=True)))
             else:
                 log.warning(
                     "calibration: other work kept %.1f CPUs busy while %s was measured: its "
                     "figures are used now and measured again at the next start",
-                    known[3],
+                    busy,
                     recipe.preset,
                 )
-        actor, learner, pipeline = known[:3]
-        out.append(Measured(recipe, actor, learner, pipeline, samples_to_target(cfg)))
+        out.append(Measured(recipe, *known, samples=samples_to_target(cfg)))
     return out
 
 
 BUSY_TO_REMEMBER = 0.5  # CPUs other work may keep busy while figures worth remembering are taken
 
 
-def _figures(entry: dict[str, Any] | None) -> tuple[float, float, str, float] | None:
+Figures = tuple[float, float, str]  # actor env steps/s, learner-bound env steps/s, pipeline
+
+
+def _figures(entry: dict[str, Any] | None) -> Figures | None:
     """A remembered entry's figures, or None unless they are what a measurement leaves (a
     damaged or hand-edited entry is measured again)."""
     if entry is None:
@@ -228,14 +231,14 @@ def _figures(entry: dict[str, Any] | None) -> tuple[float, float, str, float] | 
     )
     if not numbers or pipeline not in ("sync", "async"):
         return None
-    return float(actor), float(learner), str(pipeline), 0.0  # type: ignore[arg-type]
+    return float(actor), float(learner), str(pipeline)  # type: ignore[arg-type]
 
 
 def _measure_here(
     recipe: Recipe, cfg: Config, seconds: float, measure_fn: Any
-) -> tuple[float, float, str, float] | None:
-    """(actor, learner, pipeline, CPUs other work kept busy meanwhile), or None where measuring
-    failed (said; the recipe is then left out, never a reason to stop)."""
+) -> tuple[Figures, float] | None:
+    """(the figures, CPUs other work kept busy meanwhile), or None where measuring failed
+    (said; the recipe is then left out, never a reason to stop)."""
     from edgerl.hw.cpus import CpuSample, others_busy
 
     log.info("calibration: measuring %s", recipe.preset)
@@ -249,7 +252,7 @@ def _measure_here(
     finally:
         _free_memory()
     busy = others_busy(before, CpuSample.now()) or 0.0
-    return actor, learner, pipeline, busy
+    return (actor, learner, pipeline), busy
 
 
 def _free_memory() -> None:
