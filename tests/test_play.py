@@ -347,6 +347,37 @@ def test_record_pong_as_the_agent_sees_it(pong_run, tmp_path):
     assert np.array_equal(game[..., 0], game[..., 1]) and np.array_equal(game[..., 0], game[..., 2])
 
 
+def test_ctrl_c_stops_play_started_with_sigint_ignored(cartpole_run):
+    """A shell script's background job starts with SIGINT ignored; `edgerl play` then played on
+    after SIGINT (train and bench installed handlers of their own, the other commands none)."""
+    import select
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import edgerl_cmd
+
+    proc = subprocess.Popen(
+        edgerl_cmd("play", "--run-dir", cartpole_run, "--episodes", "100000", "--fps", "20"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        said = select.select([proc.stderr], [], [], 300)[0]
+        assert said, "play said nothing within 300 s"
+        first = proc.stderr.readline()  # it says which policy it plays: it is running
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # it played on: the failure this test is for
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, first + err
+
+
 def test_ctrl_c_while_recording_writes_nothing_under_the_name(cartpole_run, tmp_path):
     pytest.importorskip("PIL", reason="the record extra (Pillow) is not installed")
     import os
