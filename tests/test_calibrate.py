@@ -9,7 +9,14 @@ import pytest
 from edgerl.config import with_values
 from edgerl.hw.recipe import Recipe
 from edgerl.learners.decisions import CompileDecisions
-from edgerl.run.calibrate import Measured, calibrate, candidate_config, choose, measure
+from edgerl.run.calibrate import (
+    Measured,
+    calibrate,
+    candidate_config,
+    candidates,
+    choose,
+    measure,
+)
 
 CPU = Recipe("pong-cpu", "no CUDA GPU: PQN on 2 CPU cores", {})
 
@@ -36,6 +43,20 @@ def chosen(stand_in: StandIn, tmp_path) -> Recipe:  # type: ignore[no-untyped-de
     return choose(calibrate(CPU, store, measure_fn=stand_in), CPU)
 
 
+@pytest.fixture
+def quiet(monkeypatch):
+    """Other work beside a stand-in's measurement counted as none: what is remembered must not
+    depend on how loaded the machine running the suite is (a real busy process has its own
+    test below)."""
+    monkeypatch.setattr("edgerl.hw.cpus.others_busy", lambda before, after: 0.0)
+
+
+def measured_learners() -> list[str]:
+    """The learners a calibration of CPU measures: its candidates and their ratio variants on
+    record (PQN's epochs)."""
+    return [candidate_config(r).agent.algo for r in candidates(CPU)]
+
+
 def test_a_slow_emulator_picks_the_recipe_that_needs_fewer_env_steps(tmp_path):
     """With the emulator the limit, every recipe runs near its speed: DQN's 500,000 env steps
     to 18 beat PQN's 1,225,024."""
@@ -53,22 +74,23 @@ def test_a_slow_learner_picks_the_recipe_that_asks_less_learning_per_env_step(tm
 
 
 def test_the_figures_are_remembered_and_measured_again_when_the_machine_changes(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, quiet
 ):
     stand_in = StandIn(150, 20_000)
+    once = measured_learners()
     chosen(stand_in, tmp_path)
     chosen(stand_in, tmp_path)
-    assert stand_in.calls == ["pqn", "dqn"]  # the second start measured nothing
+    assert stand_in.calls == once  # the second start measured nothing
     import edgerl
 
     monkeypatch.setattr(edgerl, "__version__", "99.0")  # another edgerl: measured again
     chosen(stand_in, tmp_path)
-    assert stand_in.calls == ["pqn", "dqn", "pqn", "dqn"]
+    assert stand_in.calls == once + once
     store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
     assert calibrate(CPU, store, measure_fn=stand_in, remembered_only=True)  # a reload: known
     empty = CompileDecisions(tmp_path / "none", "calibration.json", "the calibration")
     assert calibrate(CPU, empty, measure_fn=stand_in, remembered_only=True) == []
-    assert len(stand_in.calls) == 4
+    assert len(stand_in.calls) == 2 * len(once)
 
 
 def test_a_recipe_without_samples_on_record_is_shown_and_never_chosen():
@@ -86,7 +108,9 @@ def test_measuring_a_recipe_runs_its_real_actor_and_learner_here():
     assert pipeline == "sync"  # on the CPU
 
 
-def test_preset_board_and_the_service_train_the_calibrated_choice(cli, tmp_path, monkeypatch):
+def test_preset_board_and_the_service_train_the_calibrated_choice(
+    cli, tmp_path, monkeypatch, quiet
+):
     """Figures remembered in the cache directory (as a first start leaves them) make the
     choice; the run's first lines say which recipe and why."""
     from edgerl.run.calibrate import calibrated_recipe
@@ -140,7 +164,7 @@ def test_a_recipe_that_cannot_be_measured_is_left_out_and_the_rest_decide(tmp_pa
     assert choose(measured, CPU).preset == "pong-cpu"
 
 
-def test_a_damaged_remembered_figure_is_measured_again(tmp_path):
+def test_a_damaged_remembered_figure_is_measured_again(tmp_path, quiet):
     import json
 
     stand_in = StandIn(150, 20_000)
@@ -151,7 +175,7 @@ def test_a_damaged_remembered_figure_is_measured_again(tmp_path):
         entry["actor"] = None  # an edit by hand, or a bug of an older edgerl
     path.write_text(json.dumps(doc))
     chosen(stand_in, tmp_path)
-    assert stand_in.calls == ["pqn", "dqn", "pqn", "dqn"]
+    assert stand_in.calls == measured_learners() * 2
 
 
 def test_figures_taken_while_other_work_kept_the_cpus_busy_are_used_not_remembered(tmp_path):
@@ -175,7 +199,7 @@ def test_figures_taken_while_other_work_kept_the_cpus_busy_are_used_not_remember
         return 1000.0, 500.0, "sync"
 
     store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
-    assert len(calibrate(CPU, store, measure_fn=beside_a_busy_loop)) == 2
+    assert len(calibrate(CPU, store, measure_fn=beside_a_busy_loop)) == len(candidates(CPU))
     assert not (tmp_path / "calibration.json").exists()
 
 
@@ -193,3 +217,39 @@ def test_a_run_already_begun_keeps_the_recipe_it_trained_with(tmp_path):
     assert not (tmp_path / "empty" / "calibration.json").exists()
     (run / "config.toml").write_text('[train]\nrecipe = ""\n')  # trained without one
     assert calibrated_recipe(calibrated=False, run_dir=run).preset in ("pong-cpu", "pong-gpu")
+
+
+def test_the_epochs_on_record_are_weighed_too_and_a_run_keeps_the_value_chosen(
+    tmp_path, monkeypatch
+):
+    """With pong-cpu's settings on record at 1 epoch too (a stand-in run: 1.4M env steps),
+    a slow learner makes 1 epoch the least time (half the learning per env step for 14% more
+    steps); the choice names it, trains it, and a run begun with it keeps it."""
+    from edgerl.config import targets
+    from edgerl.config.targets import SampleRun, sample_runs, settings_of
+    from edgerl.run.calibrate import calibrated_recipe
+
+    cfg = candidate_config(CPU)
+    one = SampleRun(
+        cfg.env.id,
+        "pqn",
+        18.0,
+        settings_of(with_values(cfg, {"pqn.epochs": 1})),
+        "stand-in",
+        1_400_000,
+        2_000_000,
+    )
+    rows = (*sample_runs(), one)
+    monkeypatch.setattr(targets, "sample_runs", lambda: rows)
+    assert [r.name for r in candidates(CPU)][:2] == ["pong-cpu", "pong-cpu pqn.epochs=1"]
+    pick = chosen(StandIn(emulator_steps_per_s=5_000, learner_samples_per_s=1_200), tmp_path)
+    assert pick.preset == "pong-cpu" and pick.changes == {"pqn.epochs": 1}
+    assert "pong-cpu pqn.epochs=1: actor 5,000 and learner 1,200 env steps/s" in pick.why
+    assert candidate_config(pick).pqn.epochs == 1
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(f'[train]\nrecipe = "{pick.describe()}"\n')
+    store = CompileDecisions(tmp_path / "empty", "calibration.json", "the calibration")
+    kept = calibrated_recipe(store=store, run_dir=run)
+    assert kept.preset == "pong-cpu" and kept.changes == {"pqn.epochs": 1}

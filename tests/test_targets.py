@@ -40,15 +40,45 @@ def recorded(run: Path) -> SampleRun | None:
     with (run / "eval.csv").open(newline="") as f:
         evals = list(csv.DictReader(f))
     reached = [int(e["step"]) for e in evals if float(e["return_mean"]) >= PONG_TARGET]
+    until = reached[0] if reached else int(evals[-1]["step"])
+    settings = {k: value(k) for k in keys}
+    ratio_key = learner_info(algo).ratio_key
+    if ratio_key:  # the value the learning balance left, where it moved it
+        trained = trained_at(run, ratio_key, until, settings[ratio_key])
+        if trained is None:
+            return None  # a sample of no one value
+        settings[ratio_key] = trained
     return SampleRun(
         env_id="ALE/Pong-v5",
         algo=algo,
         target=PONG_TARGET,
-        settings=" ".join(f"{k}={text_of(value(k))}" for k in keys),
+        settings=" ".join(f"{k}={text_of(v)}" for k, v in settings.items()),
         run=str(run.relative_to(RUNS)),
         reached_at=reached[0] if reached else 0,
         evaluated_to=int(evals[-1]["step"]),
     )
+
+
+def trained_at(run: Path, key: str, until: int, configured: object) -> object | None:
+    """The value of ``key`` (its metrics.csv column: the learner's figure) the run trained at
+    for 90% of its env steps to ``until``; the configured one for a run from before the
+    column; None where no value had 90% (the learning balance moved it early)."""
+    column = key.rsplit(".", 1)[1]
+    with (run / "metrics.csv").open(newline="") as f:
+        rows = [(int(r["step"]), r.get(column) or "") for r in csv.DictReader(f)]
+    if not rows or not rows[0][1]:
+        return configured
+    steps: dict[str, int] = {}
+    before = 0
+    for step, value in rows:
+        if before >= until:
+            break
+        steps[value] = steps.get(value, 0) + min(step, until) - before
+        before = step
+    value, most = max(steps.items(), key=lambda kv: kv[1])
+    if most < 0.9 * sum(steps.values()):
+        return None
+    return type(configured)(float(value))  # type: ignore[call-arg]
 
 
 def pong_runs() -> set[SampleRun]:
@@ -166,3 +196,20 @@ def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small
     assert time_to_target(_config(opts), loops) is None  # the bench's own: nothing on record
     predicted = time_to_target(_config(opts, bench_settings=False), loops)
     assert predicted is not None and predicted["loops"][0]["predicted_s"] == 5000.0
+
+
+def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_all(tmp_path):
+    """The learning balance may move PQN's epochs: a run counts at the value it held for 90%
+    of its steps to the target, and where none did, it is a sample of no one value."""
+
+    def metrics(*rows: tuple[int, str]) -> Path:
+        lines = ["step,sps,epochs", *(f"{step},500,{epochs}" for step, epochs in rows)]
+        (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+        return tmp_path
+
+    early = metrics((10_000, "2.0"), (50_000, "1.0"), (1_000_000, "1.0"), (1_500_000, "2.0"))
+    assert trained_at(early, "pqn.epochs", 1_000_000, 2) == 1  # 95% at 1 before the target
+    halves = metrics((500_000, "2.0"), (1_000_000, "1.0"))
+    assert trained_at(halves, "pqn.epochs", 1_000_000, 2) is None
+    (tmp_path / "metrics.csv").write_text("step,sps\n10000,500\n")  # from before the column
+    assert trained_at(tmp_path, "pqn.epochs", 1_000_000, 2) == 2

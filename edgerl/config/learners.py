@@ -49,6 +49,11 @@ class LearnerInfo:
     # The settings that decide how many env steps it needs to reach a score (its samples to
     # target, edgerl.config.targets): a run on record speaks for a config where these agree.
     sample_keys: tuple[str, ...] = ()
+    # The one of its sample_keys that sets how much it learns from each env step (PQN's epochs
+    # over each rollout), which the learning balance (edgerl.report.balance) may move while it
+    # trains, among the values the runs on record reached the target with; "" for none. The
+    # learner then has ``set_ratio(value)``, and its checkpoints keep the value it learns at.
+    ratio_key: str = ""
 
     @property
     def concurrent(self) -> bool:
@@ -131,6 +136,9 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
 
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
+    # DQN declares no ratio_key: every run on record trained at 8 samples per env step (batches
+    # of 32 every 4 steps, 128 every 16), so no range is known to be safe; its updates owed
+    # and its target network's period also count at one train_freq from the session's start.
     "dqn": LearnerInfo(
         "edgerl.learners.dqn",
         memory="replay",
@@ -159,6 +167,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         layer_norm=True,
         own_num_envs=True,
         presets=PQN_PRESETS,
+        ratio_key="pqn.epochs",
         sample_keys=(
             "env.num_envs",
             "pqn.rollout_steps",

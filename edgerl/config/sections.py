@@ -319,8 +319,10 @@ class PerfConfig:
     balance: str = setting(
         "auto",
         "while training, move what can change live (PyTorch's CPU threads, the async actor's "
-        "lead) in small steps kept only where steps/s improves, and give up threads to other "
-        "programs' load: auto (on, except with perf.deterministic), off",
+        "lead) in small steps kept only where steps/s improves, give up threads to other "
+        "programs' load, and move the learner's epochs among the values runs on record reached "
+        "the target with, toward the least predicted time: auto (on, except with "
+        "perf.deterministic), off",
         choices=("auto", "off"),
     )
     balance_every_s: float = setting(

@@ -97,3 +97,35 @@ def samples_to_target(cfg: Config) -> SamplesToTarget | None:
     return SamplesToTarget(
         cfg.env.id, runs[0].target, int(statistics.median(reached)), len(reached), runs
     )
+
+
+def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
+    """What the runs on record needed at each value of ``cfg``'s learner's ``ratio_key`` (how
+    much it learns from each env step: PQN's epochs) with every other setting of ``cfg``: the
+    values some run reached the target at, each with its samples to target. Empty for a learner
+    without a ratio key; one value where only ``cfg``'s own (or another single one) is on
+    record. The learning balance moves the ratio among these values only."""
+    from edgerl.config import with_values
+
+    key = learner_info(cfg.agent.algo).ratio_key
+    if not key:
+        return {}
+    own = cfg.get(key)
+    others = _without(settings_of(cfg), key)
+    values = {
+        type(own)(_setting(r.settings, key))
+        for r in sample_runs()
+        if r.env_id == cfg.env.id
+        and r.algo == cfg.agent.algo
+        and _without(r.settings, key) == others
+    }
+    points = {v: samples_to_target(with_values(cfg, {key: v})) for v in sorted(values)}
+    return {v: found for v, found in points.items() if found is not None}
+
+
+def _without(settings: str, key: str) -> str:
+    return " ".join(w for w in settings.split() if not w.startswith(key + "="))
+
+
+def _setting(settings: str, key: str) -> str:
+    return next(w.split("=", 1)[1] for w in settings.split() if w.startswith(key + "="))

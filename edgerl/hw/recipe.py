@@ -38,8 +38,13 @@ class Recipe:
     def values(self) -> dict[str, Any]:
         return {**NAMED_PRESETS[self.preset].values, **self.changes}
 
+    @property
+    def name(self) -> str:
+        """The preset and the values the recipe changes in it: ``pong-cpu pqn.epochs=1``."""
+        return " ".join([self.preset, *(f"{k}={v}" for k, v in self.changes.items())])
+
     def describe(self) -> str:
-        return f"{self.preset} ({self.why})"
+        return f"{self.name} ({self.why})"
 
     def layer(self, keep_game: bool = False) -> Layer:
         """The recipe as a config layer, naming itself in ``train.recipe``; ``keep_game``
@@ -47,7 +52,7 @@ class Recipe:
         values = {**self.values, "train.recipe": self.describe()}
         if keep_game:
             values.pop("env.id", None)
-        return Layer(f"the recipe for this machine, {self.preset}", values)
+        return Layer(f"the recipe for this machine, {self.name}", values)
 
 
 def board_recipe(

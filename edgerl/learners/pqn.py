@@ -28,6 +28,7 @@ graph's fixed buffers once and each pass's minibatch order into its own.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from typing import Any
@@ -154,7 +155,18 @@ class PQN:
     # -- schedules ------------------------------------------------------------------------------
 
     def figures(self) -> dict[str, float]:
-        return {}  # its loss is the interface's own
+        """Its epochs over each rollout (the learning balance may move them)."""
+        return {"epochs": float(self.pqn.epochs)}
+
+    @property
+    def ratio(self) -> int:
+        """What the learning balance moves (the registry's ``ratio_key``): epochs a rollout."""
+        return self.pqn.epochs
+
+    def set_ratio(self, epochs: int) -> None:
+        """Learn each rollout from here on with ``epochs`` passes (read once a rollout: a
+        learner thread's rollout under way keeps its count)."""
+        self.pqn = dataclasses.replace(self.pqn, epochs=int(epochs))
 
     def epsilon(self, step: int) -> float:
         """Exploration at ``step``: linear from eps_start to eps_end over eps_decay_steps (a
@@ -294,6 +306,7 @@ class PQN:
             "updates": self.updates,
             "rollouts": self.rollouts,
             "generator": self.generator.get_state(),
+            "epochs": self.pqn.epochs,  # as the learning balance left them
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -307,6 +320,8 @@ class PQN:
         self.updates = int(state["updates"])
         self.rollouts = int(state["rollouts"])
         self.generator.set_state(state["generator"])
+        if "epochs" in state:  # checkpoints before the learning balance: the config's
+            self.set_ratio(int(state["epochs"]))
 
 
 def acting_policy(net: nn.Module) -> EpsilonGreedy:

@@ -25,6 +25,20 @@ in proportion), and tried back up once the CPUs are free. Every move is logged
 with its reason and shown by ``edgerl status``; ``perf.balance = off`` or ``perf.deterministic``
 hold everything still. The environments' count and ALE's threads are fixed when the
 environments are built: the ratio's sentence says when more would help a next run.
+
+**The learning balance.** Threads and the lead move the speed; they never change what the
+learner does with each env step. :class:`LearningRatio` does: it moves the learner's ratio
+setting (its registry line's ``ratio_key``: PQN's epochs over each rollout) among the values
+the runs on record reached the target with (:func:`edgerl.config.targets.ratio_points`), never
+outside them. Each window it predicts, from the measured seconds per env step of each side,
+the loop's speed at every such value (the learner's time taken as proportional to the value)
+and the progress per second that buys (speed over the samples to target on record at that
+value), and moves one value toward the best where that is at least :data:`KEEP_GAIN` more.
+Where the learner is the limit (two CPU cores) a value that costs less per step can win even
+though it needs more steps; where the learner waits (a big GPU), a value that learns more from
+each step costs nothing. The value is the learner's state: its checkpoints keep it and a
+resume goes on with it; ``metrics.csv`` has it in every row (the learner's figures).
+``perf.balance = off`` and ``perf.deterministic`` hold it still too.
 """
 
 from __future__ import annotations
@@ -70,6 +84,14 @@ def cpu_gpu_ratio(before: BalanceSample, after: BalanceSample) -> float:
     if wall <= 0 or actor <= 0.01 * wall or math.isnan(learner) or learner <= 0:
         return math.nan
     return max(0.0, learner) / actor
+
+
+def predict(actor_sps: float, learner_sps: float, mode: str) -> float:
+    """The loop's env steps/s from each side's alone: the slower of the two where the learner
+    has a thread of its own (``mode`` "async"), their harmonic sum where they take turns."""
+    if mode == "async":
+        return min(actor_sps, learner_sps)
+    return 1.0 / (1.0 / actor_sps + 1.0 / learner_sps)
 
 
 def who_waits(ratio: float, gpu: bool) -> str:
@@ -193,6 +215,11 @@ class Balancer:
                 return self._try(knob, direction, sps, "trying a step")
         return None
 
+    @property
+    def judging(self) -> Knob | None:
+        """The knob of the trial move the next window judges, if any."""
+        return None if self._trial is None else self._trial.knob
+
     def _try(self, knob: Knob, direction: int, sps: float, why: str) -> Move:
         self._trial = _Trial(knob, knob.value, sps, direction)
         new = knob.step(direction)
@@ -230,6 +257,61 @@ class Balancer:
         return move
 
 
+class LearningRatio:
+    """The learning balance (see the module's docstring): the learner's ``key`` setting, now
+    ``value``, moved among the values of ``samples`` (each with its env steps to the target on
+    record) by :meth:`window`, through ``apply``; ``mode`` is the pipeline's ("sync" or
+    "async")."""
+
+    def __init__(
+        self,
+        key: str,
+        value: Any,
+        samples: dict[Any, int],
+        mode: str,
+        apply: Callable[[Any], None],
+    ) -> None:
+        if value not in samples:
+            raise ValueError(f"{key} = {value} has no run on record to move from")
+        self.key, self.value, self.samples, self.mode = key, value, samples, mode
+        self.values = sorted(samples)
+        self.apply = apply
+
+    def predicted(self, actor_s: float, learner_s: float) -> dict[Any, tuple[float, float]]:
+        """(loop env steps/s, seconds to the target at that speed) at each value, from the
+        seconds per env step each side took at the present value."""
+        out = {}
+        for v in self.values:
+            sps = predict(1 / actor_s, 1 / (learner_s * v / self.value), self.mode)
+            out[v] = (sps, self.samples[v] / sps)
+        return out
+
+    def window(self, steps: int, actor_s: float, learner_s: float) -> Move | None:
+        """Decide after a window of ``steps`` env steps in which the environments' side took
+        ``actor_s`` seconds and the learner ``learner_s`` (NaN: not known, as on a GPU in one
+        loop). Returns the move made, if any: one value toward the least predicted time."""
+        if steps <= 0 or not (actor_s > 0 and learner_s > 0):  # NaN fails both
+            return None
+        predicted = self.predicted(actor_s / steps, learner_s / steps)
+        best = min(self.values, key=lambda v: predicted[v][1])
+        here = predicted[self.value][1]
+        if best == self.value or predicted[best][1] * (1 + KEEP_GAIN) > here:
+            return None
+        i = self.values.index(self.value)
+        new = self.values[i + 1 if best > self.value else i - 1]
+        sps, seconds = predicted[new]
+        reason = (
+            f"{self.samples[new]:,} env steps to target on record at {new} and {sps:,.0f} "
+            f"env steps/s predicted: {seconds / 60:,.0f} min of training against "
+            f"{here / 60:,.0f} at {self.value} ({predicted[self.value][0]:,.0f} env steps/s)"
+        )
+        move = Move(self.key, self.value, new, reason)
+        self.apply(new)
+        self.value = new
+        log.info("balance: %s", move.describe())
+        return move
+
+
 class BalanceWatch:
     """The trainer's side of the balance: at each metrics row, the ratio over the row's window
     and its sentence in ``stats``; every ``every_s``, one window of the walk (``walk`` None:
@@ -242,10 +324,13 @@ class BalanceWatch:
         gpu: bool,
         every_s: float,
         step: int,
+        ratio: LearningRatio | None = None,
     ) -> None:
         self.sample, self.walk, self.gpu, self.every_s = sample, walk, gpu, every_s
+        self.ratio = ratio
+        self.moves: deque[Move] = deque(maxlen=MOVES_SHOWN)  # the learning balance's
         self._row = sample()
-        self._window = (self._row.wall, step, _cpu_sample())
+        self._window = (self._row, step, _cpu_sample())
 
     def row(self, stats: TrainStats, step: int) -> None:
         """Fill the row's ratio and sentence; walk once a window of ``every_s`` is over."""
@@ -253,16 +338,30 @@ class BalanceWatch:
         stats.cpu_gpu_ratio = cpu_gpu_ratio(self._row, now)
         stats.who_waits = who_waits(stats.cpu_gpu_ratio, self.gpu)
         self._row = now
-        if self.walk is None:
+        if self.walk is None and self.ratio is None:
             return
-        t0, step0, cpu0 = self._window
-        if now.wall - t0 < self.every_s:
+        start, step0, cpu0 = self._window
+        wall = now.wall - start.wall
+        if wall < self.every_s:
             return
         cpu1 = _cpu_sample()
         others = others_busy(cpu0, cpu1) if cpu0 is not None and cpu1 is not None else None
-        self.walk.window((step - step0) / (now.wall - t0), others)
-        stats.balance_moves = [m.describe() for m in self.walk.moves]
-        self._window = (now.wall, step, cpu1)
+        moved = None
+        if self.walk is not None:
+            moved = self.walk.window((step - step0) / wall, others)
+        if self.ratio is not None and moved is None and self._walk_still():
+            # one change a window, none while the walk judges a trial: its steps/s must
+            # compare like with like
+            actor = wall - (now.actor_wait_s - start.actor_wait_s)
+            learner = now.learner_busy_s - start.learner_busy_s
+            if (move := self.ratio.window(step - step0, actor, learner)) is not None:
+                self.moves.append(move)
+        walked = list(self.walk.moves) if self.walk is not None else []
+        stats.balance_moves = [m.describe() for m in [*walked, *self.moves][-MOVES_SHOWN:]]
+        self._window = (now, step, cpu1)
+
+    def _walk_still(self) -> bool:
+        return self.walk is None or self.walk.judging is None
 
 
 def _cpu_sample() -> CpuSample | None:
@@ -273,10 +372,34 @@ def _cpu_sample() -> CpuSample | None:
 
 
 def watch(cfg: Config, learning: Any, gpu: bool, step: int) -> BalanceWatch:
-    """The balance of a run's pipeline ``learning`` (its ``balance_sample`` and ``knobs``):
-    walked where ``perf.balance`` is auto, the run is not deterministic and something may
-    move."""
+    """The balance of a run's pipeline ``learning`` (its ``balance_sample``, ``knobs``,
+    ``mode`` and ``learner``): walked, and its learning ratio moved, where ``perf.balance`` is
+    auto, the run is not deterministic and something may move."""
+    held = cfg.perf.balance == "off" or cfg.perf.deterministic
     knobs = learning.knobs()
-    still = cfg.perf.balance == "off" or cfg.perf.deterministic or not knobs
-    walk = None if still else Balancer(knobs, cpu_load().cpus, seed=cfg.env.seed)
-    return BalanceWatch(learning.balance_sample, walk, gpu, cfg.perf.balance_every_s, step)
+    walk = None if held or not knobs else Balancer(knobs, cpu_load().cpus, seed=cfg.env.seed)
+    ratio = None if held else learning_ratio(cfg, learning.learner, learning.mode)
+    every = cfg.perf.balance_every_s
+    return BalanceWatch(learning.balance_sample, walk, gpu, every, step, ratio)
+
+
+def learning_ratio(cfg: Config, learner: Any, mode: str) -> LearningRatio | None:
+    """The learning balance of ``learner`` (training ``cfg``, its ratio now ``learner.ratio``:
+    a resumed run's may differ from the config's), or None where its learner has no ratio key
+    or fewer than two values of it, its own among them, are on record with ``cfg``'s other
+    settings."""
+    from edgerl.config.learners import learner_info
+    from edgerl.config.targets import ratio_points
+
+    key = learner_info(cfg.agent.algo).ratio_key
+    if not key:
+        return None
+    points = {v: found.steps for v, found in ratio_points(cfg).items()}
+    if len(points) < 2 or learner.ratio not in points:
+        return None
+    log.info(
+        "learning balance: %s may move among %s (the values on record with these settings)",
+        key,
+        ", ".join(f"{v} ({steps:,} env steps to target)" for v, steps in sorted(points.items())),
+    )
+    return LearningRatio(key, learner.ratio, points, mode, learner.set_ratio)

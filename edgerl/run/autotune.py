@@ -27,6 +27,7 @@ from edgerl.config import Config, EnvConfig, with_values
 from edgerl.envs import EnvSpec, make_env
 from edgerl.hw.cpus import usable_cpus
 from edgerl.memories.replay.sampling import example_batch
+from edgerl.report.balance import predict
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,6 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def predict(actor_sps: float, limit_sps: float, mode: str) -> float:
-    """Loop steps/s from the actor's and the learner's rates."""
-    if mode == "async":
-        return min(actor_sps, limit_sps)
-    return 1.0 / (1.0 / actor_sps + 1.0 / limit_sps)
 
 
 def choose(

@@ -11,7 +11,7 @@ seconds per recipe:
 * **the learner alone**: the env steps/s its learning allows (the learner-bound limit,
   :func:`edgerl.run.learner_alone.learner_limit`, updates per env step included).
 
-The loop's speed follows from the two as autotune predicts it (the slower of the two where the
+The loop's speed follows from the two as the balance predicts it (the slower of the two where the
 learner has a thread of its own, their harmonic sum where they take turns), and the predicted
 training time is the samples to target over that speed. The recipe with the least wins; a
 recipe without a run on record at its settings is measured and shown, never chosen. The
@@ -34,11 +34,11 @@ from typing import Any
 from edgerl.config import Config, Layer, build_layers, resolve, with_values
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import apply_presets
-from edgerl.config.targets import SamplesToTarget, samples_to_target
+from edgerl.config.targets import SamplesToTarget, ratio_points, samples_to_target
 from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.recipe import Recipe, board_recipe
 from edgerl.learners.decisions import CompileDecisions
-from edgerl.run.autotune import predict
+from edgerl.report.balance import predict
 from edgerl.words import duration
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Measured:
 
     @property
     def loop_steps_per_s(self) -> float:
-        """The loop's speed as autotune predicts it from the two halves (0: one stalled)."""
+        """The loop's speed as the balance predicts it from the two halves (0: one stalled)."""
         a, b = self.actor_steps_per_s, self.learner_steps_per_s
         return predict(a, b, self.pipeline) if a > 0 and b > 0 else 0.0
 
@@ -90,9 +90,9 @@ class Measured:
         )
         samples, predicted = self.samples, self.predicted_s
         if samples is None or predicted is None:
-            return f"{self.recipe.preset}: {speed}; no run on record at its settings"
+            return f"{self.recipe.name}: {speed}; no run on record at its settings"
         return (
-            f"{self.recipe.preset}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
+            f"{self.recipe.name}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
             f"on record: {duration(predicted)}"
         )
 
@@ -108,9 +108,24 @@ def candidates(class_recipe: Recipe) -> list[Recipe]:
     """The class's own recipe and the others it may be traded for, the machine's changes (a
     small board's environments) kept on the class's own."""
     names = CANDIDATES.get(class_recipe.preset, (class_recipe.preset,))
-    return [
+    recipes = [
         class_recipe if name == class_recipe.preset else Recipe(name, class_recipe.why, {})
         for name in names
+    ]
+    return [variant for recipe in recipes for variant in (recipe, *ratio_variants(recipe))]
+
+
+def ratio_variants(recipe: Recipe) -> list[Recipe]:
+    """``recipe`` at the other values of its learner's ratio (PQN's epochs) that runs on record
+    with its other settings reached the target at (:func:`edgerl.config.targets.ratio_points`):
+    how much to learn from each env step is part of the choice."""
+    cfg = candidate_config(recipe)
+    key = learner_info(cfg.agent.algo).ratio_key
+    own = cfg.get(key) if key else None
+    return [
+        dataclasses.replace(recipe, changes={**recipe.changes, key: value})
+        for value in ratio_points(cfg)
+        if value != own
     ]
 
 
@@ -147,7 +162,7 @@ def _key(recipe: Recipe, cfg: Config, machine: dict[str, Any]) -> str:
     settings = cfg.to_dict()
     settings["train"].pop("recipe", None)  # the words, not the recipe
     text = json.dumps({"machine": machine, "config": settings}, sort_keys=True, default=str)
-    return f"calibration {recipe.preset} " + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f"calibration {recipe.name} " + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def measure(cfg: Config, seconds: float) -> tuple[float, float, str]:
@@ -192,7 +207,7 @@ def calibrate(
         key = _key(recipe, cfg, machine)
         known = _figures(store.get(key))
         if known is not None:
-            log.info("calibration: %s remembered from %s", recipe.preset, store.path)
+            log.info("calibration: %s remembered from %s", recipe.name, store.path)
         elif remembered_only:
             continue
         else:
@@ -207,7 +222,7 @@ def calibrate(
                     "calibration: other work kept %.1f CPUs busy while %s was measured: its "
                     "figures are used now and measured again at the next start",
                     busy,
-                    recipe.preset,
+                    recipe.name,
                 )
         out.append(Measured(recipe, *known, samples=samples_to_target(cfg)))
     return out
@@ -241,12 +256,12 @@ def _measure_here(
     (said; the recipe is then left out, never a reason to stop)."""
     from edgerl.hw.cpus import CpuSample, others_busy
 
-    log.info("calibration: measuring %s", recipe.preset)
+    log.info("calibration: measuring %s", recipe.name)
     before = CpuSample.now()
     try:
         actor, learner, pipeline = measure_fn(cfg, seconds)
     except Exception as e:  # out of memory on a small board, a driver's error: not this one
-        log.warning("calibration: %s could not be measured here (%s): left out", recipe.preset, e)
+        log.warning("calibration: %s could not be measured here (%s): left out", recipe.name, e)
         log.debug("calibration failure", exc_info=True)
         return None
     finally:
@@ -299,7 +314,7 @@ def calibrated_recipe(
     or on other CPUs, the choice could name another learner, which its checkpoints refuse."""
     class_recipe = board_recipe()
     if run_dir is not None and (kept := recipe_of_run(run_dir, class_recipe)) is not None:
-        log.info("calibration: the run in %s goes on with its recipe, %s", run_dir, kept.preset)
+        log.info("calibration: the run in %s goes on with its recipe, %s", run_dir, kept.name)
         return kept
     if not calibrated:
         return class_recipe
@@ -309,7 +324,7 @@ def calibrated_recipe(
     chosen = choose(measured, class_recipe)
     for m in measured:
         log.info("calibration: %s", m.describe())
-    log.info("calibration: training %s", chosen.preset)
+    log.info("calibration: training %s", chosen.name)
     return chosen
 
 
@@ -322,12 +337,29 @@ def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
 
     saved = run_section(run_dir, "train")
     said = str((saved or {}).get("recipe") or "")
-    preset = said.split(" ", 1)[0]
+    preset, *words = said.split(" (", 1)[0].split() or [""]
     if preset not in NAMED_PRESETS:
         return None
-    if preset == class_recipe.preset:
+    changes = dict(word.split("=", 1) for word in words if "=" in word)
+    if not changes and preset == class_recipe.preset:
         return class_recipe
-    return Recipe(preset, "the recipe the run in its run directory trained with", {})
+    ratio = _ratio_change(preset, changes)
+    if preset == class_recipe.preset:
+        return dataclasses.replace(class_recipe, changes={**class_recipe.changes, **ratio})
+    return Recipe(preset, "the recipe the run in its run directory trained with", ratio)
+
+
+def _ratio_change(preset: str, words: dict[str, str]) -> dict[str, Any]:
+    """The ratio value a recipe's name changes (``pqn.epochs=1``), typed as the preset's; the
+    other words a machine's changes (on the class's own: measured again here)."""
+    cfg = candidate_config(Recipe(preset, "", {}))
+    key = learner_info(cfg.agent.algo).ratio_key
+    if not key or key not in words:
+        return {}
+    try:
+        return {key: type(cfg.get(key))(words[key])}
+    except ValueError:  # a hand-edited name: the preset's own value
+        return {}
 
 
 def calibrated_layer(calibrated: bool = True, run_dir: Path | None = None) -> Layer:

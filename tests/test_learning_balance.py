@@ -1,0 +1,177 @@
+"""The learning balance (edgerl.report.balance.LearningRatio): the learner's ratio (PQN's epochs)
+moved one value at a time toward the least predicted time to target, only among the values the
+runs on record reached it with; held still where it may not move; in a real run, logged, in
+metrics.csv, kept by the checkpoint and a resume; and the calibration weighing the same values."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+
+from edgerl.config import build_layers, resolve, with_values
+from edgerl.config import targets as targets_module
+from edgerl.config.targets import SampleRun, ratio_points, settings_of
+from edgerl.report import balance
+from edgerl.report.balance import LearningRatio
+from edgerl.run.train import Trainer
+
+# Pong on two CPU cores as measured (the calibration's figures on the Intel Xeon): the actor
+# alone 1,665 env steps/s, the learner alone 793 at 2 epochs.
+ACTOR_S, LEARNER_S = 1 / 1665, 1 / 793
+
+
+def ratio(samples: dict[int, int], value: int, mode: str = "sync") -> tuple[LearningRatio, list]:
+    applied: list[int] = []
+    return LearningRatio("pqn.epochs", value, samples, mode, applied.append), applied
+
+
+def test_where_the_learner_is_the_limit_a_cheaper_value_wins_if_its_samples_allow():
+    """Two cores, one loop: 1 epoch halves the learner's time (812 env steps/s against 537),
+    so 1.6M env steps at 1 epoch beat 1.2M at 2; 2.4M would not."""
+    r, applied = ratio({1: 1_600_000, 2: 1_200_000}, 2)
+    move = r.window(10_000, 10_000 * ACTOR_S, 10_000 * LEARNER_S)
+    assert move is not None and (move.old, move.new) == (2, 1) and applied == [1]
+    assert "1,600,000 env steps to target on record at 1" in move.reason
+    assert "812 env steps/s predicted" in move.reason and "(537 env steps/s)" in move.reason
+    assert r.value == 1
+    assert r.window(10_000, 10_000 * ACTOR_S, 10_000 * LEARNER_S / 2) is None  # stays there
+
+    r, applied = ratio({1: 2_400_000, 2: 1_200_000}, 2)
+    assert r.window(10_000, 10_000 * ACTOR_S, 10_000 * LEARNER_S) is None and applied == []
+
+
+def test_where_the_learner_waits_the_value_that_learns_more_per_step_costs_nothing():
+    """A GPU learner on its own thread, 5 times as fast as the emulator at 1 epoch: 2 epochs
+    keep the loop at the emulator's speed and need fewer env steps."""
+    r, applied = ratio({1: 1_600_000, 2: 1_200_000}, 1, mode="async")
+    move = r.window(10_000, 10_000 / 8_000, 10_000 / 40_000)
+    assert move is not None and (move.old, move.new) == (1, 2) and applied == [2]
+    # the same figures in one loop: the learner's time adds to the actor's, and 2 still wins
+    # (8,000 -> 6,667 env steps/s costs less than 1.6M -> 1.2M saves)
+    r, _ = ratio({1: 1_600_000, 2: 1_200_000}, 1)
+    assert r.window(10_000, 10_000 / 8_000, 10_000 / 40_000) is not None
+
+
+def test_one_value_a_window_and_nothing_without_both_sides_measured():
+    r, applied = ratio({1: 1_000_000, 2: 1_200_000, 4: 1_300_000}, 4)
+    assert r.window(10_000, 10_000 * ACTOR_S, 10_000 * LEARNER_S * 2).new == 2  # best is 1
+    assert r.window(10_000, 10_000 * ACTOR_S, 10_000 * LEARNER_S).new == 1
+    assert applied == [2, 1]
+    r, applied = ratio({1: 1_000_000, 2: 1_200_000}, 2)
+    assert r.window(10_000, 10_000 * ACTOR_S, math.nan) is None  # a GPU in one loop: unknown
+    assert r.window(0, 0.0, 0.0) is None
+    assert applied == []
+    with pytest.raises(ValueError, match="no run on record"):
+        ratio({1: 1_000_000, 2: 1_200_000}, 3)
+
+
+# -- a real run, with a stand-in record ---------------------------------------------------------
+
+
+def cartpole(tmp_path, *sets: str, steps: int = 40_000):
+    cfg = resolve(
+        build_layers(
+            None,
+            [
+                "agent.algo=pqn",
+                "hw.monitor=false",
+                "display.enabled=false",
+                "train.log_every_s=0.2",
+                "perf.balance_every_s=2",
+                *sets,
+            ],
+            {"env.id": "CartPole-v1", "train.steps": steps, "train.run_dir": str(tmp_path)},
+            use_system=False,
+        )
+    )
+    from edgerl.config.presets import apply_presets
+
+    return apply_presets(cfg, "vector")
+
+
+def on_record(monkeypatch, cfg, reached: dict[int, int]) -> None:
+    """Stand-in runs on record: ``cfg`` trained at each epochs value, reaching the target at
+    the step given (0: never)."""
+    rows = tuple(
+        SampleRun(
+            cfg.env.id,
+            "pqn",
+            475.0,
+            settings_of(with_values(cfg, {"pqn.epochs": epochs})),
+            f"stand-in-{epochs}",
+            step,
+            max(step, 100_000),
+        )
+        for epochs, step in reached.items()
+    )
+    monkeypatch.setattr(targets_module, "sample_runs", lambda: rows)
+
+
+def test_only_values_that_reached_the_target_on_record_are_offered(tmp_path, monkeypatch):
+    cfg = cartpole(tmp_path)
+    assert cfg.pqn.epochs == 4  # the vector preset's
+    on_record(monkeypatch, cfg, {1: 50_000, 2: 0, 4: 40_000, 8: 30_000})
+    assert {v: p.steps for v, p in ratio_points(cfg).items()} == {1: 50_000, 4: 40_000, 8: 30_000}
+    other = with_values(cfg, {"pqn.lam": 0.5})  # another setting: those runs say nothing
+    assert ratio_points(other) == {}
+    assert ratio_points(with_values(cfg, {"agent.algo": "dqn"})) == {}  # no ratio key
+
+
+def epochs_column(run_dir) -> list[float]:
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        return [float(row["epochs"]) for row in csv.DictReader(f)]
+
+
+def test_a_run_moves_its_epochs_says_so_and_a_resume_keeps_them(tmp_path, monkeypatch, caplog):
+    """CartPole's PQN at 4 epochs, with runs on record at 1 and 4 that needed as many env
+    steps: in one loop on the CPU, 1 epoch costs less for the same learning, and the run moves
+    to it after a window; the move is logged and shown, every later metrics row says 1, the
+    checkpoint keeps it and a resume learns at 1 epoch again."""
+    cfg = cartpole(tmp_path)
+    on_record(monkeypatch, cfg, {1: 40_000, 4: 40_000})
+    caplog.set_level("INFO", logger="edgerl")
+    with Trainer(cfg, quiet=True) as trainer:
+        trainer.run()
+        assert trainer.learner.ratio == 1
+        assert any(m.startswith("pqn.epochs 4 -> 1: ") for m in trainer.stats.balance_moves)
+        held = with_values(cfg, {"perf.deterministic": True})
+        assert balance.watch(held, trainer.learning, False, 0).ratio is None
+        updates, rollouts = trainer.learner.updates, trainer.learner.rollouts
+    assert "may move among 1 (40,000 env steps to target), 4 (40,000" in caplog.text
+    epochs = epochs_column(tmp_path)
+    assert epochs[0] == 4.0 and epochs[-1] == 1.0
+    assert epochs == sorted(epochs, reverse=True)  # one move, down, never back
+    # fewer minibatches than 4 epochs of 4 would have made: the learner learned at 1
+    assert updates < 4 * 4 * rollouts
+
+    more = with_values(cfg, {"train.steps": 45_000, "perf.balance": "off"})
+    with Trainer(more, quiet=True) as trainer:
+        assert trainer.learner.ratio == 1  # from the checkpoint, not the config's 4
+        before = trainer.learner.updates, trainer.learner.rollouts
+        trainer.run()
+        learned = trainer.learner.updates - before[0], trainer.learner.rollouts - before[1]
+    assert learned[1] > 0 and learned[0] == 4 * learned[1]  # 1 epoch of 4 minibatches each
+
+
+def test_a_pqn_checkpoint_keeps_its_epochs_and_an_older_one_keeps_the_configs():
+    from edgerl.config import AgentConfig, PQNConfig
+    from edgerl.learners.nets import MLP
+    from edgerl.learners.pqn import PQN
+
+    def learner() -> PQN:
+        net = MLP(4, 2, (16,), layer_norm=True)
+        return PQN(net, AgentConfig(), PQNConfig(epochs=2), 4, torch.device("cpu"))
+
+    moved = learner()
+    moved.set_ratio(1)
+    assert moved.figures() == {"epochs": 1.0}
+    fresh = learner()
+    fresh.load_state_dict(moved.state_dict())
+    assert fresh.ratio == 1
+    older = {k: v for k, v in moved.state_dict().items() if k != "epochs"}
+    fresh = learner()
+    fresh.load_state_dict(older)
+    assert fresh.ratio == 2
