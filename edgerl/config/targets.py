@@ -113,11 +113,12 @@ def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
     own = cfg.get(key)
     others = _without(settings_of(cfg), key)
     values = {
-        type(own)(_setting(r.settings, key))
+        type(own)(float(text))
         for r in sample_runs()
         if r.env_id == cfg.env.id
         and r.algo == cfg.agent.algo
         and _without(r.settings, key) == others
+        and (text := _setting(r.settings, key))
     }
     points = {v: samples_to_target(with_values(cfg, {key: v})) for v in sorted(values)}
     return {v: found for v, found in points.items() if found is not None}
@@ -128,4 +129,5 @@ def _without(settings: str, key: str) -> str:
 
 
 def _setting(settings: str, key: str) -> str:
-    return next(w.split("=", 1)[1] for w in settings.split() if w.startswith(key + "="))
+    """The value ``settings`` gives ``key``, as written ("" where it gives none)."""
+    return next((w.split("=", 1)[1] for w in settings.split() if w.startswith(key + "=")), "")

@@ -163,6 +163,12 @@ class PQN:
         """What the learning balance moves (the registry's ``ratio_key``): epochs a rollout."""
         return self.pqn.epochs
 
+    def ratio_cost(self, epochs: int, values_reused: bool) -> float:
+        """Forward-pass equivalents of learning per env step at ``epochs`` (the learning
+        balance weighs the values by it): the greedy values of the next observations and the
+        epochs' gradient steps."""
+        return learning_forwards(self.pqn.rollout_steps, epochs, values_reused)
+
     def set_ratio(self, epochs: int) -> None:
         """Learn each rollout from here on with ``epochs`` passes (read once a rollout: a
         learner thread's rollout under way keeps its count)."""
@@ -357,9 +363,22 @@ def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
     :func:`edgerl.measure.compute.forwards_per_env_step`): the greedy values of the next
     observations (only each rollout's last when the actor's are reused) and ``pqn.epochs``
     gradient steps over it."""
-    values = 1.0 / cfg.pqn.rollout_steps if values_reused else 1.0
+    values = _values_forwards(cfg.pqn.rollout_steps, values_reused)
     gradients = cfg.pqn.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
     return {"act": 1.0, "values": values, "targets": 0.0, "gradients": gradients}
+
+
+def _values_forwards(rollout_steps: int, values_reused: bool) -> float:
+    """The greedy values of the next observations, per env step: only each rollout's last
+    where the actor's (of the learner's own weights) are reused, else every one."""
+    return 1.0 / rollout_steps if values_reused else 1.0
+
+
+def learning_forwards(rollout_steps: int, epochs: int, values_reused: bool) -> float:
+    """Forward-pass equivalents the learner spends per env step (the act aside)."""
+    return _values_forwards(rollout_steps, values_reused) + (
+        epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+    )
 
 
 def forwards_per_update(cfg: Config) -> float:

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgerl.hw.cpus import CpuSample, cpu_load, others_busy
+from edgerl.words import duration
 
 if TYPE_CHECKING:
     from edgerl.config import Config
@@ -215,11 +216,6 @@ class Balancer:
                 return self._try(knob, direction, sps, "trying a step")
         return None
 
-    @property
-    def judging(self) -> Knob | None:
-        """The knob of the trial move the next window judges, if any."""
-        return None if self._trial is None else self._trial.knob
-
     def _try(self, knob: Knob, direction: int, sps: float, why: str) -> Move:
         self._trial = _Trial(knob, knob.value, sps, direction)
         new = knob.step(direction)
@@ -257,11 +253,22 @@ class Balancer:
         return move
 
 
+RATIO_MEASURE_S = 60.0  # seconds of quiet windows each learning-balance decision is measured on
+RATIO_QUIET = 0.5  # CPUs other programs may keep busy in a window the learning balance counts
+
+
 class LearningRatio:
     """The learning balance (see the module's docstring): the learner's ``key`` setting, now
     ``value``, moved among the values of ``samples`` (each with its env steps to the target on
-    record) by :meth:`window`, through ``apply``; ``mode`` is the pipeline's ("sync" or
-    "async")."""
+    record) by :meth:`window`, through ``apply``; ``cost`` gives the learner's work per env
+    step at a value (any unit: only its ratios count), ``mode`` is the pipeline's ("sync" or
+    "async").
+
+    A decision is taken on :data:`RATIO_MEASURE_S` seconds of windows (PQN learns once a
+    rollout: a 20-second window holds two or three of its updates on two cores, and one more
+    or less would swing the learner's time by a tenth), and moves one value, to the
+    neighbouring value with the least predicted time, only where that is at least
+    :data:`KEEP_GAIN` less than staying."""
 
     def __init__(
         self,
@@ -270,40 +277,48 @@ class LearningRatio:
         samples: dict[Any, int],
         mode: str,
         apply: Callable[[Any], None],
+        cost: Callable[[Any], float],
     ) -> None:
         if value not in samples:
             raise ValueError(f"{key} = {value} has no run on record to move from")
         self.key, self.value, self.samples, self.mode = key, value, samples, mode
         self.values = sorted(samples)
-        self.apply = apply
+        self.apply, self.cost = apply, cost
+        self._measured = (0, 0.0, 0.0, 0.0)  # env steps, wall, actor and learner seconds
 
     def predicted(self, actor_s: float, learner_s: float) -> dict[Any, tuple[float, float]]:
-        """(loop env steps/s, seconds to the target at that speed) at each value, from the
-        seconds per env step each side took at the present value."""
+        """(loop env steps/s, seconds from the start to the target at that speed) at each
+        value, from the seconds per env step each side took at the present value."""
+        here = self.cost(self.value)
         out = {}
         for v in self.values:
-            sps = predict(1 / actor_s, 1 / (learner_s * v / self.value), self.mode)
+            sps = predict(1 / actor_s, 1 / (learner_s * self.cost(v) / here), self.mode)
             out[v] = (sps, self.samples[v] / sps)
         return out
 
-    def window(self, steps: int, actor_s: float, learner_s: float) -> Move | None:
-        """Decide after a window of ``steps`` env steps in which the environments' side took
-        ``actor_s`` seconds and the learner ``learner_s`` (NaN: not known, as on a GPU in one
-        loop). Returns the move made, if any: one value toward the least predicted time."""
+    def window(self, steps: int, wall: float, actor_s: float, learner_s: float) -> Move | None:
+        """Count a window of ``wall`` seconds and ``steps`` env steps in which the environments'
+        side took ``actor_s`` seconds and the learner ``learner_s`` (NaN: not known, as on a
+        GPU in one loop); once :data:`RATIO_MEASURE_S` are counted, decide. Returns the move
+        made, if any."""
         if steps <= 0 or not (actor_s > 0 and learner_s > 0):  # NaN fails both
             return None
-        predicted = self.predicted(actor_s / steps, learner_s / steps)
-        best = min(self.values, key=lambda v: predicted[v][1])
-        here = predicted[self.value][1]
-        if best == self.value or predicted[best][1] * (1 + KEEP_GAIN) > here:
+        n, w, a, b = self._measured
+        n, w, a, b = n + steps, w + wall, a + actor_s, b + learner_s
+        if w < RATIO_MEASURE_S:
+            self._measured = (n, w, a, b)
             return None
+        self._measured = (0, 0.0, 0.0, 0.0)
+        predicted = self.predicted(a / n, b / n)
         i = self.values.index(self.value)
-        new = self.values[i + 1 if best > self.value else i - 1]
-        sps, seconds = predicted[new]
+        new = min(self.values[max(0, i - 1) : i + 2], key=lambda v: predicted[v][1])
+        (sps, seconds), (sps_here, here) = predicted[new], predicted[self.value]
+        if new == self.value or seconds * (1 + KEEP_GAIN) > here:
+            return None
         reason = (
-            f"{self.samples[new]:,} env steps to target on record at {new} and {sps:,.0f} "
-            f"env steps/s predicted: {seconds / 60:,.0f} min of training against "
-            f"{here / 60:,.0f} at {self.value} ({predicted[self.value][0]:,.0f} env steps/s)"
+            f"{self.samples[new]:,} env steps to target on record at {new}, {sps:,.0f} env "
+            f"steps/s predicted from the last {duration(w)}: {duration(seconds)} of training "
+            f"to target against {duration(here)} at {self.value} ({sps_here:,.0f} env steps/s)"
         )
         move = Move(self.key, self.value, new, reason)
         self.apply(new)
@@ -328,16 +343,22 @@ class BalanceWatch:
     ) -> None:
         self.sample, self.walk, self.gpu, self.every_s = sample, walk, gpu, every_s
         self.ratio = ratio
-        self.moves: deque[Move] = deque(maxlen=MOVES_SHOWN)  # the learning balance's
+        self.moves: deque[Move] = deque(maxlen=MOVES_SHOWN)  # the walk's and the ratio's
         self._row = sample()
         self._window = (self._row, step, _cpu_sample())
 
     def row(self, stats: TrainStats, step: int) -> None:
-        """Fill the row's ratio and sentence; walk once a window of ``every_s`` is over."""
+        """Fill the row's ratio and sentence; walk once a window of ``every_s`` is over, and
+        count the window for the learning balance."""
         now = self.sample()
-        stats.cpu_gpu_ratio = cpu_gpu_ratio(self._row, now)
-        stats.who_waits = who_waits(stats.cpu_gpu_ratio, self.gpu)
-        self._row = now
+        ratio = cpu_gpu_ratio(self._row, now)
+        if stats.filling or not math.isnan(ratio):
+            stats.cpu_gpu_ratio = ratio
+            stats.who_waits = who_waits(ratio, self.gpu)
+            self._row = now
+        # else a window without an update since learning began (PQN learns once a rollout, a
+        # row's window may fall between two): the row keeps the ratio measured up to the update
+        # before, and the next one spans both windows
         if self.walk is None and self.ratio is None:
             return
         start, step0, cpu0 = self._window
@@ -346,22 +367,19 @@ class BalanceWatch:
             return
         cpu1 = _cpu_sample()
         others = others_busy(cpu0, cpu1) if cpu0 is not None and cpu1 is not None else None
-        moved = None
-        if self.walk is not None:
-            moved = self.walk.window((step - step0) / wall, others)
-        if self.ratio is not None and moved is None and self._walk_still():
-            # one change a window, none while the walk judges a trial: its steps/s must
-            # compare like with like
+        move = None if self.walk is None else self.walk.window((step - step0) / wall, others)
+        # The learning balance counts a window that says what each side costs: none in which
+        # the walk moved (a trial started or judged: steps/s must compare like with like),
+        # other programs took CPUs, or an evaluation shared them.
+        quiet = (others or 0.0) <= RATIO_QUIET and stats.evaluating is None
+        if self.ratio is not None and move is None and quiet:
             actor = wall - (now.actor_wait_s - start.actor_wait_s)
             learner = now.learner_busy_s - start.learner_busy_s
-            if (move := self.ratio.window(step - step0, actor, learner)) is not None:
-                self.moves.append(move)
-        walked = list(self.walk.moves) if self.walk is not None else []
-        stats.balance_moves = [m.describe() for m in [*walked, *self.moves][-MOVES_SHOWN:]]
+            move = self.ratio.window(step - step0, wall, actor, learner)
+        if move is not None:
+            self.moves.append(move)
+        stats.balance_moves = [m.describe() for m in self.moves]
         self._window = (now, step, cpu1)
-
-    def _walk_still(self) -> bool:
-        return self.walk is None or self.walk.judging is None
 
 
 def _cpu_sample() -> CpuSample | None:
@@ -378,16 +396,21 @@ def watch(cfg: Config, learning: Any, gpu: bool, step: int) -> BalanceWatch:
     held = cfg.perf.balance == "off" or cfg.perf.deterministic
     knobs = learning.knobs()
     walk = None if held or not knobs else Balancer(knobs, cpu_load().cpus, seed=cfg.env.seed)
-    ratio = None if held else learning_ratio(cfg, learning.learner, learning.mode)
+    ratio = None
+    if not held:
+        timed = not (gpu and learning.mode == "sync")  # one loop on a GPU: the update's time
+        ratio = learning_ratio(cfg, learning.learner, learning.mode, timed)  # is not known
     every = cfg.perf.balance_every_s
     return BalanceWatch(learning.balance_sample, walk, gpu, every, step, ratio)
 
 
-def learning_ratio(cfg: Config, learner: Any, mode: str) -> LearningRatio | None:
-    """The learning balance of ``learner`` (training ``cfg``, its ratio now ``learner.ratio``:
-    a resumed run's may differ from the config's), or None where its learner has no ratio key
-    or fewer than two values of it, its own among them, are on record with ``cfg``'s other
-    settings."""
+def learning_ratio(
+    cfg: Config, learner: Any, mode: str, timed: bool = True
+) -> LearningRatio | None:
+    """The learning balance of ``learner`` (training ``cfg`` in a pipeline of ``mode``; its
+    ratio now ``learner.ratio``: a resumed run's may differ from the config's), or None, said,
+    where its learner has no ratio key, fewer than two values of it (its own among them) are
+    on record with ``cfg``'s other settings, or its time is not measured (not ``timed``)."""
     from edgerl.config.learners import learner_info
     from edgerl.config.targets import ratio_points
 
@@ -395,11 +418,23 @@ def learning_ratio(cfg: Config, learner: Any, mode: str) -> LearningRatio | None
     if not key:
         return None
     points = {v: found.steps for v, found in ratio_points(cfg).items()}
-    if len(points) < 2 or learner.ratio not in points:
+    own = learner.ratio
+    why = ""
+    if len(points) < 2 or own not in points:
+        why = "no other value with this run's settings reached the target on record"
+    elif not timed:
+        why = "the learner's time is not measured in one loop on a GPU"
+    if why:
+        log.info("learning balance: %s stays at %s (%s)", key, own, why)
         return None
     log.info(
         "learning balance: %s may move among %s (the values on record with these settings)",
         key,
         ", ".join(f"{v} ({steps:,} env steps to target)" for v, steps in sorted(points.items())),
     )
-    return LearningRatio(key, learner.ratio, points, mode, learner.set_ratio)
+    reused = mode == "sync"  # the actor's greedy values are the learner's own: reused
+
+    def cost(value: Any) -> float:
+        return learner.ratio_cost(value, values_reused=reused)
+
+    return LearningRatio(key, own, points, mode, learner.set_ratio, cost)

@@ -334,6 +334,7 @@ class Checkpointer:
                 f"checkpoint {path} does not fit this run's learner ({problem}); was it written "
                 "by edgerl? Move it aside to resume from the one before"
             )
+        _say_ratio(run)
         run.step = checkpoint.step
         run.episodes = checkpoint.episodes
         run.wall_before = float(checkpoint.wall_s)
@@ -402,3 +403,18 @@ class Checkpointer:
             run.learner.resume_at(run.step, 0)
         log.info("replay restored in %.1f s", time.monotonic() - started)
         return restored
+
+
+def _say_ratio(run: Any) -> None:
+    """Where the learning balance had moved the learner's ratio (PQN's epochs) away from the
+    config's, the checkpoint's value goes on (metrics.csv's column has it): said."""
+    from edgerl.config.learners import learner_info
+
+    key = learner_info(run.cfg.agent.algo).ratio_key
+    if key and run.learner.ratio != run.cfg.get(key):
+        log.info(
+            "%s = %s as the learning balance left it in the checkpoint (the config says %s)",
+            key,
+            run.learner.ratio,
+            run.cfg.get(key),
+        )
