@@ -217,8 +217,13 @@ def test_the_genetic_algorithms_actors_play_members_from_seeds_and_a_lost_ones_a
         (node,) = [n for n in ray_cluster.cluster.worker_nodes if n.node_id == lost["node_id"]]
         ray_cluster.cluster.remove_node(node)
         wait_for(proc, "the actor seen lost", lambda: actors(run)[1]["state"] != "running")
+        # The generation under way at the loss ends only once the lost actor's members are
+        # played by the other: one more generation says so. Beside two busy loops and other
+        # tests' Ray nodes, one actor took over 300 s for two generations: generous here too.
         at_loss = generation(run)
-        wait_for(proc, "generations after the loss", lambda: generation(run) >= at_loss + 2)
+        wait_for(
+            proc, "a generation after the loss", lambda: generation(run) > at_loss, timeout=900
+        )
         assert running(run) == 1
         fleet = status(run)["fleet"]
         described = run_edgerl("status", "--run-dir", str(run)).stdout

@@ -177,8 +177,10 @@ def random_rollout(buffer: RolloutBuffer, rng: np.random.Generator) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_captured_pass_learns_what_the_eager_one_does():
     """On a GPU a pass over the rollout is one CUDA graph launch: three rollouts later, with the
-    learning rate annealed inside the graph, its weights are the eager update's; its checkpoint
-    (a capturable optimizer's) loads into a CPU learner, which learns on."""
+    learning rate annealed inside the graph and the epochs moved from 2 to 1 after the first
+    (as the learning balance moves them: the captured pass is one epoch's), its weights are the
+    eager update's; its checkpoint (a capturable optimizer's) loads into a CPU learner, which
+    learns on at the epochs it left."""
     cuda = torch.device("cuda")
     pqn_cfg = PQNConfig(rollout_steps=4, epochs=2, minibatches=3)
     agent = AgentConfig(lr=1e-2, lr_end=1e-3)
@@ -194,11 +196,12 @@ def test_a_captured_pass_learns_what_the_eager_one_does():
         for rollout in range(3):
             random_rollout(buffer, rng)
             learner.learn(buffer, 12 * (rollout + 1))
+            learner.set_ratio(1)
         learners.append(learner)
     graphed, eager = learners
     assert graphed.cuda_graphs and not eager.cuda_graphs
     assert "CUDA graph" in graphed.describe()
-    assert graphed.updates == eager.updates == 3 * 2 * 3
+    assert graphed.updates == eager.updates == (2 + 1 + 1) * 3
     for a, b in zip(graphed.q.parameters(), eager.q.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     graphed.losses.flush()
@@ -211,6 +214,7 @@ def test_a_captured_pass_learns_what_the_eager_one_does():
     state = torch.load(saved, map_location="cpu", weights_only=False)
     cpu = PQN(MLP(4, 2, (16,), layer_norm=True), agent, pqn_cfg, 3, CPU, total_steps=36)
     cpu.load_state_dict(state)
+    assert cpu.ratio == 1
     assert not torch.is_tensor(cpu.optimizer.param_groups[0]["lr"])
     buffer = RolloutBuffer(VEC, 3, 4, CPU)
     random_rollout(buffer, np.random.default_rng(2))
