@@ -30,10 +30,11 @@ environments are built: the ratio's sentence says when more would help a next ru
 learner does with each env step. :class:`LearningRatio` does: it moves the learner's ratio
 setting (its registry line's ``ratio_key``: PQN's epochs over each rollout) among the values
 the runs on record reached the target with (:func:`edgerl.config.targets.ratio_points`), never
-outside them. Each window it predicts, from the measured seconds per env step of each side,
-the loop's speed at every such value (the learner's time taken as proportional to the value)
-and the progress per second that buys (speed over the samples to target on record at that
-value), and moves one value toward the best where that is at least :data:`KEEP_GAIN` more.
+outside them. From a minute of quiet windows it takes the measured seconds per env step of
+each side, predicts the loop's speed at every such value (the learner's time scaled by its
+cost model, :meth:`ratio_cost`) and the time to target that buys (the samples to target on
+record at that value over that speed), and moves to the neighbouring value where that is at
+least :data:`KEEP_GAIN` less than staying.
 Where the learner is the limit (two CPU cores) a value that costs less per step can win even
 though it needs more steps; where the learner waits (a big GPU), a value that learns more from
 each step costs nothing. The value is the learner's state: its checkpoints keep it and a
