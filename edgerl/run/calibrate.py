@@ -340,10 +340,7 @@ def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
     preset, *words = said.split(" (", 1)[0].split() or [""]
     if preset not in NAMED_PRESETS:
         return None
-    changes = dict(word.split("=", 1) for word in words if "=" in word)
-    if not changes and preset == class_recipe.preset:
-        return class_recipe
-    ratio = _ratio_change(preset, changes)
+    ratio = _ratio_change(preset, dict(word.split("=", 1) for word in words if "=" in word))
     if preset == class_recipe.preset:
         return dataclasses.replace(class_recipe, changes={**class_recipe.changes, **ratio})
     return Recipe(preset, "the recipe the run in its run directory trained with", ratio)
