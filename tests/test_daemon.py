@@ -393,6 +393,20 @@ def test_notifier_survives_a_missing_listener(tmp_path, caplog):
     assert caplog.text.count("cannot notify systemd") == 1
 
 
+def test_a_value_with_line_breaks_adds_no_key(notify):
+    """A reload's error names the config's key as written, and a quoted TOML key can hold
+    ``\nWATCHDOG=1``: each value is one line, so the text never becomes a key of its own."""
+    n = Notifier(notify.address)
+    assert n.ready("reload failed: unknown config key 'env.id\nSTATUS=pwned\r\nWATCHDOG=1'")
+    assert n.stopping("a\nMAINPID=1")
+    msg = notify.wait_for("READY", "1")
+    assert set(msg) == {"READY", "STATUS", "_arrived"}
+    assert msg["STATUS"].endswith("env.id STATUS=pwned  WATCHDOG=1'")
+    msg = notify.wait_for("STOPPING", "1")
+    assert set(msg) == {"STOPPING", "STATUS", "_arrived"} and msg["STATUS"] == "a MAINPID=1"
+    n.close()
+
+
 def test_a_listener_that_stops_reading_never_blocks_the_service(tmp_path, caplog):
     """A Unix datagram send blocks once 10 messages wait unread: a blocking notifier hung the
     service's crash path (no checkpoint, no restart until the watchdog fired)."""

@@ -38,10 +38,12 @@ class Notifier:
         return self._sock is not None
 
     def send(self, **fields: str | int) -> bool:
-        """Send ``KEY=VALUE`` lines (keyword names are the keys); True if delivered."""
+        """Send ``KEY=VALUE`` lines (keyword names are the keys); True if delivered. A value's
+        own line breaks become spaces: one value never adds a key (an error's text can carry a
+        config file's ``\nWATCHDOG=1``)."""
         if self._sock is None:
             return False
-        message = "\n".join(f"{key}={value}" for key, value in fields.items())
+        message = "\n".join(f"{key}={one_line(value)}" for key, value in fields.items())
         try:
             self._sock.sendto(message.encode(), self._target)
         except BlockingIOError:
@@ -65,7 +67,7 @@ class Notifier:
         return self.send(READY=1, **({"STATUS": status} if status else {}))
 
     def status(self, text: str) -> bool:
-        return self.send(STATUS=text.replace("\n", " "))
+        return self.send(STATUS=text)
 
     def watchdog(self) -> bool:
         return self.send(WATCHDOG=1)
@@ -81,6 +83,11 @@ class Notifier:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def one_line(value: str | int) -> str:
+    """``value`` as one line of a notification: its line breaks as spaces."""
+    return str(value).replace("\r", " ").replace("\n", " ")
 
 
 def watchdog_interval_s() -> float | None:
