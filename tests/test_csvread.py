@@ -54,8 +54,13 @@ def test_the_tail_of_a_file_is_its_last_whole_rows_under_its_header(tmp_path):
         reader.damage() == f"1 damaged line near its end (not text, or over {MAX_LINE // 1024} KiB)"
     )
     assert [r[0] for r in CsvReader(path).tail(1 << 30)][:2] == ["1", "2"]  # all of it
-    path.write_bytes(b"\xff\xfe" + GOOD)  # a header that cannot be read: no rows at all
-    assert list(CsvReader(path).tail(1000)) == []
+    path.write_bytes(b"\xff\xfe" + GOOD)  # a header that cannot be read: no rows, and said
+    reader = CsvReader(path)
+    assert list(reader.tail(1000)) == []
+    assert reader.damage() == f"1 damaged line at line 1 (not text, or over {MAX_LINE // 1024} KiB)"
+    path.write_bytes(b"step,wall")  # a header still being written: no rows, no damage
+    reader = CsvReader(path)
+    assert list(reader.tail(1000)) == [] and reader.damage() is None
 
 
 def test_curves_name_each_damaged_file(tmp_path):

@@ -56,8 +56,11 @@ class CsvReader:
         with open_regular(self.path) as f:
             first = f.readline(MAX_LINE + 1)
             cells = _cells(_line(first.rstrip(b"\n")))
-            if cells is None or not first.endswith(b"\n"):
-                return  # no header that can be read: no row can be told apart from damage
+            if cells is None:  # damage: no row can be told apart from it, and it is said
+                self.damaged, self.first_damaged = 1, 1
+                return
+            if not first.endswith(b"\n"):
+                return  # the header is still being written: no rows yet
             self.header = cells
             start = max(len(first), os.fstat(f.fileno()).st_size - max_bytes)
             if start > len(first):
