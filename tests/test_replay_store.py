@@ -121,6 +121,24 @@ def test_incremental_saves_restore_exactly_after_the_ring_wrapped(tmp_path):
     assert live <= on_disk and len(on_disk) <= len(live) + 4
 
 
+def test_a_kept_checkpoints_manifest_that_cannot_be_read_keeps_every_replay_file(tmp_path, caplog):
+    """Cleanup reads each kept checkpoint's manifest to know its deltas; one it cannot read
+    (damage, or an error that passes: EIO, too many open files) must not cost that checkpoint
+    its replay: nothing is deleted that pass, and it is said."""
+    buffer = ReplayBuffer(SPEC, 3 * 40, 3, "cpu", seed=1)
+    fill(buffer, ReferenceEnvs(3, np.random.default_rng(1)), 25, 0.15)
+    old = ReplayStore(tmp_path, buffer).snapshot(step=1)
+    old.run()
+    assert old.error is None
+    (tmp_path / old.result.manifest).write_bytes(b'{"manifest": "{\\"delt')  # cut short
+    deltas = {p.name for p in tmp_path.glob("delta-*")}
+    ReplayStore(tmp_path, ReplayBuffer(SPEC, 3 * 40, 3, "cpu", seed=1)).collect({1})
+    assert {p.name for p in tmp_path.glob("delta-*")} == deltas
+    assert f"cannot read the replay manifest {old.result.manifest}" in caplog.text
+    ReplayStore(tmp_path, buffer).collect(set())  # checkpoint 1 gone: its files may go
+    assert not list(tmp_path.glob("delta-*")) and not list(tmp_path.glob("manifest-*"))
+
+
 def test_resumed_episodes_never_pair_a_frame_from_before_the_restart(tmp_path):
     envs = ReferenceEnvs(2, np.random.default_rng(2))
     buffer = ReplayBuffer(SPEC, 200, 2, "cpu", seed=1)

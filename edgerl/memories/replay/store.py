@@ -352,6 +352,7 @@ class ReplayStore:
         if not self.directory.is_dir():
             return
         keep: set[str] = {d["file"] for d in self._chain}
+        unread = []  # kept manifests that cannot be read now: their deltas are not known
         for p in self.directory.iterdir():
             m = MANIFEST.match(p.name)
             if not m:
@@ -363,10 +364,16 @@ class ReplayStore:
             try:
                 body = json.loads(json.loads(read_regular(p))["manifest"])
                 keep |= {d["file"] for d in body["deltas"]}
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # damaged: reported if ever used; its deltas may go
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                unread.append(f"{p.name} ({getattr(e, 'strerror', None) or e})")
+        if unread:  # damage, or an error that may pass (EIO, EMFILE): delete no delta now
+            log.warning(
+                "cannot read the replay manifest %s of a kept checkpoint; keeping every replay "
+                "file until it can be read (a damaged one is reported when a resume uses it)",
+                ", ".join(unread),
+            )
         for p in self.directory.iterdir():
             stale_tmp = p.name.startswith(".") and ".tmp-" in p.name
-            if (DELTA.match(p.name) and p.name not in keep) or stale_tmp:
+            if (DELTA.match(p.name) and p.name not in keep and not unread) or stale_tmp:
                 with contextlib.suppress(OSError):
                     p.unlink()
