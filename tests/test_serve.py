@@ -751,6 +751,8 @@ def test_the_page_follows_a_trainer_restarted_under_it(served):
 
     before, note, after = asyncio.run(watch())
     assert "the run stopped at" in note, note
+    # Viewers learn the run's name, never where the board keeps it or its trainer's pid.
+    assert str(served.root) not in note and "pid" not in note, note
     assert after["step"] > before["step"]  # the run resumed: its steps go on
     summary = wait_for(
         lambda: (s := get_json(served, "/api/runs/Pong-v5/summary"))["live"]["running"] and s,

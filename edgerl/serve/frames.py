@@ -29,6 +29,7 @@ import numpy as np
 from edgerl.display.attach import Attachment, NoFramesToShow
 from edgerl.errors import EdgerlError
 from edgerl.report.status import game_without_frames, read_status
+from edgerl.serve.runs import for_viewers
 from edgerl.stream.reader import Frame, no_frames
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,10 @@ def _finite(x: float) -> float | None:
     return round(x, 4) if np.isfinite(x) else None
 
 
-def note_message(text: str) -> str:
-    return json.dumps({"note": text})
+def note_message(text: str, run_dir: Path) -> str:
+    """Why no frame is shown, as the page gets it: the board's paths and pids left out (what
+    ``for_viewers`` does for every text the server sends about a run)."""
+    return json.dumps({"note": for_viewers(text, run_dir)})
 
 
 class FrameHub:
@@ -95,7 +98,9 @@ class FrameHub:
         self.pool = pool
         self.viewers = 0
         self.version = 0
-        self.message: bytes | str = note_message(f"waiting for the trainer of {run_dir.name}")
+        self.message: bytes | str = note_message(
+            f"waiting for the trainer of {run_dir.name}", run_dir
+        )
         self._news = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._attach: Attachment | None = None
@@ -163,13 +168,13 @@ class FrameHub:
             if reader is not None or time.monotonic() - self._noted < NOTE_EVERY_S:
                 return None
             self._noted = time.monotonic()
-            return note_message(self._why_none(attach))
+            return note_message(self._why_none(attach), self.run_dir)
         except NoFramesToShow as e:
-            return note_message(str(e))
+            return note_message(str(e), self.run_dir)
         except (EdgerlError, OSError, ValueError) as e:  # a stream we may not read, damage
             attach.close()
             self._attach = Attachment(self.run_dir)
-            return note_message(str(e))
+            return note_message(str(e), self.run_dir)
 
     def _why_none(self, attach: Attachment) -> str:
         game = game_without_frames(self.run_dir)
