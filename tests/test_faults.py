@@ -175,6 +175,34 @@ def test_a_leftover_of_a_dead_pid_is_removed_and_one_of_a_live_process_is_not(tm
     assert valid.exists() and other.exists()
 
 
+def test_a_link_planted_at_the_temporary_name_is_replaced_never_written_through(tmp_path):
+    """Where the user names the file (``export -o /tmp/x``, ``plot -o``, ``play --record``) the
+    directory can be shared: a link another program put at the temporary name must not carry
+    the write to its target, for the atomic writes and for the libraries that write by name."""
+    from edgerl.display.plot import save_figure
+    from edgerl.files.atomic import temp_path, write_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"kept")
+    out = tmp_path / "status.json"
+    temp_path(out).symlink_to(victim)
+    write_atomic(out, b"{}")
+    assert victim.read_bytes() == b"kept"
+    assert out.read_bytes() == b"{}" and not out.is_symlink()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figure = tmp_path / "curve.svg"
+    temp_path(figure).symlink_to(victim)
+    save_figure(Figure(), figure)
+    assert victim.read_bytes() == b"kept"
+    assert figure.read_bytes().startswith(b"<?xml") and not figure.is_symlink()
+    assert not list(tmp_path.glob(".*.tmp-*"))
+
+
 # ------------------------------------------------------------------ 2. side files
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from edgerl.display.curves import WINDOW, RunCurves, Series
 from edgerl.errors import MissingDependencyError, OutputError
-from edgerl.files.atomic import temp_path
+from edgerl.files.atomic import claim_temp, temp_path
 from edgerl.words import plural
 
 MARKS = "*o+x#@%&"  # one per run in the text rendering
@@ -148,6 +148,7 @@ def save_figure(fig: Any, out: Path) -> None:
     fmt = out.suffix.lower().lstrip(".") or "png"
     tmp = temp_path(out)
     try:
+        claim_temp(out)
         fig.savefig(tmp, format=fmt)
         os.replace(tmp, out)
     except ValueError as e:  # matplotlib: an unknown format

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgerl.files.atomic import claim_temp, temp_path
 from edgerl.learners.nets import build_q_network
 from edgerl.policies.onnx import METADATA_KEY, import_onnx, import_ort
 from edgerl.policies.sidecar import INPUT, OUTPUTS, ExportError, Sidecar
@@ -56,7 +57,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     module = GreedyPolicy(net).eval()
     dummy = torch.zeros((1, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = temp_path(out)
     axes = {INPUT: {0: "batch"}, OUTPUTS[0]: {0: "batch"}, OUTPUTS[1]: {0: "batch"}}
     try:
         with warnings.catch_warnings():
@@ -69,6 +70,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
             }
             if "dynamo" in inspect.signature(torch.onnx.export).parameters:
                 options["dynamo"] = False  # TorchScript exporter: opset 17, read by TensorRT 8.5
+            claim_temp(out)
             torch.onnx.export(module, (dummy,), str(tmp), **options)
             sidecar.onnx_opset = OPSET
         model = onnx.load(str(tmp))

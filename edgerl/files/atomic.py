@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from edgerl.files.processes import pid_alive
 
@@ -29,6 +30,27 @@ def fsync_dir(directory: Path) -> None:
 def temp_path(path: Path) -> Path:
     """Where :func:`write_atomic` writes ``path`` before renaming it (names this process)."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def open_temp(path: Path) -> BinaryIO:
+    """Create ``path``'s temporary file (:func:`temp_path`) anew and open it for writing. A name
+    already there, a leftover of an earlier process with this pid or a link planted in a shared
+    directory such as /tmp, is removed, never followed or written through: the file is created
+    with O_EXCL and O_NOFOLLOW (a planted name another user owns in a sticky directory cannot be
+    removed: OSError, nothing written)."""
+    tmp = temp_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # removes a link itself, never what it points to
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(tmp, flags, 0o666), "wb")
+
+
+def claim_temp(path: Path) -> Path:
+    """:func:`open_temp`'s file, empty and closed, for a library that writes by name
+    (matplotlib, the ONNX exporter): once this process owns the name, another user cannot put a
+    link there in a sticky directory."""
+    open_temp(path).close()
+    return temp_path(path)
 
 
 def remove_stale_temps(directory: Path, alive: Callable[[int], bool] = pid_alive) -> list[Path]:
@@ -70,7 +92,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     """
     tmp = temp_path(path)
     try:
-        with tmp.open("wb") as f:
+        with open_temp(path) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

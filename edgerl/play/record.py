@@ -31,7 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 from edgerl.errors import EdgerlError, MissingDependencyError
-from edgerl.files.atomic import TEMP_NAME, fsync_dir, temp_path
+from edgerl.files.atomic import TEMP_NAME, claim_temp, fsync_dir, open_temp, temp_path
 from edgerl.files.processes import pid_alive
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class GifRecorder(Recorder):
 
     def _start(self, shape: tuple[int, int]) -> None:
         h, w = shape
-        self._fp = self._tmp.open("wb")
+        self._fp = open_temp(self.path)
         # Header: no global colour table (each frame brings its own); loop forever.
         self._fp.write(b"GIF89a" + _u16(w) + _u16(h) + b"\x00\x00\x00")
         self._fp.write(b"!\xff\x0bNETSCAPE2.0\x03\x01" + _u16(0) + b"\x00")
@@ -382,6 +382,7 @@ class Mp4Recorder(Recorder):
         out = ["-vf", video_filter, "-c:v", self.codec, *quality, "-pix_fmt", "yuv420p"]
         cmd = [self.ffmpeg, "-hide_banner", "-loglevel", "error", "-y", *raw_in, *out]
         cmd += ["-movflags", "+faststart", "-f", "mp4", str(self._tmp)]
+        claim_temp(self.path)  # ffmpeg writes by name: this process owns it first
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - ffmpeg's stderr, read on failure
         try:
             self._proc = subprocess.Popen(

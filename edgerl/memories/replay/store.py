@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from edgerl.errors import EdgerlError
-from edgerl.files.atomic import fsync_dir, write_atomic
+from edgerl.files.atomic import fsync_dir, open_temp, temp_path, write_atomic
 from edgerl.files.regular import read_regular
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.restore import (
@@ -219,13 +219,13 @@ class ReplayStore:
     def _write_delta(self, job: SaveJob) -> dict[str, Any]:
         assert job.delta_name is not None
         path = self.directory / job.delta_name
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp = temp_path(path)
         digest = hashlib.sha256()
         index: list[dict[str, Any]] = []
         w_end: dict[str, int] = {}
         offset = 0
         try:
-            with tmp.open("wb") as f:
+            with open_temp(path) as f:
 
                 def block(data: bytes | memoryview, compress: bool = True) -> list[int]:
                     nonlocal offset
