@@ -217,6 +217,21 @@ def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli):
     assert memory["status"] == "fail" and "lower env.num_envs" in memory["fix"], memory
 
 
+def test_the_cuda_line_judges_the_device_training_would_use(cli):
+    """``perf.device=cuda`` without a usable GPU is refused by `edgerl train`: the doctor says
+    so too (it judged ``auto`` whatever the config said); ``cpu`` is a choice, not a fault."""
+    r = cli("doctor", "--json", *SMALL_REPLAY, "--set", "perf.device=cpu")
+    cuda = checks_of(r.out)["cuda"]
+    assert cuda["status"] == "skip" and cuda["found"] == "perf.device=cpu: trains on the CPU"
+    assert checks_of(r.out)["precision"]["data"]["device"] == "cpu"
+    if torch.cuda.is_available():
+        return  # a GPU here: perf.device=cuda is usable
+    r = cli("doctor", "--json", *SMALL_REPLAY, "--set", "perf.device=cuda")
+    cuda = checks_of(r.out)["cuda"]
+    assert r.code != 0 and cuda["status"] == "fail"
+    assert "perf.device=cuda but no usable CUDA GPU was found" in cuda["found"] and cuda["fix"]
+
+
 def test_more_torch_threads_than_free_cpus_is_a_warning_with_the_fix(cli):
     r = cli("doctor", "--json", *SMALL_REPLAY, "--set", "perf.threads=256")
     threads = checks_of(r.out)["cpu threads"]

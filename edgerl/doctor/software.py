@@ -46,15 +46,25 @@ def check_torch(ctx: Context) -> Check:
 
 
 def check_cuda(ctx: Context) -> Check:
-    """Whether torch can use a CUDA GPU; sets ``ctx.device`` to what ``perf.device=auto`` picks."""
+    """Whether torch can use a CUDA GPU; sets ``ctx.device`` to what training would use (the
+    config's ``perf.device``)."""
     import torch
 
+    from edgerl.errors import DeviceError
     from edgerl.hw.device import resolve_device
     from edgerl.hw.platform import nvml_gpu_name
 
     if not ctx.torch_ok:
         return Check("cuda", "skip", "needs a supported PyTorch (see the torch line)")
-    ctx.device = resolve_device("auto")  # DeviceError (a broken driver) becomes a fail line
+    wanted = ctx.cfg.perf.device
+    if wanted == "cpu":
+        ctx.device = resolve_device("cpu")
+        return Check("cuda", "skip", "perf.device=cpu: trains on the CPU")
+    try:
+        ctx.device = resolve_device(wanted)
+    except DeviceError as e:  # training would refuse to start: the same sentence
+        fix = "check the driver (nvidia-smi), or train on the CPU with perf.device=cpu"
+        return Check("cuda", "fail", str(e), fix)
     jetson = ctx.platform is not None and ctx.platform.is_jetson
     if ctx.device.type == "cuda":
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
