@@ -14,10 +14,11 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``45 s``, ``12 min 5 s``, ``3 h 58 min``, ``2 d 4 h``: two units at most, rounded down."""
+    """``45 s``, ``12 min 5 s``, ``3 h 58 min``, ``2 d 4 h``: two units at most; to the nearest
+    second (as docs/results.md writes a run's times), a longer span cut to its second unit."""
     if math.isnan(seconds) or seconds < 0:
         return "n/a"
-    s = int(seconds)
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     m, s = divmod(s, 60)

@@ -254,6 +254,7 @@ def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
     computes them from the committed eval.csv files (the interval is rliable's bootstrap:
     checked to contain the point, not to the digit)."""
     from edgerl.display.seeds import figures, find_runs, grouped
+    from edgerl.words import duration
 
     folders, target, within = SEED_TABLES[title]
     groups = grouped(find_runs(folders))
@@ -265,6 +266,8 @@ def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
         f = figures(runs, target=target, within_s=within, reps=1000)
         reached = next(v for k, v in row.items() if k.startswith("reached"))
         assert reached == f"**{f.k} of {len(runs)}**"
+        median = f.to_dict()["median_wall_s_to_target"]  # as `edgerl results` writes it
+        assert row["median time to it (steps)"].startswith(f"{duration(median)} (")
         shown = [float(v) for v in row["final score per seed (last 3 evaluations)"].split(", ")]
         assert shown == pytest.approx(f.finals, abs=0.05)
         point, low, high = re.fullmatch(
@@ -272,6 +275,33 @@ def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
         ).groups()
         assert float(point) == pytest.approx(f.iqm[0], abs=0.05)
         assert float(low) <= float(point) <= float(high)
+
+
+# What `edgerl results` printed for each seed section: its runs (under docs/runs/) and options.
+PRINTED = {
+    "cartpole-seeds/results.txt": (
+        ["cartpole-seeds/dqn", "cartpole-seeds/pqn", "cartpole-seeds/ga", "cartpole-seeds/ppo"],
+        ["--target", "500"],
+    ),
+    "pong-cpu-seeds/results.txt": (
+        ["pong-cpu-2core", "pong-cpu-seeds"],
+        ["--target", "18", "--within", "1h"],
+    ),
+    "breakout-cpu-seeds/results.txt": (
+        ["breakout-cpu-2core-pqn", "breakout-cpu-seeds"],
+        ["--target", "30.5", "--within", "1h"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", PRINTED)
+def test_what_results_printed_is_what_it_prints_today(cli, name):
+    """A committed results.txt is `edgerl results`' output for its runs, line for line (times
+    to the second as the tables write them; rliable's bootstrap is seeded)."""
+    runs, options = PRINTED[name]
+    r = cli("results", *[RUNS / run for run in runs], *options)
+    assert r.code == 0, r.err
+    assert r.out == (RUNS / name).read_text()
 
 
 ES_COLUMN = "OpenAI ES after 1 hour on 720 CPUs"

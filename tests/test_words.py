@@ -20,7 +20,9 @@ def test_plural_forms():
     ("seconds", "said"),
     [
         (0.4, "0 s"),
-        (59.9, "59 s"),
+        (59.4, "59 s"),
+        (59.6, "1 min"),
+        (2442.6, "40 min 43 s"),  # as docs/results.md rounds a run's wall time
         (60, "1 min"),
         (725, "12 min 5 s"),
         (14284, "3 h 58 min"),
