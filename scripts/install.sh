@@ -242,7 +242,12 @@ else
     say "prefix install: no systemctl, no edgerl group"
 fi
 
-say "installed. First check this machine: edgerl doctor --deep (that is $LINK)"
+if [ "$DRY_RUN" = 1 ]; then
+    say "dry run: nothing was installed or changed (the steps above are what an install does);"
+    say "after an install: First check this machine: edgerl doctor --deep (that is $LINK)"
+else
+    say "installed. First check this machine: edgerl doctor --deep (that is $LINK)"
+fi
 say "then start now and at boot with: sudo systemctl enable --now edgerl"
 say "watch it with: edgerl status, journalctl -u edgerl -f, edgerl view"
 say "or from a browser: sudo systemctl enable --now edgerl-serve (port 8765, the token in $TOKEN)"

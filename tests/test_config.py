@@ -176,6 +176,8 @@ def test_cli_config_errors_are_one_sentence_without_traceback(cli, tmp_path):
     assert "Traceback" not in r.err
     r = cli("--debug", "config", "--set", "agent.lrr=1")
     assert r.code == 2 and "Traceback" in r.err
+    r = cli("config", "--markdown")  # was ignored: the TOML came out
+    assert r.code == 2 and r.out == "" and "give it with --reference" in r.err
 
 
 def test_cli_config_shows_presets_for_the_environment(cli):

@@ -471,6 +471,7 @@ def test_status_without_a_run(cli, monkeypatch, tmp_path):
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     r = cli("status")
     assert r.code == 2 and "no run with a status.json" in r.err
+    assert "train one (edgerl train --quick" in r.err  # not only the service, not installed here
     r = cli("status", "--run-dir", tmp_path / "nothing")
     assert r.code == 2 and "does not exist" in r.err
 
@@ -493,6 +494,7 @@ def test_install_dry_run_on_a_jetson(tmp_path):
     assert f"+ python3 -m venv --system-site-packages {venv}" in r.stdout
     assert f"jetpack_pip.py --quiet --constraints {tmp_path}/opt/edgerl/constraints.txt" in r.stdout
     assert f"write {tmp_path}/etc/systemd/system/edgerl.service" in r.stdout
+    assert "dry run: nothing was installed" in r.stdout and "installed. First" not in r.stdout
     assert "R32 (release)" in r.stdout
     assert f"+ ln -sfn {venv}/bin/edgerl {tmp_path}/usr/local/bin/edgerl" in r.stdout
     assert "First check this machine: edgerl doctor --deep" in r.stdout

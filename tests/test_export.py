@@ -338,8 +338,10 @@ def test_export_finds_the_newest_run_and_says_how_to_play_it(cli, pong_run, tmp_
     assert r.code == 0, r.err
     onnx = tmp_path / "runs" / "Pong-v5" / "export"
     wrote = [line for line in r.out.splitlines() if line.startswith("wrote ")]
-    assert len(wrote) == 1 and wrote[0].startswith(f"wrote {onnx}/") and wrote[0].endswith(".onnx")
+    assert len(wrote) == 2 and wrote[0].startswith(f"wrote {onnx}/") and wrote[0].endswith(".onnx")
     path = wrote[0].removeprefix("wrote ")
+    assert wrote[1] == f"wrote {path}.json"  # its sidecar: every file it wrote, named
+    assert Path(path + ".json").is_file()
     # no desktop here: the view that draws without one (--render screen would end in a sentence)
     assert f"play it with: edgerl play --model {path} --render console --fps 15" in r.out
     monkeypatch.setenv("DISPLAY", ":0")

@@ -108,6 +108,18 @@ def test_plot_of_a_run_without_rows_says_so(cli, tmp_path):
     )
 
 
+def test_plot_of_a_folder_that_is_no_run_says_so(cli, tmp_path):
+    """Not "no finished episode yet", which sends the user to wait for a run that is not
+    there."""
+    (tmp_path / "notes.txt").write_text("x")
+    r = cli("plot", "--run-dir", tmp_path, "--terminal")
+    assert r.code == 2
+    assert r.err.strip() == (
+        f"edgerl: error: {tmp_path} is not a run directory (no config.toml, metrics.csv or "
+        "episodes.csv in it); give one with --run-dir"
+    )
+
+
 def test_without_run_dir_plot_takes_the_newest_run(cli, cartpole_run):
     r = cli("plot", "--terminal")  # cwd holds runs/CartPole-v1
     assert r.code == 0, r.err
@@ -168,10 +180,21 @@ def test_plot_writes_into_the_run_directory_and_says_where(cli, cartpole_run):
 
 def test_a_plot_that_cannot_be_written_is_one_sentence_and_leaves_nothing(cli, cartpole_run):
     r = cli("plot", "--run-dir", cartpole_run, "-o", cartpole_run / "curve.xyz")
-    assert r.code == 2 and "cannot write" in r.err and "use .png, .svg or .pdf" in r.err
+    assert r.code == 2 and "is not a picture file name: use .png, .svg or .pdf" in r.err
     r = cli("plot", "--run-dir", cartpole_run, "-o", cartpole_run / "nodir" / "c.png")
-    assert r.code == 2 and "No such file or directory" in r.err and "internal" not in r.err
+    assert r.code == 2 and "nodir is not a directory to write c.png into" in r.err
+    assert "internal" not in r.err and "Traceback" not in r.err
     assert [p.name for p in cartpole_run.iterdir() if "curve" in p.name] == []
+    r = cli("plot", "--run-dir", cartpole_run, "-o", cartpole_run / "curve.png" / "c.png")
+    assert r.code == 2 and "is not a directory to write c.png into" in r.err  # a file above
+
+
+def test_results_checks_its_picture_before_the_work(cli, cartpole_run, tmp_path):
+    """The figures (a bootstrap of 10,000 resamples) are not computed and printed only to end
+    in an error about -o."""
+    for bad in (tmp_path / "x.txt", tmp_path / "nodir" / "x.png"):
+        r = cli("results", cartpole_run, "--target", "30", "-o", bad)
+        assert r.code == 2 and r.out == "" and "'-o' / '--output'" in r.err
 
 
 @pytest.mark.parametrize(

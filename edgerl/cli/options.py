@@ -286,8 +286,9 @@ def default_status_dir() -> Path:
     if not found:
         raise RunDirError(
             "no run with a status.json in "
-            f"{' or '.join(str(r) for r in roots)}; give one with --run-dir, or start the "
-            "service: systemctl start edgerl"
+            f"{' or '.join(str(r) for r in roots)} (from this directory); give one with "
+            "--run-dir, train one (edgerl train --quick: a minute), or start the service "
+            "where it is installed (systemctl start edgerl)"
         )
     _say_chosen(found[0], "the most recently updated status.json", roots)
     return found[0]

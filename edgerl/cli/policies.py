@@ -231,6 +231,7 @@ def export(
     """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
     from edgerl.export.run import ExportRequest, render_table, run_export
     from edgerl.hw.device import latency_threads
+    from edgerl.policies.sidecar import sidecar_path
 
     if int8 and not to_trt:
         raise click.UsageError(
@@ -267,6 +268,8 @@ def export(
     written = [r.file.resolve() for r in rows if r.file.suffix in (".onnx", ".engine")]
     for path in written:  # the table shortens names; these are ready to copy
         click.echo(f"wrote {path}")
+        if (sidecar := sidecar_path(path)).is_file():  # play --model reads it beside the model
+            click.echo(f"wrote {sidecar}")
     engines = [p for p in written if p.suffix == ".engine"]
     if written:
         best = (engines or written)[-1]  # the engine when one was built

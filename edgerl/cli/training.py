@@ -249,6 +249,8 @@ def config_cmd(
     if reference:
         click.echo(reference_markdown() if markdown else reference_text(), nl=False)
         return
+    if markdown:
+        raise click.UsageError("--markdown formats the reference: give it with --reference")
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick, preset=preset)
     cfg = apply_presets(cfg, probe(cfg.env).kind)
     check_keys(cfg)

@@ -33,10 +33,29 @@ def picture_options(output_help: str, x_help: str) -> Callable[[F], F]:
             help=x_help,
         )(func)
         return click.option(
-            "-o", "--output", type=click.Path(path_type=Path), default=None, help=output_help
+            "-o",
+            "--output",
+            type=click.Path(path_type=Path),
+            default=None,
+            callback=_picture_path,
+            help=output_help,
         )(func)
 
     return decorate
+
+
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _picture_path(_ctx: click.Context, _param: click.Parameter, path: Path | None) -> Path | None:
+    """``-o`` checked before any work: a format matplotlib writes, a folder that exists."""
+    if path is None:
+        return None
+    if path.suffix.lower() not in PICTURE_SUFFIXES:
+        raise click.BadParameter(f"{path} is not a picture file name: use .png, .svg or .pdf")
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"{path.parent} is not a directory to write {path.name} into")
+    return path
 
 
 def duration_option(text: str) -> float:

@@ -304,12 +304,18 @@ def wall_at(clock: Series) -> Callable[[float], float]:
     return at
 
 
+RUN_FILES = ("config.toml", "metrics.csv", "episodes.csv")  # a run writes them as it starts
+
+
 def load_run(run_dir: Path, max_bytes: int | None = None) -> RunCurves:
     """The curves of the run in ``run_dir`` (of each file larger than ``max_bytes``, its end);
     raises RunDirError when it is not a run directory, a file cannot be read, or it has no row
     yet."""
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir} is not a run directory; give one with --run-dir")
+    if not run_dir.is_dir() or not any((run_dir / f).exists() for f in RUN_FILES):
+        raise RunDirError(
+            f"{run_dir} is not a run directory (no config.toml, metrics.csv or episodes.csv in "
+            "it); give one with --run-dir"
+        )
     mean_returns, sps, clock, elite = Series(), Series(), Series(), Series()
     damage: list[str] = []
     metric_rows = read_curves(

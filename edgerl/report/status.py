@@ -332,8 +332,8 @@ def read_status(run_dir: Path) -> dict[str, Any]:
         data = read_regular(path, MAX_STATUS_BYTES)
     except FileNotFoundError:
         raise RunDirError(
-            f"{path} does not exist: no edgerl run has used {run_dir} (is the service started? "
-            "systemctl start edgerl)"
+            f"{path} does not exist: no edgerl run has used {run_dir} (train one there, or "
+            "start the service where it is installed: systemctl start edgerl)"
         ) from None
     except OSError as e:
         raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
