@@ -40,7 +40,7 @@ def test_where_the_learner_is_the_limit_a_cheaper_value_wins_if_its_samples_allo
     move = r.window(10_000, MINUTE, 10_000 * ACTOR_S, 10_000 * LEARNER_S)
     assert move is not None and (move.old, move.new) == (2, 1) and applied == [1]
     assert "1,600,000 env steps to target on record at 1, 812 env steps/s" in move.reason
-    assert "32 min 49 s of training to target against 37 min 13 s at 2 (537" in move.reason
+    assert "32 min 50 s of training to target against 37 min 14 s at 2 (537" in move.reason
     assert r.value == 1
     assert r.window(10_000, MINUTE, 10_000 * ACTOR_S, 10_000 * LEARNER_S / 2) is None  # stays
 
