@@ -20,7 +20,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= auto
 # The extras `make run` installs: plot (`edgerl plot`); EXTRAS=commands gives every command of the
-# README what it needs at once (export, view, serve, play --record, plot: about 0.3 GB more).
+# README what it needs at once (export, view, serve, play --record, plot, results: about 0.45 GB more).
 EXTRAS ?= plot
 comma := ,
 BIN := $(VENV)/bin
