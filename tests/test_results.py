@@ -226,6 +226,11 @@ SEED_TABLES = {
         18,
         3600.0,
     ),
+    "Pong at one epoch on two CPU cores, 2 seeds: `--preset pong-cpu --set pqn.epochs=1`": (
+        [RUNS / "pong-cpu-2core-epochs1", RUNS / "pong-cpu-epochs1-seeds"],
+        18,
+        2700.0,
+    ),
 }
 
 
@@ -286,6 +291,10 @@ PRINTED = {
     "pong-cpu-seeds/results.txt": (
         ["pong-cpu-2core", "pong-cpu-seeds"],
         ["--target", "18", "--within", "1h"],
+    ),
+    "pong-cpu-epochs1-seeds/results.txt": (
+        ["pong-cpu-2core-epochs1", "pong-cpu-epochs1-seeds"],
+        ["--target", "18", "--within", "45m"],
     ),
     "breakout-cpu-seeds/results.txt": (
         ["breakout-cpu-2core-pqn", "breakout-cpu-seeds"],
