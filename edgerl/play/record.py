@@ -6,8 +6,7 @@ it) and ``close()`` (or leaving the ``with`` block) finishes the file. Frames ar
 come, so memory stays flat however long the recording: a GIF frame holds only the pixels that
 changed since the one before (the others are transparent), an MP4 is piped to ffmpeg as raw video.
 
-The file is written under a temporary name beside the final one and renamed when complete: a
-recording that is killed, or left by an exception, never appears half-written under its name.
+Written under a temporary name, renamed when complete: a kill leaves no half file under its name.
 
 Pillow is the ``record`` extra (imported here only, with the install hint when it is missing); an
 MP4 needs the ``ffmpeg`` program on PATH or the binary of the ``imageio-ffmpeg`` package.
