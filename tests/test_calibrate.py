@@ -59,7 +59,7 @@ def measured_learners() -> list[str]:
 
 def test_a_slow_emulator_picks_the_recipe_that_needs_fewer_env_steps(tmp_path):
     """With the emulator the limit, every recipe runs near its speed: DQN's 500,000 env steps
-    to 18 beat PQN's 1,225,024."""
+    to 18 beat PQN's 1,250,048."""
     pick = chosen(StandIn(emulator_steps_per_s=150, learner_samples_per_s=20_000), tmp_path)
     assert pick.preset == "pong-cpu-dqn"
     assert "the least time predicted" in pick.why and "the emulator the limit" in pick.why
@@ -96,7 +96,7 @@ def test_the_figures_are_remembered_and_measured_again_when_the_machine_changes(
 def test_a_recipe_without_samples_on_record_is_shown_and_never_chosen():
     fast = Measured(Recipe("pong-cpu", "", {}), 9e9, 9e9, "sync", samples=None)
     assert fast.predicted_s is None
-    assert "no run on record at its settings" in fast.describe()
+    assert "no samples to target on record at its settings" in fast.describe()
     assert choose([fast], CPU).preset == "pong-cpu"  # the class's own, nothing to choose by
 
 

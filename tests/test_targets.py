@@ -15,6 +15,7 @@ from edgerl.config.parse import tomllib
 from edgerl.config.targets import (
     COMMON_KEYS,
     SampleRun,
+    median_steps,
     sample_runs,
     samples_to_target,
     text_of,
@@ -104,11 +105,64 @@ def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_whatever_machine_ra
     found = samples_to_target(preset("pong-cpu"))
     assert found is not None
     assert (found.reached, len(found.runs)) == (6, 9)
-    assert found.steps == 1_225_024  # between 1,200,000 and 1,250,048
+    # the two stopped at 250,112 and 500,096 say nothing of later steps; the fp32 run, not at
+    # 18 by 1,500,032, keeps the estimate above a half until 1,250,048 (4 of the 7 runs still
+    # evaluated after 1,000,064 had reached 18 by it: 1 - 6/7 * 4/6 * 3/4 = 0.57)
+    assert found.steps == 1_250_048
     assert samples_to_target(preset("pong-gpu")) == found
     dqn = samples_to_target(preset("pong-cpu-dqn"))  # the AMD EPYC's run; the Xeon's stopped
     assert dqn is not None and (dqn.steps, dqn.reached, len(dqn.runs)) == (500_000, 1, 2)
-    assert "1,225,024 env steps to 18 (the median of the 6 of 9 runs" in found.describe()
+    said = "1,250,048 env steps to 18 (the Kaplan-Meier median of the 9 runs on record with "
+    assert said + "these settings, 6 of which reached it)" in found.describe()
+
+
+def km_median(reached: list[int], stopped: list[int]) -> int | None:
+    """The median of SciPy's Kaplan-Meier estimate (scipy.stats.ecdf on right-censored data)."""
+    from scipy import stats
+
+    if not reached:
+        return None
+    sf = stats.ecdf(stats.CensoredData(uncensored=reached, right=stopped)).sf
+    below = [q for q, p in zip(sf.quantiles, sf.probabilities, strict=True) if p <= 0.5 + 1e-12]
+    return int(min(below)) if below else None
+
+
+@pytest.mark.parametrize(
+    ("reached", "stopped"),
+    [
+        ([1_500_032], [1_500_032]),  # a tie: the stopped run was not there at that step either
+        ([1_500_032], [1_500_032, 1_700_000]),  # 1 of 3: no median
+        ([1_000_000], [300_000]),  # stopped before: says nothing of 1M
+        ([1_000_000, 1_200_000], [2_000_000, 2_000_000]),  # half by 1.2M
+        ([5, 5, 7, 9], [6, 8, 8, 20]),
+        ([], [100]),
+        ([100, 200, 300], []),  # all reached: the middle one
+    ],
+)
+def test_the_median_counts_runs_that_did_not_reach_the_target_as_scipy_does(reached, stopped):
+    """Kaplan-Meier by hand (the core install has no SciPy; the calibration runs in the
+    service) against SciPy's estimate."""
+    assert median_steps(reached, stopped) == km_median(reached, stopped)
+
+
+def test_a_recipe_that_reached_the_target_in_fewer_than_half_its_runs_has_no_figure(monkeypatch):
+    """Its fastest run alone would make it the calibration's choice; one in three reaching the
+    target is no recipe to train with."""
+    import edgerl.config.targets as targets
+
+    cfg = preset("pong-cpu")
+    mine = targets.settings_of(cfg)
+
+    def run(name: str, reached_at: int, evaluated_to: int) -> SampleRun:
+        return SampleRun("ALE/Pong-v5", "pqn", 18.0, mine, name, reached_at, evaluated_to)
+
+    one_of_three = (run("a", 500_000, 600_000), run("b", 0, 2_000_000), run("c", 0, 2_000_000))
+    monkeypatch.setattr(targets, "sample_runs", lambda: one_of_three)
+    assert samples_to_target(cfg) is None
+    two_of_three = (*one_of_three[:2], run("c", 900_000, 2_000_000))
+    monkeypatch.setattr(targets, "sample_runs", lambda: two_of_three)
+    found = samples_to_target(cfg)
+    assert found is not None and (found.steps, found.reached) == (900_000, 2)
 
 
 def test_a_setting_that_changes_what_a_step_teaches_leaves_the_runs_out():
@@ -149,12 +203,12 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     predicted = time_to_target(preset("pong-cpu"), loops)
     assert predicted is not None
     assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
-        ("sync", 2450.0),  # 1,225,024 / 500
-        ("async", 3062.6),
+        ("sync", 2500.1),  # 1,250,048 / 500
+        ("async", 3125.1),
     ]
     text = render({"to_target": predicted})
-    assert "to target:     1,225,024 env steps to 18 (the median of the 6 of 9 runs" in text
-    assert "loop sync  128 env(s) at 500 steps/s: 40 min 50 s of training predicted" in text
+    assert "to target:     1,250,048 env steps to 18 (the Kaplan-Meier median of the 9 runs" in text
+    assert "loop sync  128 env(s) at 500 steps/s: 41 min 40 s of training predicted" in text
     assert time_to_target(preset("pong-cpu"), loops[2:])["loops"] == []  # type: ignore[index]
     assert "no loop was measured at the configured 128 environments" in render(
         {"to_target": time_to_target(preset("pong-cpu"), loops[2:])}
@@ -165,13 +219,12 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
 
 def groups() -> list[tuple[str, str, int, int, str]]:
     """(learner, settings, reached, runs, median) per group of rows with the same settings."""
-    import statistics
-
     out = []
     for algo, settings in sorted({(r.algo, r.settings) for r in sample_runs()}):
         runs = [r for r in sample_runs() if (r.algo, r.settings) == (algo, settings)]
         reached = [r.reached_at for r in runs if r.reached_at]
-        median = f"{int(statistics.median(reached)):,}" if reached else "–"
+        steps = km_median(reached, [r.evaluated_to for r in runs if not r.reached_at])
+        median = f"{steps:,}" if steps else "–"
         out.append((algo.upper(), settings, len(reached), len(runs), median))
     return out
 

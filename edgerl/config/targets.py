@@ -9,17 +9,21 @@ it learns from each step, its registry line's ``sample_keys``), the second the m
 sticky actions and every one of those settings agree: a DQN run with batches of 128 every 16
 steps says nothing of batches of 32 every 4.
 
-The figure is the median first evaluation at the target over the runs that reached it, beside how
-many did (k of n): a run stopped by the clock before reaching the target (the GPU runs of 150 s)
-counts in n with the step it was evaluated to. Evaluations come every 50,000 to 250,000 steps, so
-each run's step is at most that much late.
+The figure is the Kaplan-Meier median of the env steps to the target, beside how many runs reached
+it (k of n): a run that did not (stopped by the clock, like the GPU runs of 150 s, or by its
+steps) counts as one that had not reached it by its last evaluation, and says nothing of later
+steps. The median over the runs that reached the target alone would forget the others: a recipe
+whose runs reached it one time in three would look as good as one that always does. Where fewer
+than half the runs are known to reach it by any step on record, there is no median, and the
+recipe has no figure (the calibration then never chooses it). Evaluations come every 50,000 to
+250,000 steps, so each run's step is at most that much late.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from edgerl.config.learners import learner_info
@@ -70,21 +74,37 @@ class SamplesToTarget:
 
     env_id: str
     target: float
-    steps: int  # the median first evaluation at the target, over the runs that reached it
+    steps: int  # the Kaplan-Meier median of the first evaluation at the target
     reached: int
     runs: tuple[SampleRun, ...]
 
     def describe(self) -> str:
         n = len(self.runs)
         return (
-            f"{self.steps:,} env steps to {self.target:g} (the median of the {self.reached} of "
-            f"{n} run{'s' if n != 1 else ''} on record with these settings that reached it)"
+            f"{self.steps:,} env steps to {self.target:g} (the Kaplan-Meier median of the {n} "
+            f"run{'s' if n != 1 else ''} on record with these settings, {self.reached} of which "
+            "reached it)"
         )
 
 
+def median_steps(reached: list[int], stopped: list[int]) -> int | None:
+    """The Kaplan-Meier median of the env steps to a target: the first step by which half the
+    runs are estimated to have reached it, where ``reached`` holds the steps of the runs that
+    reached it and ``stopped`` the last evaluations of those that did not (each still counted as
+    not there at a step equal to its own, as the estimate does). None where the estimate never
+    falls to a half within the steps on record."""
+    not_yet = Fraction(1)
+    for step in sorted(set(reached)):
+        at_risk = sum(s >= step for s in reached) + sum(s >= step for s in stopped)
+        not_yet *= 1 - Fraction(reached.count(step), at_risk)
+        if not_yet <= Fraction(1, 2):
+            return step
+    return None
+
+
 def samples_to_target(cfg: Config) -> SamplesToTarget | None:
-    """What the runs on record say ``cfg`` needs to reach its game's target; None where no run
-    with its settings reached one."""
+    """What the runs on record say ``cfg`` needs to reach its game's target; None where too few
+    runs with its settings reached it for a median (:func:`median_steps`)."""
     mine = settings_of(cfg)
     runs = tuple(
         r
@@ -92,17 +112,17 @@ def samples_to_target(cfg: Config) -> SamplesToTarget | None:
         if r.env_id == cfg.env.id and r.algo == cfg.agent.algo and r.settings == mine
     )
     reached = [r.reached_at for r in runs if r.reached_at]
-    if not reached:
+    steps = median_steps(reached, [r.evaluated_to for r in runs if not r.reached_at])
+    if steps is None:
         return None
-    return SamplesToTarget(
-        cfg.env.id, runs[0].target, int(statistics.median(reached)), len(reached), runs
-    )
+    return SamplesToTarget(cfg.env.id, runs[0].target, steps, len(reached), runs)
 
 
 def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
     """What the runs on record needed at each value of ``cfg``'s learner's ``ratio_key`` (how
     much it learns from each env step: PQN's epochs) with every other setting of ``cfg``: the
-    values some run reached the target at, each with its samples to target. Empty for a learner
+    values whose runs reached the target often enough for a median (:func:`samples_to_target`),
+    each with its samples to target. Empty for a learner
     without a ratio key; one value where only ``cfg``'s own (or another single one) is on
     record. The learning balance moves the ratio among these values only."""
     from edgerl.config import with_values

@@ -14,9 +14,11 @@ seconds per recipe:
 The loop's speed follows from the two as the balance predicts it (the slower of the two where the
 learner has a thread of its own, their harmonic sum where they take turns), and the predicted
 training time is the samples to target over that speed. The recipe with the least wins; a
-recipe without a run on record at its settings is measured and shown, never chosen. The
-figures are remembered per machine, PyTorch, edgerl and recipe (``calibration.json`` in the
-cache directory :mod:`edgerl.learners.decisions` uses), so only the first start measures.
+recipe without samples to target on record (no run at its settings, or too few of them reached
+the target for a median: a recipe that learns fast one time in three is not a fast recipe) is
+measured and shown, never chosen. The figures are remembered per machine, PyTorch, edgerl and
+recipe (``calibration.json`` in the cache directory :mod:`edgerl.learners.decisions` uses), so
+only the first start measures.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Measured:
         )
         samples, predicted = self.samples, self.predicted_s
         if samples is None or predicted is None:
-            return f"{self.recipe.name}: {speed}; no run on record at its settings"
+            return f"{self.recipe.name}: {speed}; no samples to target on record at its settings"
         return (
             f"{self.recipe.name}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
             f"on record: {duration(predicted)}"
@@ -117,7 +119,7 @@ def candidates(class_recipe: Recipe) -> list[Recipe]:
 
 def ratio_variants(recipe: Recipe) -> list[Recipe]:
     """``recipe`` at the other values of its learner's ratio (PQN's epochs) that runs on record
-    with its other settings reached the target at (:func:`edgerl.config.targets.ratio_points`):
+    with its other settings give samples to target (:func:`edgerl.config.targets.ratio_points`):
     how much to learn from each env step is part of the choice."""
     cfg = candidate_config(recipe)
     key = learner_info(cfg.agent.algo).ratio_key
