@@ -82,39 +82,71 @@ class Trainer:
 class Served:
     root: Path  # the runs: Pong-v5 (live), CartPole-v1 (finished), damaged
     url: str  # http://127.0.0.1:PORT/
+    token: str  # the one the server made for its start (it listens on 127.0.0.1)
     trainer: Trainer
     proc: subprocess.Popen
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        return request(self.url, path, headers)
+        return request(self.url, path, headers, self.token)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return bearer(self.token)
 
 
-def request(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """A GET of ``path`` exactly as written (no normalising of ``..``): (status, body)."""
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def request(
+    url: str, path: str, headers: dict[str, str] | None = None, token: str | None = None
+) -> tuple[int, bytes]:
+    """A GET of ``path`` exactly as written (no normalising of ``..``), with ``token`` as a
+    Bearer unless ``headers`` say otherwise: (status, body)."""
     host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     try:
-        conn.request("GET", path, headers=headers or {})
+        conn.request("GET", path, headers={**bearer(token), **(headers or {})})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
         conn.close()
 
 
-def start_server(root: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    """``edgerl serve --run-dir ROOT --port 0 ARGS`` and the address it says it serves."""
+def start_server(root: Path, *args: str) -> tuple[subprocess.Popen, str, str | None]:
+    """``edgerl serve --run-dir ROOT --port 0 ARGS``, the address it says it serves and the
+    token it says it made for this start (None where it was given one or none is wanted)."""
     log = (root / f"serve-{time.monotonic_ns()}.log").open("wb")
     proc = subprocess.Popen(
         edgerl_cmd("serve", "--run-dir", root, "--port", "0", *args),
         stdout=subprocess.PIPE,
         stderr=log,
-        text=True,
+        bufsize=0,  # read a byte at a time: select sees what a buffer would have hidden
         env=child_env(root),
     )
-    ready, _, _ = select.select([proc.stdout], [], [], SLOW)
-    line = proc.stdout.readline() if ready else ""
+    line = read_line(proc.stdout, SLOW)
     assert line.startswith("edgerl serve: http://"), (line, Path(log.name).read_text())
-    return proc, line.split()[2]
+    url = line.split()[2]
+    if "--trusted-network" in args:
+        return proc, url, None
+    opened = read_line(proc.stdout, SLOW)  # printed with the first: the address with a token
+    token = opened.split("?token=", 1)[1].split()[0] if opened.startswith("open http") else None
+    return proc, url, token
+
+
+def read_line(stream: Any, timeout: float) -> str:
+    """A line from a child's unbuffered output, or what came of it within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            break
+        byte = os.read(stream.fileno(), 1)
+        if not byte:  # the server ended
+            break
+        data += byte
+    return data.decode(errors="replace")
 
 
 def stop_server(proc: subprocess.Popen) -> int:
@@ -147,9 +179,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         _, err = short.communicate(timeout=SLOW)
         assert short.returncode == 0, err[-3000:]
         damage(cartpole, root / "damaged")
-        proc, url = start_server(root)
+        proc, url, token = start_server(root)
+        assert token is not None  # on 127.0.0.1 without one: made for the start
         try:
-            yield Served(root, url, trainer, proc)
+            yield Served(root, url, token, trainer, proc)
         finally:
             assert stop_server(proc) == 0  # SIGTERM: a clean stop
     finally:
@@ -238,6 +271,7 @@ def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(serve
         text = lambda css: chrome.find_element(By.CSS_SELECTOR, css).text  # noqa: E731
         frames = lambda: int(js("return document.body.dataset.frames || 0"))  # noqa: E731
         pick = lambda run: Select(chrome.find_element(By.ID, "run")).select_by_value(run)  # noqa: E731
+        chrome.get(f"{served.url}?token={served.token}")  # the address it printed: a cookie
         chrome.get(served.url + "#run=Pong-v5")
         wait_for(lambda: frames() >= 2, "frames on the page")
         first, distinct = js(CANVAS_PIXELS)
@@ -436,9 +470,9 @@ def test_folders_with_spaces_and_a_lying_fleet_reach_viewers_as_names_and_bounde
         ],
     }  # fmt: skip
     (run / "status.json").write_text(json.dumps(doc))
-    proc, url = start_server(root)
+    proc, url, token = start_server(root)
     try:
-        status, body = request(url, "/api/runs/secret%20project/summary")
+        status, body = request(url, "/api/runs/secret%20project/summary", token=token)
     finally:
         assert stop_server(proc) == 0
     assert status == 200, body
@@ -484,14 +518,16 @@ def test_slow_and_silent_viewers_never_stall_the_others(served):
         writer.write(
             b"GET /api/runs/Pong-v5/frames HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
             b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            b"Sec-WebSocket-Version: 13\r\n\r\n"
+            b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer "
+            + served.token.encode()
+            + b"\r\n\r\n"
         )
         await writer.drain()
         return writer
 
     async def watch() -> int:
         silent = [await silent_viewer() for _ in range(8)]
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=served.auth) as session:
             lagging = await session.ws_connect(served.url + "api/runs/Pong-v5/frames")
             assert (await lagging.receive(timeout=SLOW)).type  # one frame, never answered
             async with session.ws_connect(served.url + "api/runs/Pong-v5/frames") as ws:
@@ -526,7 +562,9 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
     token = "s3cret-token-for-the-test-0123456789"
     (tmp_path / "token").write_text(token + "\n")
     (tmp_path / "token").chmod(0o644)  # others may read it: said, as ssh says of its keys
-    proc, url = start_server(served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token")
+    proc, url, _ = start_server(
+        served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token"
+    )
     try:
         local = url.replace("0.0.0.0", "127.0.0.1")
         for path in ("/", "/api/runs", "/metrics", "/api/runs/Pong-v5/summary", "/assets/app.js"):
@@ -556,10 +594,33 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
         assert "may be read by other users (mode 0644)" in log.read_text()
     finally:
         assert stop_server(proc) == 0
-    # Without a token the server listens on this machine and answers to its own names only.
-    assert served.get("/", {"Host": "attacker.example"})[0] == 403
-    assert served.get("/", {"Host": "localhost:1234"})[0] == 200
-    assert served.get("/", {"Host": "localhost:99999"})[0] == 403  # no port: refused, no 500
+
+
+def test_on_this_machine_too_other_accounts_need_the_token_made_for_the_start(served):
+    """Other accounts of the machine are kept out of the run directories (0750): the page on
+    127.0.0.1 must not let them in. Without a token file, each start makes a token and prints
+    the address with it; nothing is served without it."""
+    for path in ("/", "/api/runs", "/metrics", "/api/runs/Pong-v5/summary", "/assets/app.js"):
+        assert request(served.url, path)[0] == 401, path
+    assert served.get("/api/runs")[0] == 200 and served.get("/metrics")[0] == 200
+    assert len(served.token) >= 32
+    proc, url, token = start_server(served.root)  # another start: another token
+    try:
+        assert token not in (None, served.token)
+        assert request(url, "/api/runs", token=served.token)[0] == 401
+        assert request(url, f"/?token={token}")[0] == 303  # the printed address opens the page
+    finally:
+        assert stop_server(proc) == 0
+    # --trusted-network on 127.0.0.1: no token (every account may watch), and only this
+    # machine's own names, so that no web page elsewhere reaches it (DNS rebinding)
+    proc, url, token = start_server(served.root, "--trusted-network")
+    try:
+        assert token is None
+        assert request(url, "/", {"Host": "attacker.example"})[0] == 403
+        assert request(url, "/", {"Host": "localhost:1234"})[0] == 200
+        assert request(url, "/", {"Host": "localhost:99999"})[0] == 403  # no port: no 500
+    finally:
+        assert stop_server(proc) == 0
 
 
 def raw_status(url: str, data: bytes) -> int:
@@ -651,7 +712,7 @@ def test_malformed_requests_are_one_line_in_the_log_not_a_traceback_each(served)
     """aiohttp answered each with 400 and logged a traceback at ERROR: anyone could fill the
     journal. Now: 400, and one INFO line a minute with the count."""
     logs_before = set(served.root.glob("serve-*.log"))
-    proc, url = start_server(served.root)
+    proc, url, token = start_server(served.root)
     (log_file,) = set(served.root.glob("serve-*.log")) - logs_before  # this server's alone
     try:
         for junk in (
@@ -660,7 +721,7 @@ def test_malformed_requests_are_one_line_in_the_log_not_a_traceback_each(served)
             b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
         ):
             assert raw_status(url, junk) == 400
-        assert request(url, "/api/runs")[0] == 200
+        assert request(url, "/api/runs", token=token)[0] == 200
     finally:
         assert stop_server(proc) == 0
     log = log_file.read_text()
@@ -671,7 +732,7 @@ def test_malformed_requests_are_one_line_in_the_log_not_a_traceback_each(served)
 def test_a_trusted_network_answers_to_this_machines_names_and_the_allowed_ones(served):
     """--trusted-network wants no token, so its Host check is what keeps a web page elsewhere
     from reading the runs through a name of its own (DNS rebinding)."""
-    proc, url = start_server(
+    proc, url, _ = start_server(
         served.root, "--host", "0.0.0.0", "--trusted-network", "--allowed-host", "Board.LAN"
     )
     try:
@@ -720,7 +781,8 @@ def test_nothing_outside_serve_imports_the_web_extra():
 def test_the_page_follows_a_trainer_restarted_under_it(served):
     async def watch() -> tuple[dict[str, Any], str, dict[str, Any]]:
         url = served.url + "api/runs/Pong-v5/frames"
-        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        session = aiohttp.ClientSession(headers=served.auth)
+        async with session, session.ws_connect(url) as ws:
 
             async def next_message(want: aiohttp.WSMsgType) -> Any:
                 """The next message of kind ``want``; each frame on the way answered."""
@@ -837,7 +899,9 @@ def test_a_base64_token_pasted_into_the_address_as_it_is_opens_the_page(served, 
     token = "s3cret+token/for+the+test+0123456789=="
     (tmp_path / "token").write_text(token + "\n")
     (tmp_path / "token").chmod(0o600)
-    proc, url = start_server(served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token")
+    proc, url, _ = start_server(
+        served.root, "--host", "0.0.0.0", "--token-file", tmp_path / "token"
+    )
     try:
         port = int(url.rsplit(":", 1)[1].strip("/"))
         for given in (token, token.replace("+", "%2B").replace("/", "%2F"), token + "x"):

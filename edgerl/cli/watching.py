@@ -240,12 +240,14 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path),
-    help="File whose first line is the token every client must send (else $EDGERL_SERVE_TOKEN).",
+    help="File whose first line is the token every client must send (else $EDGERL_SERVE_TOKEN; "
+    "else, on 127.0.0.1, a token made for this start and printed in the address).",
 )
 @click.option(
     "--trusted-network",
     is_flag=True,
-    help="Listen beyond this machine without a token: whoever reaches the port can watch.",
+    help="No token: whoever reaches the port can watch (on 127.0.0.1, every account of this "
+    "machine).",
 )
 @click.option(
     "--allowed-host",
@@ -272,11 +274,11 @@ def serve(
     fps: float,
 ) -> None:
     """A web page of the runs (the game, curves, load, status) and Prometheus /metrics."""
-    from edgerl.serve import ServeOptions, check_access, read_token, require_web
+    from edgerl.serve import ServeOptions, access_token, read_token, require_web
 
     require_web()
-    token = read_token(token_file)
-    check_access(host, token, trusted_network)
+    given = read_token(token_file)
+    token = access_token(host, given, trusted_network)
     roots = list(run_dirs) or serve_roots()
     if not any(root.is_dir() for root in roots):
         log.warning(
@@ -300,7 +302,13 @@ def serve(
         there = [r for r in roots if r.is_dir()]  # the others are watched for, not listed
         where = f"runs in {', '.join(str(r) for r in there)}" if there else "no runs yet"
         click.echo(f"edgerl serve: {url} ({where}; Prometheus: {url}metrics)")
-        if token is not None:
+        if given is None and token is not None:
+            click.echo(
+                f"open {url}?token={token} (a token made for this start: no other account on "
+                "this machine can watch without it; --token-file FILE keeps one across starts, "
+                "and Prometheus sends it as Authorization: Bearer)"
+            )
+        elif token is not None:
             click.echo("open the page once as that address with ?token=TOKEN after the /")
 
     run_server(opts, ready)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +70,19 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
-def check_access(host: str, token: str | None, trusted_network: bool) -> None:
-    """Refuse to listen beyond this machine without a token, unless the network is said to be
-    trusted; raises ConfigError with the sentence."""
+def access_token(host: str, token: str | None, trusted_network: bool) -> str | None:
+    """The token every request must carry: the one given; on this machine's loopback without
+    one, a new one for this start, since other accounts on the machine are not trusted either
+    (the run directories keep them out, and the page must not let them in); None with
+    ``--trusted-network``, which says whoever can reach the port may watch. Raises ConfigError,
+    with the sentence, for a token and --trusted-network at once, and for listening beyond this
+    machine with neither."""
     if token is not None and trusted_network:
         raise ConfigError("give either a token or --trusted-network, not both")
-    if is_loopback(host) or token is not None or trusted_network:
-        return
+    if token is not None or trusted_network:
+        return token
+    if is_loopback(host):
+        return secrets.token_urlsafe(24)
     raise ConfigError(
         f"listening on {host} lets other machines connect, so edgerl serve wants a token: put "
         f"one in a file and give --token-file FILE (or set {TOKEN_ENV}), or say "

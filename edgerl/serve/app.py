@@ -13,10 +13,11 @@ Routes (all GET)::
     /metrics                   Prometheus
 
 Files are read in worker threads, never on the event loop, so a slow disk delays a document but
-no other client. With a token every request must carry it: ``Authorization: Bearer TOKEN``, the
-cookie the page gets when opened once as ``/?token=TOKEN``, or ``?token=`` itself. Without one,
-the server listens on this machine only and answers only to its local names, so that a web page
-elsewhere cannot reach it through a name of its own (DNS rebinding).
+no other client. With a token (given, or made for the start on 127.0.0.1) every request must
+carry it: ``Authorization: Bearer TOKEN``, the cookie the page gets when opened once as
+``/?token=TOKEN``, or ``?token=`` itself. Without one (``--trusted-network``) the server answers
+only to this machine's names (on 127.0.0.1: its loopback names), so that a web page elsewhere
+cannot reach it through a name of its own (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -159,8 +160,9 @@ def _unauthorized() -> web.Response:
         status=401,
         text=(
             "edgerl serve wants a token: open the page once as /?token=TOKEN (TOKEN is in the "
-            "file given with --token-file; in an address, a & or # in it must be written %26 "
-            "or %23), or send the header Authorization: Bearer TOKEN\n"
+            "file given with --token-file, or in the address edgerl serve printed at its start; "
+            "in an address, a & or # in it must be written %26 or %23), or send the header "
+            "Authorization: Bearer TOKEN\n"
         ),
         headers={"WWW-Authenticate": 'Bearer realm="edgerl"'},
     )
