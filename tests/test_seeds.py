@@ -186,3 +186,27 @@ def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from
     phoenix = figures(groups[("ALE/Phoenix-v5", "pqn")], reps=1000)
     assert "OpenAI ES" not in describe(phoenix)  # the paper has no Phoenix
     assert phoenix.to_dict()["es_hour"] is None
+
+
+def test_runs_are_named_by_their_recipe_and_the_learning_they_changed_in_it(tmp_path):
+    """`--preset pong-cpu --set pqn.epochs=1` and `--preset board`'s calibrated choice of the
+    same learn alike and are named alike (each was "pong-cpu (--preset pong-cpu)" or the
+    calibration's whole why); a run of the preset as it is keeps its name."""
+    from edgerl.display.seeds import read_run
+
+    runs = REPO / "docs" / "runs"
+    by_set = read_run(runs / "pong-cpu-epochs1-seeds" / "seed-1")
+    assert by_set.recipe == "pong-cpu pqn.epochs=1"
+    assert read_run(runs / "pong-cpu-seeds" / "seed-1").recipe == "pong-cpu"
+    board = tmp_path / "board"
+    board.mkdir()
+    for name in ("eval.csv", "metrics.csv"):
+        (board / name).write_bytes((runs / "pong-cpu-seeds" / "seed-1" / name).read_bytes())
+    config = (runs / "pong-cpu-epochs1-seeds" / "seed-1" / "config.toml").read_text()
+    said = 'recipe = "pong-cpu (--preset pong-cpu)"'
+    assert said in config
+    why = "no CUDA GPU: calibrated here, the least time predicted: pong-cpu: actor 3,044 ..."
+    (board / "config.toml").write_text(
+        config.replace(said, f'recipe = "pong-cpu pqn.epochs=1 ({why})"')
+    )
+    assert read_run(board).recipe == "pong-cpu pqn.epochs=1"

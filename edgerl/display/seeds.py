@@ -119,10 +119,37 @@ def read_run(path: Path) -> SeedRun:
         str(agent.get("algo", "?")),
         seed if isinstance(seed, int) else 0,
         evaluations,
-        recipe=str((config["train"] or {}).get("recipe", "")),
+        recipe=recipe_name(path, str((config["train"] or {}).get("recipe", "")), agent),
         env=env,
         eval=config["eval"] or {},
     )
+
+
+def recipe_name(path: Path, said: str, agent: dict[str, Any]) -> str:
+    """The named recipe a run trained, as results name it: the name ``train.recipe`` gives it
+    (a calibration's with the ratio it chose: ``pong-cpu pqn.epochs=1``), without the why that
+    follows, and each setting of its learner's ``sample_keys`` the run changed from that recipe
+    (``--set pqn.epochs=1``): runs whose learning differs are not named alike. "" for none."""
+    from edgerl.config import build_layers, resolve
+    from edgerl.config.learners import learner_info
+    from edgerl.config.presets import NAMED_PRESETS, apply_presets, named_preset_layer
+    from edgerl.config.targets import text_of
+
+    name = said.split(" (", 1)[0].strip()
+    preset, *words = name.split() or [""]
+    algo = str(agent.get("algo", ""))
+    if preset not in NAMED_PRESETS or NAMED_PRESETS[preset].values.get("agent.algo") != algo:
+        return name
+    named = {word.split("=", 1)[0] for word in words}
+    layers = [*build_layers(None, [], use_system=False), named_preset_layer(preset)]
+    theirs = apply_presets(resolve(layers), "frames")
+    changed = []
+    for key in learner_info(algo).sample_keys:
+        section, field_name = key.split(".", 1)
+        value = (run_section(path, section) or {}).get(field_name)
+        if key not in named and value is not None and text_of(value) != text_of(theirs.get(key)):
+            changed.append(f"{key}={text_of(value)}")
+    return " ".join([name, *changed])
 
 
 def find_runs(paths: Iterable[Path]) -> list[SeedRun]:
