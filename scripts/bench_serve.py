@@ -114,6 +114,7 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
         # no token: its check is one HMAC a request, not what this measures, and the viewers
         # run in a process of their own
         edgerl("serve", "--run-dir", str(root), "--port", "0", "--trusted-network"),
+        env={k: v for k, v in os.environ.items() if k != "EDGERL_SERVE_TOKEN"},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

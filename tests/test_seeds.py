@@ -198,6 +198,7 @@ def test_runs_are_named_by_their_recipe_and_the_learning_they_changed_in_it(tmp_
     by_set = read_run(runs / "pong-cpu-epochs1-seeds" / "seed-1")
     assert by_set.recipe == "pong-cpu pqn.epochs=1"
     assert read_run(runs / "pong-cpu-seeds" / "seed-1").recipe == "pong-cpu"
+    assert read_run(runs / "pong-cpu-2core-ppo").recipe == "pong-cpu agent.algo=ppo"
     board = tmp_path / "board"
     board.mkdir()
     for name in ("eval.csv", "metrics.csv"):

@@ -46,8 +46,9 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = SLOW) -> Any:
 
 
 def child_env(root: Path) -> dict[str, str]:
+    """The environment of the trainer and the servers: no token of the caller's own."""
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "EDGERL_SERVE_TOKEN"},
         "EDGERL_SYSTEM_CONFIG": "",
         "XDG_CACHE_HOME": str(root / "cache"),
         "PYTHONFAULTHANDLER": "1",

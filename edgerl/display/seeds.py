@@ -21,6 +21,8 @@ learner; a folder that is not a run but holds runs (``edgerl train --seeds N`` w
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import warnings
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.envs.scores import atari5_median, atari5_weights, es_hour, human_normalised, reference
-from edgerl.errors import MissingDependencyError, RunDirError
+from edgerl.errors import ConfigError, MissingDependencyError, RunDirError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.report.rundir import run_section
 from edgerl.words import duration, plural
@@ -128,28 +130,58 @@ def read_run(path: Path) -> SeedRun:
 def recipe_name(path: Path, said: str, agent: dict[str, Any]) -> str:
     """The named recipe a run trained, as results name it: the name ``train.recipe`` gives it
     (a calibration's with the ratio it chose: ``pong-cpu pqn.epochs=1``), without the why that
-    follows, and each setting of its learner's ``sample_keys`` the run changed from that recipe
-    (``--set pqn.epochs=1``): runs whose learning differs are not named alike. "" for none."""
-    from edgerl.config import build_layers, resolve
-    from edgerl.config.learners import learner_info
-    from edgerl.config.presets import NAMED_PRESETS, apply_presets, named_preset_layer
+    follows, then the learner where the run changed it (``agent.algo=ppo``) and each setting
+    its learner's samples depend on that the run changed from that recipe (``--set
+    pqn.epochs=1``): runs whose learning differs are not named alike. "" for none."""
+    from edgerl.config.presets import NAMED_PRESETS
     from edgerl.config.targets import text_of
 
     name = said.split(" (", 1)[0].strip()
     preset, *words = name.split() or [""]
-    algo = str(agent.get("algo", ""))
-    if preset not in NAMED_PRESETS or NAMED_PRESETS[preset].values.get("agent.algo") != algo:
+    if preset not in NAMED_PRESETS:
         return name
     named = {word.split("=", 1)[0] for word in words}
-    layers = [*build_layers(None, [], use_system=False), named_preset_layer(preset)]
-    theirs = apply_presets(resolve(layers), "frames")
-    changed = []
-    for key in learner_info(algo).sample_keys:
+    algo = str(agent.get("algo", ""))
+    own, theirs = _preset_values(preset, ""), _preset_values(preset, algo)
+    if own is None or theirs is None:  # a learner edgerl does not know
+        return name
+    changed = [] if algo == own["agent.algo"] else [f"agent.algo={algo}"]
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value_there in theirs.items():
+        if key == "agent.algo" or key in named:
+            continue
         section, field_name = key.split(".", 1)
-        value = (run_section(path, section) or {}).get(field_name)
-        if key not in named and value is not None and text_of(value) != text_of(theirs.get(key)):
+        if section not in sections:
+            sections[section] = run_section(path, section) or {}
+        value = sections[section].get(field_name)
+        if value is None:
+            continue
+        with contextlib.suppress(TypeError, ValueError):  # an int for a float is no change
+            value = type(value_there)(value)
+        if text_of(value) != text_of(value_there):
             changed.append(f"{key}={text_of(value)}")
     return " ".join([name, *changed])
+
+
+@functools.cache
+def _preset_values(preset: str, algo: str) -> dict[str, Any] | None:
+    """The values of the settings a learner's samples depend on (and ``agent.algo``) that
+    ``--preset preset`` trains with, with ``agent.algo`` set to ``algo`` where given; None for
+    a learner edgerl does not know."""
+    from edgerl.config import Layer, build_layers, resolve
+    from edgerl.config.learners import learner_info
+    from edgerl.config.presets import apply_presets, named_preset_layer
+    from edgerl.config.targets import COMMON_KEYS
+
+    layers = [*build_layers(None, [], use_system=False), named_preset_layer(preset)]
+    if algo:
+        layers.append(Layer("the run's learner", {"agent.algo": algo}))
+    try:
+        cfg = apply_presets(resolve(layers), "frames")
+        keys = ("agent.algo", *COMMON_KEYS, *learner_info(cfg.agent.algo).sample_keys)
+    except (ConfigError, KeyError):  # a learner edgerl does not know
+        return None
+    return {key: cfg.get(key) for key in keys}
 
 
 def find_runs(paths: Iterable[Path]) -> list[SeedRun]:

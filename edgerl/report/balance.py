@@ -29,15 +29,15 @@ environments are built: the ratio's sentence says when more would help a next ru
 **The learning balance.** Threads and the lead move the speed; they never change what the
 learner does with each env step. :class:`LearningRatio` does: it moves the learner's ratio
 setting (its registry line's ``ratio_key``: PQN's epochs over each rollout) among the values
-the runs on record reached the target with (:func:`edgerl.config.targets.ratio_points`), never
-outside them. From a minute of quiet windows it takes the measured seconds per env step of
-each side, predicts the loop's speed at every such value (the learner's time scaled by its
-cost model, :meth:`ratio_cost`) and the time to target that buys (the samples to target on
-record at that value over that speed), and moves to the neighbouring value where that is at
-least :data:`KEEP_GAIN` less than staying.
-Where the learner is the limit (two CPU cores) a value that costs less per step can win even
-though it needs more steps; where the learner waits (a big GPU), a value that learns more from
-each step costs nothing. The value is the learner's state: its checkpoints keep it and a
+at which the runs on record give samples to target (:func:`edgerl.config.targets.ratio_points`:
+a Kaplan-Meier median), never outside them. From a minute of quiet windows it takes the
+measured seconds per env step of each side, predicts the loop's speed at every such value
+(the learner's time scaled by its cost model, :meth:`ratio_cost`) and the time to target that
+buys (the samples to target on record at that value over that speed), and moves to the
+neighbouring value where that is at least :data:`KEEP_GAIN` less than staying. Where the
+learner is the limit (two CPU cores) a value that costs less per step can win even though it
+needs more steps; where the learner waits (a big GPU), a value that learns more from each step
+costs nothing. The value is the learner's state: its checkpoints keep it and a
 resume goes on with it; ``metrics.csv`` has it in every row (the learner's figures).
 ``perf.balance = off`` and ``perf.deterministic`` hold it still too.
 """
@@ -422,7 +422,7 @@ def learning_ratio(
     own = learner.ratio
     why = ""
     if len(points) < 2 or own not in points:
-        why = "no other value with this run's settings reached the target on record"
+        why = "no other value with this run's settings has samples to target on record"
     elif not timed:
         why = "the learner's time is not measured in one loop on a GPU"
     if why:

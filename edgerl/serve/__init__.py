@@ -29,7 +29,7 @@ MAX_TOKEN_FILE_BYTES = 4096
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """What ``edgerl serve`` was asked for (checked by :func:`check_access`)."""
+    """What ``edgerl serve`` was asked for (its token from :func:`access_token`)."""
 
     roots: list[Path]  # run directories, or directories of runs
     host: str = "127.0.0.1"
