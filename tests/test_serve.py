@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -272,7 +274,9 @@ def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(serve
         text = lambda css: chrome.find_element(By.CSS_SELECTOR, css).text  # noqa: E731
         frames = lambda: int(js("return document.body.dataset.frames || 0"))  # noqa: E731
         pick = lambda run: Select(chrome.find_element(By.ID, "run")).select_by_value(run)  # noqa: E731
-        chrome.get(f"{served.url}?token={served.token}")  # the address it printed: a cookie
+        chrome.get(f"{served.url}?token={served.token}")  # the address it printed
+        wait_for(lambda: "token" not in chrome.current_url, "the token out of the address bar")
+        assert chrome.get_cookies() == []  # kept in the tab's sessionStorage, sent as a Bearer
         chrome.get(served.url + "#run=Pong-v5")
         wait_for(lambda: frames() >= 2, "frames on the page")
         first, distinct = js(CANVAS_PIXELS)
@@ -310,6 +314,10 @@ def test_the_page_in_a_real_browser_shows_the_game_the_curves_and_the_load(serve
         screenshot(chrome, tmp_path / "serve-phone.png")
         errors = [e["message"] for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+        js("sessionStorage.clear()")  # a tab that was never given the token
+        chrome.refresh()
+        wait_for(lambda: "wants the token" in text("#problem"), "the page asking for the token")
 
 
 # -- /metrics ------------------------------------------------------------------------------------
@@ -568,25 +576,27 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
     )
     try:
         local = url.replace("0.0.0.0", "127.0.0.1")
-        for path in ("/", "/api/runs", "/metrics", "/api/runs/Pong-v5/summary", "/assets/app.js"):
+        for path in ("/api/runs", "/metrics", "/api/runs/Pong-v5/summary"):
             assert request(local, path)[0] == 401, path
+        for path in ("/", "/assets/app.js"):  # the page's own files: no run in them
+            assert request(local, path)[0] == 200, path
         assert (
             request(local, "/metrics", {"Authorization": "Bearer wrong-token-0123456789"})[0] == 401
         )
         assert request(local, "/metrics", {"Authorization": f"Bearer {token}"})[0] == 200
+        # No cookie is set or taken: a browser sends a host's cookies to every port of it,
+        # where another account's server could take one and replay it here.
         conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1].strip("/")))
         conn.request("GET", f"/?token={token}")
         response = conn.getresponse()
-        assert response.status == 303 and response.getheader("Location") == "./"
-        set_cookie = response.getheader("Set-Cookie")
-        cookie = set_cookie.split(";")[0]
-        assert "HttpOnly" in set_cookie
-        # the cookie is derived from the token, not the token, and lasts a week
-        assert token not in set_cookie and "Max-Age=604800" in set_cookie
-        assert request(local, "/api/runs", {"Cookie": cookie})[0] == 200
-        assert request(local, "/api/runs", {"Cookie": f"edgerl_token={token}"})[0] == 401
-        # ?token= opens the page only (it becomes the cookie there), not the API
+        assert response.status == 200 and response.getheader("Set-Cookie") is None
+        old = hmac.new(token.encode(), b"edgerl serve cookie v1", hashlib.sha256).hexdigest()
+        for cookie in (f"edgerl_token={token}", f"edgerl_token={old}", f"token={token}"):
+            assert request(local, "/api/runs", {"Cookie": cookie})[0] == 401
+        # ?token= is taken by the frame stream alone (a WebSocket takes no header)
         assert request(local, f"/api/runs?token={token}")[0] == 401
+        assert request(local, f"/api/runs/Pong-v5/frames?token={token}")[0] == 400  # no upgrade
+        assert request(local, "/api/runs/Pong-v5/frames?token=wrong-token-0123456789")[0] == 401
         # a Bearer that is not UTF-8 is a wrong token: 401, never a 500
         status = raw_status(local, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                             b"Authorization: Bearer \xff\xfe\xfd-not-text\r\n\r\n")  # fmt: skip
@@ -601,7 +611,7 @@ def test_on_this_machine_too_other_accounts_need_the_token_made_for_the_start(se
     """Other accounts of the machine are kept out of the run directories (0750): the page on
     127.0.0.1 must not let them in. Without a token file, each start makes a token and prints
     the address with it; nothing is served without it."""
-    for path in ("/", "/api/runs", "/metrics", "/api/runs/Pong-v5/summary", "/assets/app.js"):
+    for path in ("/api/runs", "/metrics", "/api/runs/Pong-v5/summary"):
         assert request(served.url, path)[0] == 401, path
     assert served.get("/api/runs")[0] == 200 and served.get("/metrics")[0] == 200
     assert len(served.token) >= 32
@@ -609,7 +619,7 @@ def test_on_this_machine_too_other_accounts_need_the_token_made_for_the_start(se
     try:
         assert token not in (None, served.token)
         assert request(url, "/api/runs", token=served.token)[0] == 401
-        assert request(url, f"/?token={token}")[0] == 303  # the printed address opens the page
+        assert request(url, "/api/runs", token=token)[0] == 200
     finally:
         assert stop_server(proc) == 0
     # --trusted-network on 127.0.0.1: no token (every account may watch), and only this
@@ -893,10 +903,10 @@ def test_a_browser_closing_the_page_is_no_error(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_a_base64_token_pasted_into_the_address_as_it_is_opens_the_page(served, tmp_path):
+def test_a_base64_token_in_the_frame_streams_address_is_read_back(served, tmp_path):
     """`head -c 24 /dev/urandom | base64` makes a token with + about 40% of the time; an
-    address reads + as a space. Pasted as it is, or written %2B, the page opens; a wrong token
-    still does not."""
+    address reads + as a space. Given as it is, or written %2B, the frame stream takes it (the
+    page reads its own address's spaces back as + too); a wrong token still does not."""
     token = "s3cret+token/for+the+test+0123456789=="
     (tmp_path / "token").write_text(token + "\n")
     (tmp_path / "token").chmod(0o600)
@@ -905,11 +915,12 @@ def test_a_base64_token_pasted_into_the_address_as_it_is_opens_the_page(served, 
     )
     try:
         port = int(url.rsplit(":", 1)[1].strip("/"))
+        frames = "/api/runs/Pong-v5/frames"
         for given in (token, token.replace("+", "%2B").replace("/", "%2F"), token + "x"):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-            conn.request("GET", f"/?token={given}")
+            conn.request("GET", f"{frames}?token={given}")
             status = conn.getresponse().status
-            assert status == (401 if given.endswith("x") else 303), given
-        assert request(url.replace("0.0.0.0", "127.0.0.1"), "/?token=")[0] == 401
+            assert status == (401 if given.endswith("x") else 400), given  # 400: no upgrade
+        assert request(url.replace("0.0.0.0", "127.0.0.1"), f"{frames}?token=")[0] == 401
     finally:
         assert stop_server(proc) == 0

@@ -309,7 +309,7 @@ def serve(
                 "and Prometheus sends it as Authorization: Bearer)"
             )
         elif token is not None:
-            click.echo("open the page once as that address with ?token=TOKEN after the /")
+            click.echo("open the page as that address with ?token=TOKEN (the given one) after /")
 
     run_server(opts, ready)
 

@@ -13,21 +13,23 @@ Routes (all GET)::
     /metrics                   Prometheus
 
 Files are read in worker threads, never on the event loop, so a slow disk delays a document but
-no other client. With a token (given, or made for the start on 127.0.0.1) every request must
-carry it: ``Authorization: Bearer TOKEN``, the cookie the page gets when opened once as
-``/?token=TOKEN``, or ``?token=`` itself. Without one (``--trusted-network``) the server answers
-only to this machine's names (on 127.0.0.1: its loopback names), so that a web page elsewhere
-cannot reach it through a name of its own (DNS rebinding).
+no other client. With a token (given, or made for the start on 127.0.0.1) every request but
+the page's own files must carry it: ``Authorization: Bearer TOKEN``, which the page sends once
+opened as ``/?token=TOKEN`` (it keeps the token in the tab's sessionStorage, never a cookie), or
+``?token=`` on the frame stream, whose WebSocket takes no header. Without one
+(``--trusted-network``) the server answers only to this machine's names (on 127.0.0.1: its
+loopback names), so that a web page elsewhere cannot reach it through a name of its own (DNS
+rebinding).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
 import math
+import re
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,8 +47,8 @@ from edgerl.serve.runs import RunFiles
 
 log = logging.getLogger(__name__)
 
-COOKIE = "edgerl_token"
-COOKIE_S = 7 * 24 * 3600  # the page's cookie lasts a week; opening /?token=TOKEN renews it
+PUBLIC = ("/", "/assets/")  # the page and its files: the same for everyone, no run in them
+FRAMES = re.compile(r"/api/runs/[^/]+/frames")  # the one path that may take ?token=
 ASSETS = {  # the only files the server sends: name -> content type
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
@@ -114,13 +116,6 @@ def _json_response(request: web.Request, doc: Any, status: int = 200) -> web.Res
     return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
-def cookie_value(token: str) -> str:
-    """The cookie the page keeps: derived from the token, not the token itself (a browser sends
-    a host's cookies to every port of it, so another service there may see it; it cannot be
-    turned back into the token, which also opens /metrics and the API to scripts)."""
-    return hmac.new(token.encode(), b"edgerl serve cookie v1", hashlib.sha256).hexdigest()
-
-
 def _same(given: str, expected: str) -> bool:
     """A constant-time comparison of text from a request (whatever bytes it holds)."""
     return hmac.compare_digest(
@@ -129,16 +124,14 @@ def _same(given: str, expected: str) -> bool:
 
 
 def _authorized(request: web.Request, token: str) -> bool:
-    """The token as ``Authorization: Bearer``, the page's cookie, or (on ``/`` alone, which
-    turns it into the cookie) ``?token=``."""
+    """The token as ``Authorization: Bearer``, or (on the frame stream alone: a browser's
+    WebSocket takes no header) as ``?token=``. No cookie: a browser sends a host's cookies to
+    every port of it, where another account's server could take one and replay it."""
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         return _same(auth[7:].strip(), token)
-    cookie = request.cookies.get(COOKIE)
-    if cookie is not None and _same(cookie, cookie_value(token)):
-        return True
     given = request.query.get("token")
-    if request.path != "/" or given is None:
+    if FRAMES.fullmatch(request.path) is None or given is None:
         return False
     # A query reads "+" as a space: a base64 token pasted into the address as it is (its "+"
     # not written %2B) arrives with spaces where the token has "+".
@@ -159,9 +152,9 @@ def _unauthorized() -> web.Response:
     return web.Response(
         status=401,
         text=(
-            "edgerl serve wants a token: open the page once as /?token=TOKEN (TOKEN is in the "
-            "file given with --token-file, or in the address edgerl serve printed at its start; "
-            "in an address, a & or # in it must be written %26 or %23), or send the header "
+            "edgerl serve wants a token: open the page as /?token=TOKEN (TOKEN is in the file "
+            "given with --token-file, or in the address edgerl serve printed at its start; in "
+            "an address, a & or # in it must be written %26 or %23), or send the header "
             "Authorization: Bearer TOKEN\n"
         ),
         headers={"WWW-Authenticate": 'Bearer realm="edgerl"'},
@@ -181,14 +174,9 @@ async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
     served = request.app[SERVED]
     opts, token = served.opts, served.opts.token
     if token is not None:
-        if not _authorized(request, token):
+        public = request.path == PUBLIC[0] or request.path.startswith(PUBLIC[1])
+        if not public and not _authorized(request, token):
             return _unauthorized()
-        if request.path == "/" and "token" in request.query:  # keep it out of the address bar
-            response = web.Response(status=303, headers={"Location": "./"})
-            response.set_cookie(
-                COOKIE, cookie_value(token), httponly=True, samesite="Strict", max_age=COOKIE_S
-            )
-            return response
     elif is_loopback(opts.host):
         if not is_loopback(_request_host(request) or ""):
             return _host_refused("this machine's own names (localhost, 127.0.0.1)")

@@ -9,11 +9,30 @@ const { lineChart, compact, clock } = window.charts;
 const page = { run: null, x: "steps", socket: null, timers: [], docs: {}, frames: 0, shown: [] };
 const cache = new Map(); // url -> [etag, document]
 
+// The token: given once in the address (/?token=TOKEN, as edgerl serve prints it), then kept in
+// this tab's sessionStorage, which no other port or site can read (a cookie would go to every
+// port of this host), and sent with every request. The address drops it at once.
+const TOKEN_KEY = "edgerl-serve-token";
+function takeToken() {
+  const given = new URLSearchParams(location.search).get("token");
+  if (given !== null) {
+    // an address reads "+" as a space; a token holds no spaces: a base64 one pasted as it is
+    sessionStorage.setItem(TOKEN_KEY, given.replace(/ /g, "+"));
+    history.replaceState(null, "", location.pathname + location.hash);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+const token = takeToken();
+
+class Unauthorized extends Error {}
+
 async function getJSON(url) {
   const held = cache.get(url);
   const headers = held ? { "If-None-Match": held[0] } : {};
+  if (token) headers.Authorization = "Bearer " + token;
   const response = await fetch(url, { headers, cache: "no-cache" });
   if (response.status === 304 && held) return held[1];
+  if (response.status === 401) throw new Unauthorized();
   const doc = await response.json();
   if (response.ok && response.headers.get("ETag")) cache.set(url, [response.headers.get("ETag"), doc]);
   if (!response.ok) throw new Error(doc.problem || response.statusText);
@@ -66,6 +85,7 @@ async function refreshRuns() {
   try {
     doc = await getJSON("api/runs");
   } catch (e) {
+    if (e instanceof Unauthorized) return wantToken();
     return showConnection(false);
   }
   showConnection(true);
@@ -85,6 +105,14 @@ async function refreshRuns() {
     select.value = choice;
     openRun(choice);
   }
+}
+
+function wantToken() {
+  setPill("wants the token", "bad");
+  $("problem").hidden = false;
+  text($("problem"), token
+    ? "this token is not the server's: open the address edgerl serve printed at its start again"
+    : "this page wants the token: open the address edgerl serve printed at its start (…/?token=…)");
 }
 
 function showConnection(ok) {
@@ -118,7 +146,8 @@ function openRun(id) {
         page.docs[what] = doc;
         draw(doc);
       } catch (e) {
-        showConnection(false);
+        if (e instanceof Unauthorized) wantToken();
+        else showConnection(false);
       }
     };
     tick();
@@ -202,7 +231,9 @@ function drawSummary(doc) {
 
 function watchFrames(url, id) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(new URL(url, location.href).href.replace(/^https?:/, scheme));
+  const address = new URL(url, location.href);
+  if (token) address.searchParams.set("token", token); // a WebSocket takes no header
+  const socket = new WebSocket(address.href.replace(/^https?:/, scheme));
   socket.binaryType = "arraybuffer";
   page.socket = socket;
   const started = performance.now();
