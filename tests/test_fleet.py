@@ -454,6 +454,38 @@ def test_joining_keeps_the_runs_own_sigterm_handler(ray_cluster, tmp_path):
     assert r.stdout.strip() == "kept", r.stderr[-2000:]
 
 
+LOCAL_AUTH = """
+import json, os
+from edgerl.config.fleet import FleetConfig
+from edgerl.fleet.cluster import Cluster
+
+cluster = Cluster(FleetConfig(auth="disabled", object_store_mb=80))
+ray = cluster.open()
+try:
+    @ray.remote(num_cpus=0)
+    def seen():  # in a worker Ray started: the mode and token the instance runs with
+        return os.environ.get("RAY_AUTH_MODE"), bool(os.environ.get("RAY_AUTH_TOKEN"))
+    print(json.dumps(ray.get(seen.remote(), timeout=240)))
+finally:
+    cluster.close()
+"""
+
+
+def test_a_local_instance_keeps_a_token_whatever_fleet_auth_says(tmp_path):
+    """Ray binds a local instance's servers to every network of the machine (checked with
+    ss: GCS, raylet and workers on *), whatever node address it is given: with
+    fleet.auth=disabled anyone who reached the ports could have joined it and run code. It
+    runs with a token made for it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(tmp_path), PYTHONFAULTHANDLER="1")  # no ~/.ray/auth_token either
+    r = subprocess.run(
+        [edgerl_cmd()[0], "-c", LOCAL_AUTH], capture_output=True, text=True, cwd=tmp_path,
+        env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["token", True]
+
+
 def test_without_ray_remote_actors_are_one_sentence(tmp_path):
     """The core never imports Ray: training runs without it, and fleet.actors names the extra."""
     code = (

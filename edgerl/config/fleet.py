@@ -38,7 +38,8 @@ class FleetConfig:
     auth: str = setting(
         "token",
         "Ray's RAY_AUTH_MODE, set on this node: token (every node needs the same token, from "
-        "RAY_AUTH_TOKEN or ~/.ray/auth_token) or disabled",
+        "RAY_AUTH_TOKEN or ~/.ray/auth_token) or disabled (when joining fleet.address: an "
+        "instance of this process's own always has a token)",
         choices=("token", "disabled"),
     )
     cpus_per_actor: float = setting(1.0, "CPUs Ray reserves for each actor", min=0.0, max=1024.0)

@@ -5,6 +5,9 @@ What Ray 2.x does by itself that a fleet must not rely on, and what is done inst
 * token authentication turns itself on for a new local instance and off when joining, depending
   on ``RAY_AUTH_MODE`` being unset and on a token file: the mode is set here explicitly from
   ``fleet.auth`` (every node of the fleet must set the same, see docs/fleet.md);
+* a local instance's servers (GCS, raylet, workers) listen on every network of the machine,
+  whatever node address it is given: it always has a token, made for it where none is set, so
+  ``fleet.auth = disabled`` does not let other machines join it or run code there;
 * usage statistics are sent home unless ``RAY_USAGE_STATS_ENABLED=0``: set here (a board may
   have no route out, and a learner's unit has no network but the cluster's);
 * a bare ``ray.init()`` attaches to whatever cluster an old ``/tmp/ray`` names: never called
@@ -107,7 +110,12 @@ class Cluster:
         fleet = self.fleet
         resources = parse_resource(fleet.resource)
         # Read by Ray in this process and every process it starts: before ray is imported.
-        os.environ["RAY_AUTH_MODE"] = fleet.auth
+        os.environ["RAY_AUTH_MODE"] = fleet.auth if fleet.address else "token"
+        if not fleet.address and fleet.auth == "disabled":
+            log.info(
+                "fleet: the Ray instance of this process's own keeps a token whatever "
+                "fleet.auth says: Ray's servers listen on every network of this machine"
+            )
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         if not sys.stderr.isatty():  # the actors' lines in a log file or the journal: no colours
             os.environ.setdefault("RAY_COLOR_PREFIX", "0")
@@ -121,7 +129,7 @@ class Cluster:
                     "RAY_AUTH_MODE=disabled on every node"
                 )
             check_reachable(host, port)
-        elif fleet.auth == "token" and not has_token():
+        elif not has_token():
             # A token for this instance alone, kept in its processes' environment: no file
             # under a home directory the service cannot write.
             os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
