@@ -226,7 +226,7 @@ SEED_TABLES = {
         18,
         3600.0,
     ),
-    "Pong at one epoch on two CPU cores, 2 seeds: `--preset pong-cpu --set pqn.epochs=1`": (
+    "Pong at one epoch on two CPU cores, 3 seeds: `--preset pong-cpu --set pqn.epochs=1`": (
         [RUNS / "pong-cpu-2core-epochs1", RUNS / "pong-cpu-epochs1-seeds"],
         18,
         2700.0,
