@@ -468,6 +468,7 @@ try:
     print(json.dumps(ray.get(seen.remote(), timeout=240)))
 finally:
     cluster.close()
+print(json.dumps([os.environ.get("RAY_AUTH_MODE"), os.environ.get("RAY_AUTH_TOKEN")]))
 """
 
 
@@ -483,7 +484,9 @@ def test_a_local_instance_keeps_a_token_whatever_fleet_auth_says(tmp_path):
         env=env, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == ["token", True]
+    in_worker, after = (json.loads(line) for line in r.stdout.strip().splitlines()[-2:])
+    assert in_worker == ["token", True]
+    assert after == [None, None]  # gone with the instance: a later join would not take it
 
 
 def test_without_ray_remote_actors_are_one_sentence(tmp_path):

@@ -103,6 +103,7 @@ class Cluster:
         self.ray: Any = None
         self.started_here = False
         self._temp_dir: str | None = None
+        self._environ: dict[str, str | None] = {}  # what open() changed, as it was
 
     def open(self) -> Any:
         """Ray, connected; a local instance gets room for every actor. Raises ConfigError,
@@ -110,6 +111,7 @@ class Cluster:
         fleet = self.fleet
         resources = parse_resource(fleet.resource)
         # Read by Ray in this process and every process it starts: before ray is imported.
+        self._environ = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
         os.environ["RAY_AUTH_MODE"] = fleet.auth if fleet.address else "token"
         if not fleet.address and fleet.auth == "disabled":
             log.info(
@@ -192,6 +194,14 @@ class Cluster:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
+        # The mode and a token made for an instance of its own go with it: a later join in
+        # this process must not take that token for the cluster's.
+        for key, value in self._environ.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._environ = {}
 
 
 def first_line(error: BaseException) -> str:

@@ -2,13 +2,6 @@
 // WebSocket (answering "next" after each frame, so a slow link gets fewer frames, not a queue).
 "use strict";
 
-const POLL_MS = { runs: 10000, summary: 2000, load: 3000, curves: 10000 };
-const $ = (id) => document.getElementById(id);
-const { lineChart, compact, clock } = window.charts;
-
-const page = { run: null, x: "steps", socket: null, timers: [], docs: {}, frames: 0, shown: [] };
-const cache = new Map(); // url -> [etag, document]
-
 // The token: given once in the address (/?token=TOKEN, as edgerl serve prints it), then kept in
 // this tab's sessionStorage, which no other port or site can read (a cookie would go to every
 // port of this host), and sent with every request. The address drops it at once.
@@ -23,6 +16,13 @@ function takeToken() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 const token = takeToken();
+
+const POLL_MS = { runs: 10000, summary: 2000, load: 3000, curves: 10000 };
+const $ = (id) => document.getElementById(id);
+const { lineChart, compact, clock } = window.charts;
+
+const page = { run: null, x: "steps", socket: null, timers: [], docs: {}, frames: 0, shown: [] };
+const cache = new Map(); // url -> [etag, document]
 
 class Unauthorized extends Error {}
 
@@ -108,6 +108,13 @@ async function refreshRuns() {
 }
 
 function wantToken() {
+  // Nothing more is asked for until the page is opened with the token again (a server started
+  // again on 127.0.0.1 without a token file made another one): the runs' poll alone goes on.
+  page.timers.forEach(clearInterval);
+  page.timers = [];
+  page.run = null; // the frame stream's onclose then opens no other
+  if (page.socket) page.socket.close();
+  document.body.classList.remove("offline");
   setPill("wants the token", "bad");
   $("problem").hidden = false;
   text($("problem"), token
