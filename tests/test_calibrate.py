@@ -59,7 +59,7 @@ def measured_learners() -> list[str]:
 
 def test_a_slow_emulator_picks_the_recipe_that_needs_fewer_env_steps(tmp_path):
     """With the emulator the limit, every recipe runs near its speed: DQN's 500,000 env steps
-    to 18 beat PQN's 1,250,048."""
+    to 18 beat PQN's 1,200,000."""
     pick = chosen(StandIn(emulator_steps_per_s=150, learner_samples_per_s=20_000), tmp_path)
     assert pick.preset == "pong-cpu-dqn"
     assert "the least time predicted" in pick.why and "the emulator the limit" in pick.why

@@ -221,7 +221,7 @@ SEED_TABLES = {
         500,
         None,
     ),
-    "Pong on two CPU cores, 3 seeds: `--preset pong-cpu`": (
+    "Pong on two CPU cores, 4 seeds: `--preset pong-cpu`": (
         [RUNS / "pong-cpu-2core", RUNS / "pong-cpu-seeds"],
         18,
         3600.0,

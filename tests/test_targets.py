@@ -100,20 +100,20 @@ def preset(name: str) -> Config:
 
 
 def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_whatever_machine_ran_them():
-    """pong-cpu and pong-gpu learn with the same settings (the GPU's differ in speed only): six
-    of nine such runs reached 18, the rest stopped by the clock or at 1.5M steps (fp32)."""
+    """pong-cpu and pong-gpu learn with the same settings (the GPU's differ in speed only): seven
+    of ten such runs reached 18, the rest stopped by the clock or at 1.5M steps (fp32)."""
     found = samples_to_target(preset("pong-cpu"))
     assert found is not None
-    assert (found.reached, len(found.runs)) == (6, 9)
-    # the two stopped at 250,112 and 500,096 say nothing of later steps; the fp32 run, not at
-    # 18 by 1,500,032, keeps the estimate above a half until 1,250,048 (4 of the 7 runs still
-    # evaluated after 1,000,064 had reached 18 by it: 1 - 6/7 * 4/6 * 3/4 = 0.57)
-    assert found.steps == 1_250_048
+    assert (found.reached, len(found.runs)) == (7, 10)
+    # the two stopped at 250,112 and 500,096 say nothing of later steps; of the 8 runs evaluated
+    # past 900,096, 1 reached 18 there, 1 of 7 at 1,000,064 and 2 of 6 at 1,200,000: the share
+    # not there yet is 7/8 * 6/7 * 4/6 = 1/2 (the fp32 run, never at 18, counts in each)
+    assert found.steps == 1_200_000
     assert samples_to_target(preset("pong-gpu")) == found
     dqn = samples_to_target(preset("pong-cpu-dqn"))  # the AMD EPYC's run; the Xeon's stopped
     assert dqn is not None and (dqn.steps, dqn.reached, len(dqn.runs)) == (500_000, 1, 2)
-    said = "1,250,048 env steps to 18 (the Kaplan-Meier median of the 9 runs on record with "
-    assert said + "these settings, 6 of which reached it)" in found.describe()
+    said = "1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs on record with "
+    assert said + "these settings, 7 of which reached it)" in found.describe()
 
 
 def km_median(reached: list[int], stopped: list[int]) -> int | None:
@@ -203,12 +203,12 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     predicted = time_to_target(preset("pong-cpu"), loops)
     assert predicted is not None
     assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
-        ("sync", 2500.1),  # 1,250,048 / 500
-        ("async", 3125.1),
+        ("sync", 2400.0),  # 1,200,000 / 500
+        ("async", 3000.0),
     ]
     text = render({"to_target": predicted})
-    assert "to target:     1,250,048 env steps to 18 (the Kaplan-Meier median of the 9 runs" in text
-    assert "loop sync  128 env(s) at 500 steps/s: 41 min 40 s of training predicted" in text
+    assert "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs" in text
+    assert "loop sync  128 env(s) at 500 steps/s: 40 min of training predicted" in text
     assert time_to_target(preset("pong-cpu"), loops[2:])["loops"] == []  # type: ignore[index]
     assert "no loop was measured at the configured 128 environments" in render(
         {"to_target": time_to_target(preset("pong-cpu"), loops[2:])}
