@@ -207,7 +207,8 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
         ("async", 3000.0),
     ]
     text = render({"to_target": predicted})
-    assert "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs" in text
+    said = "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs"
+    assert said in text
     assert "loop sync  128 env(s) at 500 steps/s: 40 min of training predicted" in text
     assert time_to_target(preset("pong-cpu"), loops[2:])["loops"] == []  # type: ignore[index]
     assert "no loop was measured at the configured 128 environments" in render(
