@@ -122,9 +122,9 @@ def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
     """What the runs on record needed at each value of ``cfg``'s learner's ``ratio_key`` (how
     much it learns from each env step: PQN's epochs) with every other setting of ``cfg``: the
     values whose runs reached the target often enough for a median (:func:`samples_to_target`),
-    each with its samples to target. Empty for a learner
-    without a ratio key; one value where only ``cfg``'s own (or another single one) is on
-    record. The learning balance moves the ratio among these values only."""
+    each with its samples to target. Empty for a learner without a ratio key; one value where
+    only ``cfg``'s own (or another single one) is on record. The learning balance moves the
+    ratio among these values only."""
     from edgerl.config import with_values
 
     key = learner_info(cfg.agent.algo).ratio_key

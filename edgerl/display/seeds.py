@@ -121,32 +121,33 @@ def read_run(path: Path) -> SeedRun:
         str(agent.get("algo", "?")),
         seed if isinstance(seed, int) else 0,
         evaluations,
-        recipe=recipe_name(path, str((config["train"] or {}).get("recipe", "")), agent),
+        recipe=recipe_name(path, config),
         env=env,
         eval=config["eval"] or {},
     )
 
 
-def recipe_name(path: Path, said: str, agent: dict[str, Any]) -> str:
-    """The named recipe a run trained, as results name it: the name ``train.recipe`` gives it
-    (a calibration's with the ratio it chose: ``pong-cpu pqn.epochs=1``), without the why that
-    follows, then the learner where the run changed it (``agent.algo=ppo``) and each setting
-    its learner's samples depend on that the run changed from that recipe (``--set
-    pqn.epochs=1``): runs whose learning differs are not named alike. "" for none."""
+def recipe_name(path: Path, config: dict[str, dict[str, Any] | None]) -> str:
+    """The named recipe a run trained, as results name it: ``train.recipe``'s name (a
+    calibration's with the ratio it chose: ``pong-cpu pqn.epochs=1``) without the why after it,
+    then the learner and each sample setting the run changed from that recipe
+    (``agent.algo=ppo``, ``--set pqn.epochs=1``): runs whose learning differs are not named
+    alike. "" for none. ``config``: the sections of config.toml read already."""
     from edgerl.config.presets import NAMED_PRESETS
     from edgerl.config.targets import text_of
 
+    sections = {name: section or {} for name, section in config.items()}
+    said = str(sections.get("train", {}).get("recipe", ""))
     name = said.split(" (", 1)[0].strip()
     preset, *words = name.split() or [""]
     if preset not in NAMED_PRESETS:
         return name
     named = {word.split("=", 1)[0] for word in words}
-    algo = str(agent.get("algo", ""))
+    algo = str(sections.get("agent", {}).get("algo", ""))
     own, theirs = _preset_values(preset, ""), _preset_values(preset, algo)
     if own is None or theirs is None:  # a learner edgerl does not know
         return name
     changed = [] if algo == own["agent.algo"] else [f"agent.algo={algo}"]
-    sections: dict[str, dict[str, Any]] = {}
     for key, value_there in theirs.items():
         if key == "agent.algo" or key in named:
             continue
