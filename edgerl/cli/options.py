@@ -225,7 +225,7 @@ def run_recipe_layer(cfg: Config) -> Layer | None:
         return None
     source = f"{path} (the run's own settings)"
     try:
-        table = parse_toml_file(path)
+        table = parse_toml_file(path, follow=False)
         saved = {s: v for s, v in table.items() if s in RECIPE_SECTIONS}
         values = flatten(saved, source, SECTIONS)
     except ConfigError as e:

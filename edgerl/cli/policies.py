@@ -255,8 +255,14 @@ def export(
         workspace_mb=workspace_mb,
         threads=threads,
     )
+    from edgerl.files.private import run_umask
+
     try:
-        rows = run_export(request)
+        if out is None:  # into the run's export/ folder: as private as the run's files
+            with run_umask():
+                rows = run_export(request)
+        else:
+            rows = run_export(request)
     except KeyboardInterrupt:
         click.echo(export_interrupted(request.written, request.unchecked), err=True)
         raise click.exceptions.Exit(130) from None

@@ -206,9 +206,16 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
         size = shutil.get_terminal_size()
         click.echo(text_chart(runs, by, size.columns, size.lines - len(runs)), nl=False)
     else:
-        # Beside the run's files, not wherever the command happened to be typed.
-        output = output if output is not None else dirs[0] / "curve.png"
-        save_png(runs, output, by)
+        # Beside the run's files, not wherever the command happened to be typed, and as
+        # private as they are whatever the umask.
+        from edgerl.files.private import run_umask
+
+        if output is None:
+            output = dirs[0] / "curve.png"
+            with run_umask():
+                save_png(runs, output, by)
+        else:
+            save_png(runs, output, by)
     for run in runs:
         click.echo(summary(run))
     if output is not None and not terminal:

@@ -27,6 +27,7 @@ from edgerl.export.common import (
 )
 from edgerl.files.atomic import fsync_dir, temp_path, write_atomic
 from edgerl.files.checkpoint import file_sha256
+from edgerl.files.private import ensure_own_dir
 from edgerl.policies.sidecar import ExportError, Sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,14 @@ def _out_dir(req: ExportRequest) -> Path:
         return req.out.parent
     if req.out is not None:
         return req.out
-    # <run_dir>/checkpoints/ckpt-... -> <run_dir>/export
-    return req.checkpoint.resolve().parent.parent / "export"
+    # <run_dir>/checkpoints/ckpt-... -> <run_dir>/export: the run's own folder, never a link
+    out = req.checkpoint.resolve().parent.parent / "export"
+    try:
+        return ensure_own_dir(out)
+    except OSError as e:
+        raise ExportError(
+            f"cannot write the export into {out}: {e.strerror or e}; give another folder with -o"
+        ) from None
 
 
 @contextlib.contextmanager

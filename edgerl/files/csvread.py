@@ -33,8 +33,9 @@ class CsvReader:
     cells (a row cut short by a kill) in ``incomplete``.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, follow: bool = False) -> None:
         self.path = path
+        self.follow = follow  # a run's files: a link in one's place is refused (ELOOP)
         self.header: list[str] | None = None
         self.damaged = 0
         self.first_damaged: int | None = None
@@ -45,7 +46,7 @@ class CsvReader:
         """The cells of each data row, in file order. Raises OSError when the file cannot be
         opened or read (FileNotFoundError when it does not exist, NotRegularFileError for a
         FIFO or a device in its place)."""
-        with open_regular(self.path) as f:
+        with open_regular(self.path, self.follow) as f:
             yield from self._parse(f, 0)
 
     def tail(self, max_bytes: int) -> Iterator[list[str]]:
@@ -53,7 +54,7 @@ class CsvReader:
         boundary left out), in file order, with the header read from the file's first line: what
         a reader that follows a growing file needs, in time that does not grow with it. Raises
         what :meth:`rows` raises."""
-        with open_regular(self.path) as f:
+        with open_regular(self.path, self.follow) as f:
             first = f.readline(MAX_LINE + 1)
             cells = _cells(_line(first.rstrip(b"\n")))
             if cells is None:  # damage: no row can be told apart from it, and it is said

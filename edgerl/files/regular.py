@@ -30,13 +30,21 @@ class FileTooLargeError(OSError):
     """A file read whole is larger than its reader's limit."""
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading in binary, never blocking in ``open()``.
 
+    Without ``follow``, a symbolic link in the file's place is refused (a file of a run
+    directory, where a link could lead a reader to another account's file): OSError ELOOP.
     Raises FileNotFoundError, IsADirectoryError, NotRegularFileError (a FIFO, a device, a
     socket) or another OSError; each has ``strerror`` for a sentence.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise OSError(errno.ELOOP, "it is a symbolic link, not a file", str(path)) from None
+        raise
     try:
         require_regular(fd, path)
         return os.fdopen(fd, "rb")
@@ -58,11 +66,14 @@ def require_regular(fd: int, path: Path) -> os.stat_result:
     return st
 
 
-def read_regular(path: Path, limit: int | None = None, streams: bool = False) -> bytes:
+def read_regular(
+    path: Path, limit: int | None = None, streams: bool = False, follow: bool = True
+) -> bytes:
     """The whole content of the regular file ``path``, at most ``limit`` bytes.
 
     With ``streams``, a FIFO or a device is read too, as it comes (a file the user names on the
     command line may be one on purpose: ``--config <(...)``); a directory is still refused.
+    Without ``follow`` a link in the file's place is refused (see :func:`open_regular`).
     Raises what :func:`open_regular` raises, and FileTooLargeError when the file holds more than
     ``limit`` bytes (it is not read past the limit).
     """
@@ -71,7 +82,7 @@ def read_regular(path: Path, limit: int | None = None, streams: bool = False) ->
             raise IsADirectoryError(errno.EISDIR, "it is a directory, not a file", str(path))
         opened: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by the with below
     else:
-        opened = open_regular(path)
+        opened = open_regular(path, follow)
     with opened as f:
         if limit is None:
             return f.read()

@@ -32,6 +32,8 @@ def reason(e: OSError) -> str:
         return "the disk is full"
     if e.errno == errno.EFBIG:
         return "the file size limit is reached"
+    if e.errno == errno.ELOOP:
+        return "a symbolic link is in its place, which edgerl does not follow"
     return e.strerror or str(e)
 
 
@@ -141,8 +143,10 @@ class AppendFile:
     def _write(self) -> None:
         if self._fd is None:
             # Not blocking: a FIFO in the file's place would hold the trainer in open() or,
-            # once its buffer is full, in write().
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666)
+            # once its buffer is full, in write(). Never through a link: the rows would go
+            # to whatever file it names (ELOOP instead, said as a file that cannot be written).
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
+            fd = os.open(self.path, flags | os.O_CLOEXEC, 0o666)
             try:
                 st = require_regular(fd, self.path)
                 size = st.st_size

@@ -21,6 +21,7 @@ from typing import Any
 from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointStore, load
+from edgerl.files.private import ensure_own_dir
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def save_best(run_dir: Path, snapshot: Checkpoint, evaluation: dict[str, Any]) -
     OSError with the previous best policy untouched."""
     path = best_path(run_dir)
     best = replace(snapshot, best=dict(evaluation), saved_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_own_dir(path.parent)  # never into a link, or another's folder
     write_atomic(path, best.to_bytes())
     return path
 

@@ -46,6 +46,7 @@ from edgerl.envs.scores import human_normalised
 from edgerl.errors import EdgerlError
 from edgerl.files.checkpoint import Checkpoint
 from edgerl.files.csvread import CsvReader, number
+from edgerl.files.private import ensure_own_dir
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.play import PlayOptions, PlayResult, play, play_together
 from edgerl.play.observers import Filming
@@ -441,7 +442,7 @@ class Evaluator(Hook):
         if self._record and (self.count + 1) % self._record == 0:
             record = self.recordings / f"eval-step-{step}.gif"
             try:
-                record.parent.mkdir(exist_ok=True)
+                ensure_own_dir(record.parent)  # never into a link, or another's folder
                 result = evaluate(
                     snapshot, self.settings, seed, self._stop.is_set, record, self.device, progress
                 )

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from edgerl.errors import MissingDependencyError
+from edgerl.files.private import ensure_own_dir
+from edgerl.files.regular import open_regular
 from edgerl.files.sidefiles import AppendFile, SideFiles, csv_line
 from edgerl.words import plural
 
@@ -223,14 +225,15 @@ class MetricsWriter:
             tb_dir = str(run_dir / "tensorboard")
 
             def open_tb() -> None:
+                ensure_own_dir(Path(tb_dir))  # never into a link, or another's folder
                 self._tb = SummaryWriter(tb_dir)
 
             self.side.attempt("tensorboard", open_tb)
 
     def _rotate_if_columns_changed(self) -> None:
-        if not self.path.is_file():
-            return
-        with self.path.open("rb") as f:  # bytes: the rest of the file may be damaged
+        if not self.path.is_file() or self.path.is_symlink():
+            return  # a link: refused when the rows are written (AppendFile never follows one)
+        with open_regular(self.path, follow=False) as f:  # bytes: the rest may be damaged
             header = f.readline(4096).strip().decode("utf-8", errors="replace")
         if not header or header == ",".join(self.columns):
             return

@@ -19,36 +19,28 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import remove_stale_temps
+from edgerl.files.private import (
+    PRIVATE_BITS,
+    UnsafePathError,
+    check_above,
+    check_own_dir,
+    links_in,
+    open_dir,
+    own_subdir,
+)
 from edgerl.files.processes import pid_alive
 from edgerl.files.regular import read_regular
-from edgerl.words import printable
+from edgerl.words import plural, printable
 
 if TYPE_CHECKING:
     from edgerl.config import Config
 
 log = logging.getLogger(__name__)
-
-# What a run keeps from other users: files are 0640 and directories 0750 (see run_umask).
-PRIVATE_BITS = 0o007
-RUN_UMASK = 0o027
-
-
-@contextlib.contextmanager
-def run_umask() -> Iterator[None]:
-    """While training, create files 0640 and directories 0750 at most (a stricter umask stays):
-    checkpoints, status and metrics are readable by the owner and the run's group only."""
-    old = os.umask(RUN_UMASK)
-    os.umask(old | RUN_UMASK)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def default_run_dir(short_env: str) -> Path:
@@ -76,17 +68,18 @@ def service_run_dir(env_id: str) -> Path:
     return service_state_dir() / "runs" / short_env_name(env_id)
 
 
-def share_with_group(paths: list[Path], group: str) -> bool:
-    """chgrp ``paths`` to ``group`` and add group read/traverse and setgid; False if no group."""
+def share_with_group(fds: list[int], group: str) -> bool:
+    """chgrp the folders open as ``fds`` to ``group`` and add group read/traverse and setgid,
+    through their descriptors (never a link in their place); False if there is no such group."""
     try:
         gid = grp.getgrnam(group).gr_gid
     except KeyError:
         return False
-    for path in dict.fromkeys(paths):
+    for fd in fds:
         try:
-            os.chown(path, -1, gid)
-            mode = path.stat().st_mode
-            os.chmod(path, mode | stat.S_ISGID | stat.S_IRGRP | stat.S_IXGRP)
+            os.fchown(fd, -1, gid)
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            os.fchmod(fd, mode | stat.S_ISGID | stat.S_IRGRP | stat.S_IXGRP)
         except OSError:
             continue
     return True
@@ -97,7 +90,7 @@ def trainer_of(path: Path) -> int | None:
     if that process is still an edgerl), or None. Takes no lock: a viewer's look must never
     make a starting trainer find the directory in use."""
     try:
-        text = read_regular(path / ".lock", 64).decode("ascii").strip()
+        text = read_regular(path / ".lock", 64, follow=False).decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
     if not text.isdigit() or not 0 < int(text) < 1 << 22:
@@ -133,8 +126,19 @@ def unwritable(path: Path, error: OSError) -> str:
     return f"run directory {path} is not writable ({reason}): {fix}"
 
 
+# The folders a run keeps besides checkpoints/, checked as it is when they are there.
+RUN_FOLDERS = ("replay", "export", "recordings", "tensorboard")
+
+
 class RunDir:
-    """A run directory held with an exclusive lock while a trainer uses it."""
+    """A run directory held with an exclusive lock while a trainer uses it.
+
+    It is taken only when it is no link, belongs to the user who trains and no other account can
+    change it or a folder above it (see :mod:`edgerl.files.private`); it and its folders must
+    hold no link. Its lock, its write test, its modes and its group are handled through its
+    descriptor, which stays open while the run does; every other writer opens its files by name
+    with O_NOFOLLOW, in a folder no other account can add a name to.
+    """
 
     def __init__(self, path: Path) -> None:
         try:
@@ -145,8 +149,14 @@ class RunDir:
                 "the run's files (config.toml, status.json) cannot hold: give it a name of UTF-8 "
                 "text"
             ) from None
+        if "\0" in str(path):
+            raise RunDirError(
+                f"run directory {printable(str(path))} has a NUL character in its name, which no "
+                "file name can hold: give another name with --run-dir"
+            )
         self.path = path
         self._lock_fd: int | None = None
+        self._dir_fd: int | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -160,9 +170,23 @@ class RunDir:
         """For ``--fresh``: rename the run to ``<name>.old-<time>``; returns the new path."""
         if not self.path.exists():
             return None
+        self._check_trusted()
         if not holds_run(self.path):  # never /tmp or a home folder renamed
             self._check_empty()
             return None
+        try:  # never another account's folder either
+            fd = open_dir(self.path)
+            try:
+                check_own_dir(fd, self.path)
+            finally:
+                os.close(fd)
+        except UnsafePathError as e:
+            raise RunDirError(
+                f"cannot move {self.path} aside for --fresh: {e.strerror}; give a folder of your "
+                "own with --run-dir"
+            ) from None
+        except OSError as e:
+            raise RunDirError(unwritable(self.path, e)) from None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
         n = 1
@@ -177,10 +201,12 @@ class RunDir:
         return aside
 
     def _check_not_in_use(self) -> None:
-        lock = self.path / ".lock"
-        if not lock.exists():
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
             return
-        fd = os.open(lock, os.O_RDWR)
+        except OSError as e:
+            raise RunDirError(unwritable(self.path, e)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -196,46 +222,130 @@ class RunDir:
             "stop it first or use another --run-dir"
         )
 
+    def _check_trusted(self) -> None:
+        """Refuse a run directory that is a link, or lies in a folder another account can change;
+        raises RunDirError."""
+        try:
+            check_above(self.path)
+        except UnsafePathError as e:
+            raise RunDirError(
+                f"run directory {self.path} cannot be used: {e.strerror}; give a folder under one "
+                "that only you (or root) can change with --run-dir"
+            ) from None
+        if self.path.is_symlink():
+            raise RunDirError(
+                f"run directory {self.path} is a symbolic link (to {os.readlink(self.path)}), "
+                "which edgerl does not follow: give the folder itself with --run-dir"
+            )
+
     def open(self, group: str = "") -> None:
-        """Create the directory, check that it is writable and take its lock; raises RunDirError.
+        """Create the directory (or check the one there), check that it is writable and take its
+        lock; raises RunDirError.
 
         As root, directories created here are given to ``group`` (when it exists) with group
         read/traverse and setgid, so its members can watch a service's run (``edgerl view``).
         """
-        created = [p for p in (self.path.parent, self.path, self.checkpoints) if not p.exists()]
-        if self.path.is_symlink():
-            log.info("run directory %s is a link to %s", self.path, self.path.resolve())
-        ours = self.path in created or holds_run(self.path)
-        if not ours:
-            self._check_empty()
+        self._check_trusted()
+        created = _make_parents(self.path.parent)
         try:
-            self.checkpoints.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            parent_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
             raise RunDirError(unwritable(self.path, e)) from None
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o640)
+        fds: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                os.mkdir(self.path.name, 0o750, dir_fd=parent_fd)
+                created.append(self.path)
+            except FileExistsError:
+                pass
+            fd = self._dir_fd = open_dir(self.path.name, parent_fd)
+            ours = self.path in created or any(_lexists(mark, fd) for mark in RUN_MARKS)
+            if not ours:
+                self._check_empty()
+            check_own_dir(fd, self.path)
+            self._refuse_links(fd, self.path)
+            checkpoints = own_subdir(fd, "checkpoints", self.path)
+            fds.append(checkpoints)
+            self._refuse_links(checkpoints, self.checkpoints)
+            for name in RUN_FOLDERS:
+                if _lexists(name, fd):
+                    sub = own_subdir(fd, name, self.path)
+                    fds.append(sub)
+                    self._refuse_links(sub, self.path / name)
+            self._write_test(fd)
+            self._lock(fd)
+            # Only a directory made here or holding a run is tidied and kept private: an empty
+            # one the user gave keeps its mode (nothing else of theirs is in it to clean).
+            tidy = [(self.path, fd), (self.checkpoints, checkpoints)] if ours else []
+            for directory, dir_fd in tidy or [(self.checkpoints, checkpoints)]:
+                remove_stale_temps(directory)  # partial writes of killed trainers
+                with contextlib.suppress(OSError):  # checkpoints and status are nobody else's
+                    mode = stat.S_IMODE(os.fstat(dir_fd).st_mode)
+                    if mode & PRIVATE_BITS:
+                        os.fchmod(dir_fd, mode & ~PRIVATE_BITS)
+            if group and os.geteuid() == 0:  # the parent only if made here (never /tmp or ~)
+                parent = [parent_fd] if self.path.parent in created else []
+                share_with_group([*parent, fd, checkpoints], group)
+        except UnsafePathError as e:
+            self.close()
+            raise RunDirError(
+                f"run directory {e.filename} cannot be used: {e.strerror}, so another account "
+                "could have put links in it for edgerl to write through; give a folder of your "
+                "own that only you can write in with --run-dir (or chmod go-w it if all in it "
+                "is yours)"
+            ) from None
+        except OSError as e:
+            self.close()
+            raise RunDirError(unwritable(self.path, e)) from None
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for sub in fds:
+                os.close(sub)
+            os.close(parent_fd)
+
+    def _refuse_links(self, fd: int, where: Path) -> None:
+        links = links_in(fd)
+        if links:
+            named = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+            raise RunDirError(
+                f"{where} holds {plural(len(links), 'symbolic link')} ({named}), which edgerl "
+                f"does not follow in a run: remove {'it' if len(links) == 1 else 'them'} (a "
+                "run's files and folders are its own), or give another directory with --run-dir"
+            )
+
+    def _write_test(self, fd: int) -> None:
+        """Create and remove a file in the directory: a read-only disk or a full one is said now,
+        not at the first checkpoint."""
+        probe = f".write-test-{os.getpid()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe, dir_fd=fd)  # a leftover of an earlier process with this pid
+        os.close(os.open(probe, flags, 0o600, dir_fd=fd))
+        os.unlink(probe, dir_fd=fd)
+
+    def _lock(self, fd: int) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        lock = os.open(".lock", flags, 0o640, dir_fd=fd)
+        try:
+            if not stat.S_ISREG(os.fstat(lock).st_mode):
+                raise RunDirError(
+                    f"{self.path / '.lock'} is not a file: remove it (edgerl keeps its lock "
+                    "there), or give another directory with --run-dir"
+                )
+            os.set_blocking(lock, True)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            message = self._in_use_message(fd)
-            os.close(fd)
+            message = self._in_use_message(lock)
+            os.close(lock)
             raise RunDirError(message) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-        # Only a directory made here or holding a run is tidied and kept private: an empty one
-        # the user gave keeps its mode (nothing else of theirs is in it to clean).
-        for directory in (self.path, self.checkpoints) if ours else (self.checkpoints,):
-            remove_stale_temps(directory)  # partial writes of killed trainers
-            with contextlib.suppress(OSError):  # checkpoints and status are nobody else's
-                mode = stat.S_IMODE(directory.stat().st_mode)
-                if mode & PRIVATE_BITS:
-                    os.chmod(directory, mode & ~PRIVATE_BITS)
-        if group and os.geteuid() == 0:  # the parent only if we created it (never /tmp or ~)
-            parent = [self.path.parent] if self.path.parent in created else []
-            share_with_group([*parent, self.path, self.checkpoints], group)
+        except BaseException:
+            os.close(lock)
+            raise
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = lock
 
     def _check_empty(self) -> None:
         """Refuse an existing directory that holds no run and is not empty (``/tmp``, a home
@@ -264,6 +374,41 @@ class RunDir:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    """Whether ``name`` is in the folder open as ``dir_fd`` (a link counts, never followed)."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Make ``folder`` and the folders above it that are missing, each 0755 at most (never more
+    open whatever the umask: another account that could rename them could swap the run for a
+    link); returns those made, outermost first."""
+    missing = []
+    for p in [folder, *folder.parents]:
+        if os.path.lexists(p):
+            break
+        missing.append(p)
+    made = []
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o755)
+        except FileExistsError:
+            continue
+        except OSError:
+            break  # said with the fix when the run directory cannot be opened below
+        with contextlib.suppress(OSError):
+            os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & ~0o022)
+        made.append(p)
+    return made
 
 
 # What only a run directory holds: a trainer has been there.
@@ -271,8 +416,8 @@ RUN_MARKS = ("config.toml", "checkpoints", ".lock", "status.json", "metrics.csv"
 
 
 def holds_run(path: Path) -> bool:
-    """Whether ``path`` is a directory a trainer has used."""
-    return path.is_dir() and any((path / mark).exists() for mark in RUN_MARKS)
+    """Whether ``path`` is a directory a trainer has used (a link in a mark's place counts)."""
+    return path.is_dir() and any(os.path.lexists(path / mark) for mark in RUN_MARKS)
 
 
 def run_section(run_dir: Path, section: str) -> dict[str, Any] | None:
@@ -282,7 +427,7 @@ def run_section(run_dir: Path, section: str) -> dict[str, Any] | None:
     from edgerl.errors import ConfigError
 
     try:
-        saved = parse_toml_file(run_dir / "config.toml")
+        saved = parse_toml_file(run_dir / "config.toml", follow=False)
     except ConfigError:  # missing or damaged: nothing is known of it
         return None
     table = saved.get(section, {})

@@ -329,7 +329,7 @@ def read_status(run_dir: Path) -> dict[str, Any]:
     it is missing, unreadable or damaged."""
     path = run_dir / STATUS_FILE
     try:
-        data = read_regular(path, MAX_STATUS_BYTES)
+        data = read_regular(path, MAX_STATUS_BYTES, follow=False)
     except FileNotFoundError:
         raise RunDirError(
             f"{path} does not exist: no edgerl run has used {run_dir} (train one there, or "

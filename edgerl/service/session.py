@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from edgerl.config import Config
+from edgerl.files.private import run_umask
 from edgerl.files.sidefiles import SideFiles
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
@@ -20,7 +21,6 @@ from edgerl.report.estimate import PaceEstimate
 from edgerl.report.evaluate import Evaluator, eval_period
 from edgerl.report.hooks import Hook, Run
 from edgerl.report.metrics import TrainStats
-from edgerl.report.rundir import run_umask
 from edgerl.report.status import StatusWriter
 from edgerl.run.signals import StopRequest
 from edgerl.run.train import Trainer

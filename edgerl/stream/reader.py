@@ -90,7 +90,7 @@ def read_pointer(run_dir: Path) -> dict[str, Any]:
     it."""
     path = run_dir / POINTER_FILE
     try:
-        data = read_regular(path, MAX_POINTER_BYTES)
+        data = read_regular(path, MAX_POINTER_BYTES, follow=False)
     except PermissionError:
         raise _permission_error(path) from None
     except IsADirectoryError:

@@ -293,7 +293,7 @@ def restore(directory: Path, name: str, replay: ReplayBuffer) -> list[dict[str, 
 
 def _read(path: Path) -> bytes:
     try:
-        return read_regular(path)
+        return read_regular(path, follow=False)
     except FileNotFoundError:
         raise ReplayFileError(f"replay file {path} is missing") from None
     except OSError as e:

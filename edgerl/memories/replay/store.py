@@ -56,6 +56,7 @@ import torch
 
 from edgerl.errors import EdgerlError
 from edgerl.files.atomic import fsync_dir, open_temp, temp_path, write_atomic
+from edgerl.files.private import ensure_own_dir
 from edgerl.files.regular import read_regular
 from edgerl.memories.replay import ReplayBuffer
 from edgerl.memories.replay.restore import (
@@ -181,7 +182,7 @@ class ReplayStore:
 
     def _write(self, job: SaveJob) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            ensure_own_dir(self.directory)  # never into a link, or another's folder
         except OSError as e:
             raise SaveAbandoned(self._os_reason(job.result.manifest, e)) from None
         chain = [dict(d) for d in self._chain]
@@ -362,7 +363,7 @@ class ReplayStore:
                     p.unlink()
                 continue
             try:
-                body = json.loads(json.loads(read_regular(p))["manifest"])
+                body = json.loads(json.loads(read_regular(p, follow=False))["manifest"])
                 keep |= {d["file"] for d in body["deltas"]}
             except (OSError, ValueError, KeyError, TypeError) as e:
                 unread.append(f"{p.name} ({getattr(e, 'strerror', None) or e})")
