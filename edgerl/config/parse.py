@@ -75,6 +75,8 @@ def coerce(key: str, value: Any, typ: Any, source: str) -> Any:
         raise bad("a number")
     if typ is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            if "\0" in str(value):  # no path, name or id holds one; the OS refuses them in paths
+                raise bad("text without NUL characters")
             return str(value)
         raise bad("a string")
     if typ == dict[str, Any]:  # a TOML table, or its inline text from the command line
@@ -124,12 +126,13 @@ def _shown(value: Any) -> str:
 MAX_CONFIG_BYTES = 1 << 20  # edgerl's configs are a few KiB
 
 
-def parse_toml_file(path: Path, named: bool = False) -> dict[str, Any]:
+def parse_toml_file(path: Path, named: bool = False, follow: bool = True) -> dict[str, Any]:
     """Read a TOML config file; raises ConfigError naming the file (and line) when it fails:
     missing, not UTF-8 text, not TOML, nested beyond reason, too large, or not a plain file
-    (unless the user ``named`` it on the command line: ``--config <(...)`` is a FIFO)."""
+    (unless the user ``named`` it on the command line: ``--config <(...)`` is a FIFO), or a
+    link without ``follow`` (a run's own config.toml)."""
     try:
-        text = read_regular(path, MAX_CONFIG_BYTES, streams=named).decode("utf-8")
+        text = read_regular(path, MAX_CONFIG_BYTES, streams=named, follow=follow).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as e:

@@ -19,14 +19,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgerl.envs import EnvSpec
 from edgerl.files.atomic import claim_temp, temp_path
-from edgerl.learners.nets import build_q_network
+from edgerl.learners.nets import build_q_network, network_bytes
+from edgerl.memories.budget import available_memory
 from edgerl.policies.onnx import METADATA_KEY, import_onnx, import_ort
 from edgerl.policies.sidecar import INPUT, OUTPUTS, ExportError, Sidecar
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
+EXPORT_COPIES = 3  # of the weights, beside the policy's own (see check_export_memory)
 
 
 class GreedyPolicy(nn.Module):
@@ -49,6 +52,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     """
     onnx = import_onnx()
     spec = policy.spec
+    check_export_memory(spec, tuple(policy.hidden), policy.layer_norm, out)
     net = build_q_network(spec, tuple(policy.hidden), policy.layer_norm)
     net.load_state_dict(policy.state_dict_cpu())
     if fp16:
@@ -87,6 +91,24 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return out
+
+
+def check_export_memory(
+    spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool, out: Path
+) -> None:
+    """Raises ExportError when exporting the network of these settings would not fit in the
+    memory free here, before any of it is built: the export holds its weights
+    :data:`EXPORT_COPIES` more times (the network it traces, the traced graph's constants, the
+    ONNX model checked and saved)."""
+    with torch.device("meta"):
+        weights = network_bytes(build_q_network(spec, hidden, layer_norm))
+    free, _ = available_memory(torch.device("cpu"))
+    if EXPORT_COPIES * weights > free:
+        raise ExportError(
+            f"exporting {out.name} needs {EXPORT_COPIES} more copies of the policy's "
+            f"{weights / 2**30:,.1f} GiB of weights, more than the {free / 2**30:,.1f} GiB of "
+            "memory free here; free memory or export it elsewhere"
+        )
 
 
 def require_onnx() -> None:

@@ -55,6 +55,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 from torch import nn
 
@@ -62,7 +63,7 @@ from edgerl.config import Config
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.learners.acting import EpsilonGreedy
-from edgerl.learners.generation import PLAYING, Generation, first_in
+from edgerl.learners.generation import PLAYING, Generation, check_saved, first_in
 from edgerl.learners.nets import build_q_network, num_actions_of
 from edgerl.learners.population import (
     Genome,
@@ -403,8 +404,10 @@ class GeneticAlgorithm:
             [tuple(c) for c in s["candidates"]],
             [[float(v) for v in t] for t in s["trials"]],
         )
-        self.generation, self.updates = g, g.number
-        self.elite = None if s["elite"] is None else tuple(s["elite"])
+        elite = None if s["elite"] is None else tuple(s["elite"])
+        free = int(psutil.virtual_memory().available)
+        check_saved(g, elite, SEED_LIMIT, 4 * self.genomes.size, free)  # float32 weights
+        self.generation, self.updates, self.elite = g, g.number, elite
         self.scores = {k: float(v) for k, v in s["figures"].items()}
         self.rng.bit_generator.state = s["rng"]
         self.episodes, self.wasted_steps, self.steps_seen = (int(v) for v in s["counts"])

@@ -61,3 +61,26 @@ class Generation:
         """The episodes every compared member has in, from its first: what each one's fitness
         is the mean of (one, unless spare environments played them all again)."""
         return min(first_in(self.scores[m]) for m in self.compared)
+
+
+def check_saved(g: Generation, elite: Genome | None, seeds: int, cost: int, free: int) -> None:
+    """Raises ValueError when ``g`` and ``elite``, read from a checkpoint, are no search's: a
+    seed outside ``range(seeds)``, a genome empty or longer than its generation, scores that
+    are not one list per job, or more weights to rebuild (``cost`` bytes a genome) than the
+    ``free`` bytes of memory hold (a few megabytes of seeds can name millions of parents)."""
+    genomes = [m for m in g.members if m is not None] + g.candidates
+    genomes += [elite] if elite is not None else []
+    for genome in genomes:
+        if not 1 <= len(genome) <= g.number + 1 or not all(
+            type(seed) is int and 0 <= seed < seeds for seed in genome
+        ):
+            raise ValueError(f"a genome that generation {g.number:,} cannot have")
+    if len(g.scores) != len(g.members) or len(g.trials) != len(g.candidates):
+        raise ValueError("scores that are not one list per member and candidate")
+    kept = {m[:-1] for m in g.members[1:] if m is not None and len(m) > 1}
+    kept |= set(g.candidates) | ({elite} if elite is not None else set())
+    if len(kept) * cost > free:
+        raise ValueError(
+            f"{len(kept):,} parents and candidates to rebuild, {len(kept) * cost / 2**30:,.1f} "
+            f"GiB of weights where {free / 2**30:,.1f} GiB of memory is free"
+        )

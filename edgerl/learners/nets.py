@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from edgerl.envs import EnvSpec
+from edgerl.files.checkpoint_check import tensor_problem
 
 
 def output_layer(layer: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
@@ -125,10 +126,14 @@ def num_actions_of(net: nn.Module) -> int:
     return last.out_features
 
 
-def weights_problem(net: nn.Module, state: object) -> str | None:
+def weights_problem(net: nn.Module, state: object, finite: bool = True) -> str | None:
     """What keeps ``state`` (weights read from a file) from being ``net``'s (None: nothing): a
-    name missing or of its own, a value that is no tensor, a shape of its own. ``net`` may be
-    on the meta device: only its names and shapes are read."""
+    name missing or of its own, a value that is no tensor, a shape of its own, a tensor that is
+    not plain and dense (:func:`~edgerl.files.checkpoint_check.tensor_problem`), a dtype other
+    than the network's (float16 weights in a float32 network fail in its first layer, integer
+    ones in loading), NaN or infinite values (unless not ``finite``: a run's own snapshot of a
+    network that diverged is evaluated as it is). ``net`` may be on the meta device: only its
+    names, shapes and dtypes are read."""
     if not isinstance(state, dict):
         return "weights that are not a table of tensors"
     want = net.state_dict()
@@ -140,4 +145,21 @@ def weights_problem(net: nn.Module, state: object) -> str | None:
             return f"weight {name!r} is not a tensor"
         if value.shape != tensor.shape:
             return f"weight {name!r} has shape {list(value.shape)}, not {list(tensor.shape)}"
+        form = tensor_problem(value)
+        if form is not None:
+            return f"weight {name!r} is {form}"
+        if value.dtype != tensor.dtype:
+            return f"weight {name!r} is {dtype_name(value.dtype)}, not {dtype_name(tensor.dtype)}"
+        if finite and not bool(torch.isfinite(value).all()):
+            return f"weight {name!r} holds NaN or infinite values"
     return None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def network_bytes(net: nn.Module) -> int:
+    """The bytes of ``net``'s weights (``net`` may be on the meta device)."""
+    return sum(t.numel() * t.element_size() for t in net.state_dict().values())

@@ -76,6 +76,7 @@ def loadable_optimizer_state(
     """Saved optimizer state made loadable into ``optimizer``: the checkpoint may come from a
     machine whose optimizer was fused (CPU) or capturable (CUDA graphs, learning rate a tensor),
     and this one keeps its own implementation flags and kind of learning rate."""
+    _check_moments(saved["state"], [p for g in optimizer.param_groups for p in g["params"]])
     groups = []
     for group, current in zip(saved["param_groups"], optimizer.param_groups, strict=True):
         out = dict(group)
@@ -86,6 +87,25 @@ def loadable_optimizer_state(
         out["lr"] = torch.tensor(lr, device=device) if torch.is_tensor(current["lr"]) else lr
         groups.append(out)
     return {"state": saved["state"], "param_groups": groups}
+
+
+def _check_moments(state: object, params: list[torch.Tensor]) -> None:
+    """Raises ValueError when saved optimizer state (per parameter index: its step and moments)
+    is not for ``params``: torch loads moments of any shape, and the first update fails."""
+    if not isinstance(state, dict):
+        raise ValueError("the optimizer's state is not a table")
+    for index, entry in state.items():
+        if type(index) is not int or not 0 <= index < len(params) or not isinstance(entry, dict):
+            raise ValueError(f"optimizer state for a parameter {str(index)[:20]} it does not have")
+        for key, value in entry.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            want = params[index].shape
+            if value.dim() and value.shape != want:
+                raise ValueError(
+                    f"optimizer state {str(key)[:40]!r} of parameter {index} has shape "
+                    f"{list(value.shape)[:8]}, not {list(want)}"
+                )
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> Any:

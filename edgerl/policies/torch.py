@@ -15,7 +15,12 @@ from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
-from edgerl.learners.nets import NatureCNN, build_q_network, weights_problem
+from edgerl.learners.nets import NatureCNN, build_q_network, network_bytes, weights_problem
+from edgerl.memories.budget import available_memory
+
+# Playing holds a network's weights twice: as read from the file, and as the network uses them
+# (on the GPU, or in channels-last order for the Nature CNN).
+COPIES = 2
 
 
 class TorchPolicy:
@@ -59,7 +64,9 @@ class TorchPolicy:
         # beside training must not draw from torch's global RNG, which the trainer's state holds.
         with torch.device("meta"):
             net = build_q_network(self.spec, cfg.agent.hidden, self.layer_norm)
-        problem = weights_problem(net, q_state)
+        if source is not None:  # a file's settings and weights are anyone's to write
+            _check_memory(net, self.device, source)
+        problem = weights_problem(net, q_state, finite=source is not None)
         if problem is not None:
             raise CheckpointError(
                 f"checkpoint {source}'s policy network does not fit its own settings "
@@ -86,3 +93,20 @@ class TorchPolicy:
     def act(self, obs: np.ndarray) -> np.ndarray:
         q = self.net(torch.as_tensor(obs, device=self.device))
         return q.argmax(dim=1).cpu().numpy()
+
+
+def _check_memory(net: torch.nn.Module, device: torch.device, source: Path) -> None:
+    """Raises CheckpointError when the network a checkpoint's settings describe (``net``, on
+    the meta device) would not fit in the memory free here: its widths are the file's to say,
+    and 16 layers of 65,536 are 256 GiB."""
+    weights = network_bytes(net)
+    places = [torch.device("cpu")] + ([device] if device.type == "cuda" else [])
+    for place in places:
+        free, where = available_memory(place)
+        if COPIES * weights > free:
+            raise CheckpointError(
+                f"checkpoint {source}'s policy network has {weights / 2**30:,.1f} GiB of "
+                f"weights, and using it needs {COPIES} copies, more than the "
+                f"{free / 2**30:,.1f} GiB of {where} memory free here; free memory or use it "
+                "elsewhere"
+            )

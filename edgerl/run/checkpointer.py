@@ -43,6 +43,7 @@ from edgerl.memories.replay.saving import SaveJob
 from edgerl.memories.replay.store import ReplayFileError, ReplayStore
 from edgerl.report.hooks import TICK_EVERY_S, Hook, Run
 from edgerl.run.pipeline_base import Pipeline
+from edgerl.run.saved_state import check_replay_entry, nonfinite, restore_rngs
 from edgerl.words import plural
 
 log = logging.getLogger(__name__)
@@ -319,13 +320,16 @@ class Checkpointer:
 
     def resume(self, checkpoint: Checkpoint, path: Path) -> None:
         run = self.run
-        # A valid checksum over weights of other shapes, or a damaged optimizer state: one
-        # sentence naming the file, not an internal error.
+        # A valid checksum over weights of other shapes or dtypes, NaN anywhere, a damaged
+        # optimizer state or replay entry: one sentence naming the file, not an internal error.
         problem = weights_problem(run.learner.q, checkpoint.learner.get(POLICY_KEY))
+        if problem is None and (where := nonfinite(checkpoint.learner)) is not None:
+            problem = f"{where} holds NaN or infinite values"
         if problem is None:
+            check_replay_entry(checkpoint.replay, path)
             try:
                 run.learner.load_state_dict(checkpoint.learner)
-            except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
+            except (RuntimeError, ValueError, KeyError, TypeError, IndexError, OverflowError) as e:
                 lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
                 detail = [ln for ln in lines if not ln.endswith(":")] or [type(e).__name__]
                 problem = detail[0][:200]
@@ -341,12 +345,7 @@ class Checkpointer:
         run.recent_returns.extend(float(r) for r in checkpoint.recent_returns)
         rng = checkpoint.rng
         assert rng is not None  # check_compatible refused a policy snapshot
-        run.actor_rng.bit_generator.state = rng["actor"]
-        run.memory.set_rng_state(rng["replay"])
-        torch.set_rng_state(rng["torch"])
-        if run.device.type == "cuda" and rng.get("cuda") is not None:
-            with contextlib.suppress(RuntimeError):
-                torch.cuda.set_rng_state(rng["cuda"], run.device)
+        restore_rngs(rng, run.actor_rng, run.memory, run.device, path)
         self.saved_step = run.step
         restored = self._restore_replay(checkpoint.replay)
         if restored is not None:
