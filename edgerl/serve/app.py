@@ -31,6 +31,7 @@ import logging
 import math
 import re
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
@@ -85,6 +86,10 @@ class Served:
     hubs: dict[Path, FrameHub] = field(default_factory=dict)
     hosts: set[str] = field(default_factory=set)  # the Host names --trusted-network answers
     sockets: set[web.WebSocketResponse] = field(default_factory=set)
+    # Called with each request that has shown the token (or passed the Host check without
+    # one); False: its connection may not stay (the server holds as many as it may). The
+    # server's connection cap sets it: a connection counts as a stranger's until then.
+    admit: Callable[[web.Request], bool] = field(default=lambda request: True)
 
     def viewers(self) -> int:
         return sum(hub.viewers for hub in self.hubs.values())
@@ -167,23 +172,51 @@ def _host_refused(names: str) -> web.Response:
     )
 
 
-@web.middleware
-async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The token (or, without one, a Host of this machine's), then the handler; an error in a
-    handler is a JSON sentence with status 500, never a traceback sent to the client."""
-    served = request.app[SERVED]
+def _busy() -> web.Response:
+    return web.Response(
+        status=503,
+        text="edgerl serve has as many connections open as it keeps: close some, try again\n",
+    )
+
+
+def _closing(response: web.Response) -> web.Response:
+    """``response``, after which its connection is closed: a client refused has nothing more
+    to ask on it, and it must not hold a socket until it is timed out."""
+    response.force_close()
+    return response
+
+
+def _refusal(request: web.Request, served: Served) -> web.Response | None:
+    """Why ``request`` is refused (401, 403), None when it has shown the token (or, without
+    one, names a Host of this machine's); None too for the page's own files, which want none."""
     opts, token = served.opts, served.opts.token
     if token is not None:
-        public = request.path == PUBLIC[0] or request.path.startswith(PUBLIC[1])
-        if not public and not _authorized(request, token):
-            return _unauthorized()
-    elif is_loopback(opts.host):
+        if request.path == PUBLIC[0] or request.path.startswith(PUBLIC[1]):
+            return None
+        return None if _authorized(request, token) else _unauthorized()
+    if is_loopback(opts.host):
         if not is_loopback(_request_host(request) or ""):
             return _host_refused("this machine's own names (localhost, 127.0.0.1)")
     elif (_request_host(request) or "") not in served.hosts:
         # --trusted-network: this machine's names and addresses, and --allowed-host, so that a
         # web page elsewhere cannot reach the server through a name of its own (DNS rebinding)
         return _host_refused("this machine's names and addresses and --allowed-host")
+    return None
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The token (or, without one, a Host of this machine's), then the handler; an error in a
+    handler is a JSON sentence with status 500, never a traceback sent to the client. A
+    request refused closes its connection; one that showed the token has it counted as the
+    token holder's (:attr:`Served.admit`), the page's own files leave it a stranger's."""
+    served = request.app[SERVED]
+    refused = _refusal(request, served)
+    if refused is not None:
+        return _closing(refused)
+    public = request.path == PUBLIC[0] or request.path.startswith(PUBLIC[1])
+    if (served.opts.token is None or not public) and not served.admit(request):
+        return _closing(_busy())
     try:
         return await handler(request)  # type: ignore[no-any-return]
     except web.HTTPException:

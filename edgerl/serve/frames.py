@@ -29,6 +29,7 @@ import numpy as np
 from edgerl.display.attach import Attachment, NoFramesToShow
 from edgerl.errors import EdgerlError
 from edgerl.report.status import game_without_frames, read_status
+from edgerl.serve.rundir import foreign_stream, pointer_refusal
 from edgerl.serve.runs import for_viewers
 from edgerl.stream.reader import Frame, no_frames
 
@@ -105,6 +106,7 @@ class FrameHub:
         self._task: asyncio.Task[None] | None = None
         self._attach: Attachment | None = None
         self._noted = -1e9
+        self._checked: object = None  # the reader whose stream was found the run's own
 
     def join(self) -> None:
         """One more viewer; the reading starts with the first."""
@@ -161,8 +163,17 @@ class FrameHub:
         if attach is None:
             return None
         try:
+            if attach.reader is None and (why := pointer_refusal(self.run_dir)) is not None:
+                return note_message(why, self.run_dir)  # display.json is not read
             frame = attach.latest()
             reader = attach.reader
+            if reader is not None and reader is not self._checked:
+                # display.json may name any run's stream: only the run owner's is shown
+                if (why := foreign_stream(self.run_dir, reader.path)) is not None:
+                    attach.close()
+                    self._attach = Attachment(self.run_dir)
+                    return note_message(why, self.run_dir)
+                self._checked = reader
             if frame is not None and reader is not None:
                 return frame_message(frame, reader.action_meanings)
             if reader is not None or time.monotonic() - self._noted < NOTE_EVERY_S:

@@ -16,7 +16,9 @@ actors' states and counts, without their nodes' addresses, host names or pids
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import re
 import threading
 import time
@@ -26,19 +28,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edgerl.config.parse import parse_toml_file
 from edgerl.display.curves import Series, load_run
 from edgerl.errors import EdgerlError
-from edgerl.files.csvread import CsvReader, number
+from edgerl.files.checkpoint_name import NAME as CHECKPOINT
+from edgerl.files.csvread import number
 from edgerl.hw.monitor import LOAD_CSV_COLUMNS
-from edgerl.report.status import (
-    FIELDS,
-    STATUS_FILE,
-    liveness,
-    newest_checkpoint_file,
-    read_status,
-)
+from edgerl.report.status import FIELDS, STATUS_FILE, liveness
+from edgerl.serve.rundir import OpenRun, read_run_config, read_run_status, refusal
 from edgerl.words import printable
+
+log = logging.getLogger(__name__)
 
 # An absolute path in a sentence: a slash, then anything but the characters that end one in the
 # sentences edgerl writes (spaces, quotes, brackets and the punctuation after a path).
@@ -113,6 +112,7 @@ def viewer_fleet(fleet: object) -> dict[str, Any] | None:
 
 SCAN_EVERY_S = 5.0  # new run directories appear on the page within this
 RUN_FILES = (STATUS_FILE, "metrics.csv")  # a directory holding one of them is a run
+CURVE_FILES = ("metrics.csv", "episodes.csv", "eval.csv", "load.csv")
 CURVES_EVERY_S = 5.0  # curves read whole files: at most this often, or ten times their read time
 LOAD_TAIL_BYTES = 96 * 1024  # load.csv's rows are 40-90 bytes: the last ~20 minutes at 1 Hz
 METRICS_TAIL_BYTES = 4096  # metrics.csv's rows are under 300 bytes
@@ -125,28 +125,37 @@ LOAD_COLUMNS = [c for c in LOAD_CSV_COLUMNS if c not in ("time", "step", "gr3d_m
 T = TypeVar("T")
 
 
-def _is_run(path: Path) -> bool:
+def _holds_run(path: Path) -> bool:
+    """Whether ``path`` is a folder (or a link to one) holding a run's files (or links)."""
     try:
-        return path.is_dir() and any((path / name).is_file() for name in RUN_FILES)
+        return path.is_dir() and any(os.path.lexists(path / name) for name in RUN_FILES)
     except OSError:
         return False
 
 
-def find_runs(roots: list[Path]) -> dict[str, Path]:
+def find_runs(roots: list[Path], refused: dict[Path, str] | None = None) -> dict[str, Path]:
     """The run directories among ``roots`` (each a run directory, or a directory of them, one
     level down) by id: the directory's name (:func:`~edgerl.words.printable`), with ``-2``,
     ``-3``... where names repeat. Ids are stable while the directories stay: they are given in
-    the order of the paths."""
+    the order of the paths. A run that is a link, or that others may write in, is left out
+    (see :mod:`edgerl.serve.rundir`), with why in ``refused``."""
     found: list[Path] = []
+    candidates: list[Path] = []
     for root in roots:
-        if _is_run(root):
-            found.append(root)
+        if _holds_run(root):
+            candidates.append(root)
             continue
         try:
-            children = sorted(root.iterdir())
+            children = sorted(root.iterdir())  # the folder named may be a link: the user's own
         except OSError:
             continue  # not there (yet), or not ours to read
-        found += [child for child in children if _is_run(child)]
+        candidates += [child for child in children if _holds_run(child)]
+    for path in candidates:
+        why = refusal(path)
+        if why is None:
+            found.append(path)
+        elif refused is not None:
+            refused[path] = why
     runs: dict[str, Path] = {}
     for path in sorted(dict.fromkeys(p.absolute() for p in found)):
         name = printable(path.name)  # one name no encoder took made /metrics a 500
@@ -157,9 +166,14 @@ def find_runs(roots: list[Path]) -> dict[str, Path]:
     return runs
 
 
+def _checkpoint_seq(name: str) -> int:
+    found = CHECKPOINT.match(name)
+    return int(found["seq"]) if found else -1
+
+
 def _signature(path: Path) -> tuple[int, int] | None:
     try:
-        st = path.stat()
+        st = path.lstat()  # a link's own: what it leads to is never read
     except OSError:
         return None
     return st.st_size, st.st_mtime_ns
@@ -242,13 +256,19 @@ class RunFiles:
         self._runs: dict[str, Path] = {}
         self._scanned = -math.inf
         self._scan_lock = threading.Lock()
+        self._told: set[tuple[Path, str]] = set()  # runs left out, said once each
 
     def runs(self) -> dict[str, Path]:
         """The runs by id, scanned again every :data:`SCAN_EVERY_S`."""
         with self._scan_lock:
             if time.monotonic() - self._scanned >= SCAN_EVERY_S:
-                self._runs = find_runs(self.roots)
+                refused: dict[Path, str] = {}
+                self._runs = find_runs(self.roots, refused)
                 self._scanned = time.monotonic()
+                for path, why in refused.items():
+                    if (path, why) not in self._told:
+                        self._told.add((path, why))
+                        log.warning("edgerl serve: leaving out the run in %s: %s", path, why)
             return self._runs
 
     def status(self, run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -256,9 +276,12 @@ class RunFiles:
 
         def read() -> tuple[dict[str, Any] | None, str | None]:
             try:
-                return read_status(run_dir), None
+                with OpenRun(run_dir) as run:
+                    return read_run_status(run), None
             except EdgerlError as e:
                 return None, str(e)
+            except OSError as e:
+                return None, f"cannot read {run_dir}: {e.strerror or e}"
 
         return self.cache.get(("status", run_dir), [run_dir / STATUS_FILE], read)
 
@@ -267,8 +290,9 @@ class RunFiles:
 
         def read() -> tuple[str | None, str | None]:
             try:
-                saved = parse_toml_file(run_dir / "config.toml")
-            except EdgerlError:
+                with OpenRun(run_dir) as run:
+                    saved = read_run_config(run)
+            except OSError:
                 return None, None
             agent, env = saved.get("agent"), saved.get("env")
             algo = agent.get("algo") if isinstance(agent, dict) else None
@@ -285,15 +309,16 @@ class RunFiles:
 
         def read() -> dict[str, float] | None:
             best: dict[str, float] | None = None
-            reader = CsvReader(run_dir / "eval.csv")
             try:
-                for cells in reader.rows():
-                    row = dict(zip(reader.header or [], cells, strict=False))
-                    value, step = number(row.get("return_mean", "")), number(row.get("step", ""))
-                    if value is None or step is None or abs(value) >= 1e15:
-                        continue
-                    if best is None or value >= best["return_mean"]:  # ties: the later one
-                        best = {"return_mean": value, "step": step}
+                with OpenRun(run_dir) as run, run.csv("eval.csv") as reader:
+                    for cells in reader.rows():
+                        row = dict(zip(reader.header or [], cells, strict=False))
+                        value = number(row.get("return_mean", ""))
+                        step = number(row.get("step", ""))
+                        if value is None or step is None or abs(value) >= 1e15:
+                            continue
+                        if best is None or value >= best["return_mean"]:  # ties: the later
+                            best = {"return_mean": value, "step": step}
             except OSError:
                 return None
             return best
@@ -304,14 +329,15 @@ class RunFiles:
         """The numbers of metrics.csv's newest row by column (the loss is only there)."""
 
         def read() -> dict[str, float]:
-            reader = CsvReader(run_dir / "metrics.csv")
             last: list[str] = []
             try:
-                for cells in reader.tail(METRICS_TAIL_BYTES):
-                    last = cells
+                with OpenRun(run_dir) as run, run.csv("metrics.csv") as reader:
+                    for cells in reader.tail(METRICS_TAIL_BYTES):
+                        last = cells
+                    header = reader.header or []
             except OSError:
                 return {}
-            values = {k: number(v) for k, v in zip(reader.header or [], last, strict=False)}
+            values = {k: number(v) for k, v in zip(header, last, strict=False)}
             return {k: v for k, v in values.items() if v is not None and abs(v) < 1e300}
 
         return self.cache.get(("last", run_dir), [run_dir / "metrics.csv"], read)
@@ -324,8 +350,7 @@ class RunFiles:
         algo, game = self.learner(run_dir)
         problem = for_viewers(problem, run_dir)
         out: dict[str, Any] = {"id": run_id, "problem": problem, "learner": algo, "env": game}
-        newest = newest_checkpoint_file(run_dir)
-        out["checkpoint"] = newest.name if newest is not None else None
+        out["checkpoint"] = self.newest_checkpoint(run_dir)
         out["best_eval"] = self.best_eval(run_dir)
         if doc is None:
             out.update(status=None, live=None, eta_s=None, load=None)
@@ -359,6 +384,15 @@ class RunFiles:
         out["load"] = clean_load(doc.get("load")) if running else None
         return out
 
+    def newest_checkpoint(self, run_dir: Path) -> str | None:
+        """The name of the run's newest checkpoint by its sequence number, or None."""
+        try:
+            with OpenRun(run_dir) as run:
+                names = [n for n in run.files_in("checkpoints") if CHECKPOINT.match(n)]
+        except OSError:
+            return None
+        return max(names, key=_checkpoint_seq, default=None)
+
     def listing(self) -> list[dict[str, Any]]:
         """Every run: id, game, state and when its status was last written, newest first."""
         rows = []
@@ -388,9 +422,18 @@ class RunFiles:
 
         def read() -> dict[str, Any]:
             try:
-                curves = load_run(run_dir, max_bytes=CURVE_FILE_BYTES)
-            except EdgerlError as e:
-                return {"problem": for_viewers(str(e), run_dir), "damage": []}
+                with OpenRun(run_dir) as run:
+                    for name in CURVE_FILES:  # links and others' files are not read
+                        run.check(name)
+                    here = str(run.here)  # the directory opened, whatever is renamed meanwhile
+                    try:
+                        curves = load_run(run.here, max_bytes=CURVE_FILE_BYTES)
+                    except EdgerlError as e:
+                        problem = str(e).replace(here, str(run_dir))
+                        return {"problem": for_viewers(problem, run_dir), "damage": []}
+            except OSError as e:
+                problem = f"cannot read {e.filename}: {e.strerror or e}"
+                return {"problem": for_viewers(problem, run_dir), "damage": []}
             return {
                 "problem": None,
                 "per_episode": curves.returns_per_episode,
@@ -400,7 +443,7 @@ class RunFiles:
                 "damage": [for_viewers(d, run_dir) for d in curves.damage],
             }
 
-        files = [run_dir / n for n in ("metrics.csv", "episodes.csv", "eval.csv", "load.csv")]
+        files = [run_dir / n for n in CURVE_FILES]
         return self.cache.get(("curves", run_dir), files, read, min_age=CURVES_EVERY_S)
 
     def load_history(self, run_dir: Path) -> dict[str, Any]:
@@ -409,17 +452,17 @@ class RunFiles:
 
         def read() -> dict[str, Any]:
             out: dict[str, Any] = {"t": [], **{c: [] for c in LOAD_COLUMNS}, "damage": None}
-            reader = CsvReader(run_dir / "load.csv")
             try:
-                for cells in reader.tail(LOAD_TAIL_BYTES):
-                    row = dict(zip(reader.header or [], cells, strict=False))
-                    try:
-                        t = datetime.fromisoformat(row.get("time", "")).timestamp()
-                    except (ValueError, OverflowError, OSError):
-                        continue
-                    out["t"].append(t)
-                    for c in LOAD_COLUMNS:
-                        out[c].append(number(row.get(c, "")))
+                with OpenRun(run_dir) as run, run.csv("load.csv") as reader:
+                    for cells in reader.tail(LOAD_TAIL_BYTES):
+                        row = dict(zip(reader.header or [], cells, strict=False))
+                        try:
+                            t = datetime.fromisoformat(row.get("time", "")).timestamp()
+                        except (ValueError, OverflowError, OSError):
+                            continue
+                        out["t"].append(t)
+                        for c in LOAD_COLUMNS:
+                            out[c].append(number(row.get(c, "")))
             except OSError:
                 return out
             if (damage := reader.damage()) is not None:

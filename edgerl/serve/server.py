@@ -10,7 +10,6 @@ import asyncio
 import collections
 import contextlib
 import errno
-import ipaddress
 import logging
 import os
 import signal
@@ -22,94 +21,172 @@ from aiohttp import web
 
 from edgerl.errors import ServeError
 from edgerl.serve import ServeOptions
-from edgerl.serve.app import make_app
+from edgerl.serve.app import SERVED, make_app
+from edgerl.serve.peers import connection_key
 
 log = logging.getLogger(__name__)
 
-# A connection that has not sent a whole request within this long, or sits idle this long after
-# one, is closed (aiohttp keeps one for an hour by default: a thousand silent or half-sent
-# connections stopped the page and /metrics for everyone before any token was asked for).
-IDLE_S = 15.0
+# A connection must show the token within this long of opening (send a request that carries it;
+# with --trusted-network, one whose Host passes), else it is closed. Until then it may be anyone's:
+# aiohttp alone kept a half-sent request IDLE_S, and one that only asks for the page's public
+# files for ever, each holding a socket before any token was asked for.
+TOKEN_S = 10.0
+IDLE_S = 15.0  # a connection that has shown the token is closed after this long idle
 BAD_REQUEST_NOTE_S = 60.0  # malformed requests are said at most once a minute, with a count
-# Open connections at once: from one address (an IPv6 /64), and in all (the unit's LimitNOFILE
-# is 8,192). A browser opens about six to a host, and the page's game streams are capped at 32;
-# beyond these a new connection is closed at once, so no one address can hold every socket.
+# Connections that have not shown the token yet, from one peer (an account of this machine, or an
+# address elsewhere: see edgerl.serve.peers) and in all. A new connection is never refused for
+# them: the oldest waiting one of its own peer makes room, or, when all are taken, the oldest of
+# the peer holding most. So no account (and no few addresses) can keep another from connecting:
+# each other one's own connection shows its token in a moment, and is then counted apart.
+WAITING_PER_PEER = 32
+WAITING_ALL = 256
+# Connections that have shown the token: from one peer, and in all (the unit's LimitNOFILE is
+# 8,192). A browser opens about six to a host, and the page's game streams are capped at 32;
+# beyond these a request is answered 503 and its connection closed.
 PER_ADDRESS_CONNECTIONS = 64
 ALL_CONNECTIONS = 1024
+WAITING, ADMITTED, GONE = "waiting", "admitted", "gone"
 
 
 class ConnectionCap:
-    """A protocol factory around aiohttp's (``runner.server``) that closes a connection at once
-    when its address has :data:`PER_ADDRESS_CONNECTIONS` open or the server
-    :data:`ALL_CONNECTIONS`; the ones it keeps go to aiohttp's handler unchanged."""
+    """A protocol factory around aiohttp's (``runner.server``): each connection is handed to
+    aiohttp's handler as it comes and held as waiting, against its peer
+    (:func:`~edgerl.serve.peers.connection_key`), until a request of it shows the token
+    (:meth:`admit_request`, called by the app); one still waiting after :data:`TOKEN_S` is
+    closed, and so is the oldest waiting one of the peer when it has :data:`WAITING_PER_PEER`
+    (of the peer holding most, when all :data:`WAITING_ALL` are taken) to let a new one in."""
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        key_of: Callable[[object, object], str] = connection_key,
+    ) -> None:
         self.factory = factory
-        self.open: collections.Counter[str] = collections.Counter()
-        self.refused = 0
+        self.key_of = key_of
+        self.waiting: dict[str, dict[_Capped, None]] = {}  # per peer, oldest first
+        self.waiting_count = 0
+        self.admitted: collections.Counter[str] = collections.Counter()
+        self.made_room = self.refused = 0
         self.noted_at = -BAD_REQUEST_NOTE_S
 
     def __call__(self) -> asyncio.Protocol:
         return _Capped(self)
 
-    def admit(self, address: str) -> bool:
-        if self.open[address] >= PER_ADDRESS_CONNECTIONS or self.open.total() >= ALL_CONNECTIONS:
+    def arrive(self, conn: _Capped) -> None:
+        """Hold a new connection as waiting, closing an older waiting one where it needs room."""
+        mine = self.waiting.get(conn.key, {})
+        if len(mine) >= WAITING_PER_PEER:
+            self._make_room(next(iter(mine)))
+        elif self.waiting_count >= WAITING_ALL:
+            most = max(self.waiting.values(), key=len)
+            self._make_room(next(iter(most)))
+        self.waiting.setdefault(conn.key, {})[conn] = None
+        self.waiting_count += 1
+        conn.state = WAITING
+
+    def admit(self, conn: _Capped) -> bool:
+        """Count ``conn`` as one that has shown the token; False (it is to be closed) when its
+        peer or the server has all the connections it may have."""
+        if conn.state != WAITING:
+            return conn.state == ADMITTED
+        if (
+            self.admitted[conn.key] >= PER_ADDRESS_CONNECTIONS
+            or self.admitted.total() >= ALL_CONNECTIONS
+        ):
             self.refused += 1
-            now = time.monotonic()
-            if now - self.noted_at >= BAD_REQUEST_NOTE_S:  # once a minute at most, counted
-                log.warning(
-                    "edgerl serve: %d connections refused in the last minute: one address "
-                    "may open %d at once, all together %d",
-                    self.refused,
-                    PER_ADDRESS_CONNECTIONS,
-                    ALL_CONNECTIONS,
-                )
-                self.noted_at, self.refused = now, 0
+            self._note()
             return False
-        self.open[address] += 1
+        self._unwait(conn)
+        conn.state = ADMITTED
+        self.admitted[conn.key] += 1
         return True
 
-    def leave(self, address: str) -> None:
-        self.open[address] -= 1
-        if self.open[address] <= 0:
-            del self.open[address]
+    def admit_request(self, request: web.Request) -> bool:
+        """:meth:`admit` for the connection ``request`` came on (True for one not made here)."""
+        transport = request.transport
+        conn = transport.get_protocol() if transport is not None else None
+        return self.admit(conn) if isinstance(conn, _Capped) else True
 
+    def leave(self, conn: _Capped) -> None:
+        """``conn`` is closed: its place is free."""
+        if conn.state == WAITING:
+            self._unwait(conn)
+        elif conn.state == ADMITTED:
+            self.admitted[conn.key] -= 1
+            if self.admitted[conn.key] <= 0:
+                del self.admitted[conn.key]
+        conn.state = GONE
 
-def peer_key(peer: object) -> str:
-    """What one connection counts against: its IPv4 address, or its IPv6 address's /64 (one
-    host is given a /64 and may use any address in it)."""
-    if not isinstance(peer, tuple) or not peer:
-        return "?"
-    try:
-        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
-    except ValueError:
-        return str(peer[0])
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:  # IPv4 on a dual-stack socket
-            return str(address.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
-    return str(address)
+    def late(self, conn: _Capped) -> None:
+        """``conn`` has not shown the token within TOKEN_S: closed (unless it has meanwhile)."""
+        if conn.state == WAITING:
+            self.leave(conn)
+            conn.close()
+
+    def _unwait(self, conn: _Capped) -> None:
+        mine = self.waiting.get(conn.key)
+        if mine is not None and conn in mine:
+            del mine[conn]
+            self.waiting_count -= 1
+            if not mine:
+                del self.waiting[conn.key]
+
+    def _make_room(self, conn: _Capped) -> None:
+        self.leave(conn)
+        conn.close()
+        self.made_room += 1
+        self._note()
+
+    def _note(self) -> None:
+        now = time.monotonic()
+        if now - self.noted_at < BAD_REQUEST_NOTE_S:
+            return  # once a minute at most, counted
+        log.warning(
+            "edgerl serve, in the last minute: %d connections that had not shown the token "
+            "closed to let newer ones in (a peer may have %d such at once, all together %d); "
+            "%d requests with the token refused (a peer may have %d connections, all together "
+            "%d)",
+            self.made_room,
+            WAITING_PER_PEER,
+            WAITING_ALL,
+            self.refused,
+            PER_ADDRESS_CONNECTIONS,
+            ALL_CONNECTIONS,
+        )
+        self.noted_at, self.made_room, self.refused = now, 0, 0
 
 
 class _Capped(asyncio.Protocol):
-    """One connection: admitted (and handed to aiohttp's handler) or closed at once."""
+    """One connection: aiohttp's handler, and its place in the cap (waiting, admitted, gone)."""
 
     def __init__(self, cap: ConnectionCap) -> None:
         self.cap = cap
         self.inner: asyncio.Protocol | None = None
-        self.address = ""
+        self.transport: asyncio.BaseTransport | None = None
+        self.key = "?"
+        self.state = GONE
+        self.deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.address = peer_key(transport.get_extra_info("peername"))
-        if not self.cap.admit(self.address):
-            transport.abort()
-            return
+        self.transport = transport
+        get = transport.get_extra_info
+        self.key = self.cap.key_of(get("peername"), get("sockname"))
+        self.cap.arrive(self)
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.call_later(TOKEN_S, self.cap.late, self)
         self.inner = self.cap.factory()
         self.inner.connection_made(transport)
 
+    def close(self) -> None:
+        """Close at once (it waited too long, or makes room for a newer one)."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.cap.leave(self)
         if self.inner is not None:
-            self.cap.leave(self.address)
             self.inner.connection_lost(exc)
             self.inner = None
 
@@ -197,8 +274,9 @@ def serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
 
 async def _serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
     # Open frame streams are closed by the app itself; two seconds is plenty for the rest.
+    app = make_app(opts)
     runner = web.AppRunner(
-        make_app(opts),
+        app,
         access_log=None,
         handle_signals=False,
         shutdown_timeout=2.0,
@@ -208,10 +286,10 @@ async def _serve(opts: ServeOptions, ready: Callable[[str], None]) -> int:
     await runner.setup()
     assert runner.server is not None
     loop = asyncio.get_running_loop()
+    cap = ConnectionCap(runner.server)
+    app[SERVED].admit = cap.admit_request  # the app says when a request has shown the token
     try:
-        listening = await loop.create_server(
-            ConnectionCap(runner.server), opts.host, opts.port, reuse_address=True
-        )
+        listening = await loop.create_server(cap, opts.host, opts.port, reuse_address=True)
     except OSError as e:
         await runner.cleanup()
         raise ServeError(listen_error(opts.host, opts.port, e)) from None
