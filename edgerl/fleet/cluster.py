@@ -13,6 +13,11 @@ What Ray 2.x does by itself that a fleet must not rely on, and what is done inst
 * a bare ``ray.init()`` attaches to whatever cluster an old ``/tmp/ray`` names: never called
   here. With ``fleet.address`` the cluster named is joined; without it a new instance is
   started (``address="local"``) in a temporary directory of its own;
+* Ray makes its temporary directory, the session's, ``sockets/``, ``logs/`` and
+  ``runtime_resources/*`` mode 0777 without the sticky bit (so that several accounts can share
+  ``/tmp/ray``): any account could delete, rename or plant files among the instance's sockets
+  and logs. A local instance's directory is made inside a folder made here, 0700: no other
+  account gets through it, whatever Ray does to the folders below;
 * the object store takes 30% of memory by default: a local instance gets
   ``fleet.object_store_mb``;
 * Ray does not see a Jetson's integrated GPU: a local instance is given torch's GPU count.
@@ -160,13 +165,15 @@ class Cluster:
 
     def _start_local(self, ray: Any, resources: dict[str, float]) -> None:
         """A Ray instance of this process's own, with room for every actor, in a short
-        temporary directory (Ray's socket paths must stay under 108 bytes) that :meth:`close`
-        removes."""
+        temporary directory (Ray's socket paths must stay under 108 bytes) inside a folder
+        only this account can enter, which :meth:`close` removes."""
         import math
 
         import torch
 
         fleet = self.fleet
+        # mkdtemp makes a new folder (never a link), 0700, this account's; Ray opens up only
+        # the folders below it, its own.
         self._temp_dir = tempfile.mkdtemp(prefix="edgerl-ray-", dir="/tmp")
         self.started_here = True
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -181,7 +188,7 @@ class Cluster:
             object_store_memory=self.fleet.object_store_mb << 20,
             include_dashboard=False,
             logging_level=logging.WARNING,
-            _temp_dir=self._temp_dir,
+            _temp_dir=os.path.join(self._temp_dir, "ray"),
         )
 
     def close(self) -> None:
