@@ -22,15 +22,16 @@
 # It runs as root, so it trusts no path another user could have made or can change: the arm64
 # root must be root's and written by no one else, the log folder root's or the sudo user's, and
 # every folder above either root's (or that user's) and written by no one else unless sticky (as
-# /tmp, where nobody can rename what another owns); a link in their place is refused, not
-# followed. Its mounts live in a mount namespace of its own and end with it, killed included.
+# /tmp, where nobody can rename what another owns); a link in their place or on the way to them
+# (a trailing slash, a folder above, a .. after one) is refused, not followed. Its mounts live
+# in a mount namespace of its own and end with it, killed included.
 set -euo pipefail
 
 ARGS=("$@")  # for the run again in a mount namespace of its own (below)
 ROOTFS=""  # default: $KEEP/jp<JetPack>, one root per JetPack's torch
 KEEP=/var/lib/edgerl-arm64  # made 0700: no other user reaches the roots kept in it
 BOARD=agx_orin_jp6
-OUT=${OUT:-$PWD/arm64-check}
+OUT=${OUT:-$(pwd -P)/arm64-check}  # the real folder: no link on the way
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 JETPACK=6.1
@@ -63,28 +64,46 @@ esac
 ROOTFS=${ROOTFS:-$KEEP/jp$JETPACK}
 
 # trusted DIR WHAT UID...: refuse DIR (what the message calls it) unless no user but the UIDs can
-# change it or what leads to it; see the top. It may not exist yet (made below, by root).
+# change it or what leads to it; see the top. It may not exist yet (made below, by root). Each
+# folder on the way is looked at as written, from / down to the first not there yet (a relative
+# DIR from the real working folder): first for a link anywhere (a trailing slash, or a .. after
+# it, would follow it), then for its owner and who may write it.
 trusted() {
-    local dir=$1 what=$2 owner mode up
+    local dir=$1 what=$2 path part at="" i last owner mode
+    local -a parts=()
     shift 2
-    case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
-    [ ! -L "$dir" ] || refuse "$what $dir is a symbolic link: give the folder it points to"
-    if [ -e "$dir" ]; then
-        [ -d "$dir" ] || refuse "$what $dir is not a folder"
-        read -r owner mode < <(stat -c '%u %a' "$dir")
-        owned_by "$owner" "$@" || refuse "$what $dir is not owned by root: give one root made"
-        (((8#$mode & 8#022) == 0)) || refuse "$what $dir can be written by other users"
-    fi
-    up=$(dirname "$dir")
-    while :; do
-        if [ -e "$up" ]; then  # a link above is judged by the folder it names (stat -L)
-            read -r owner mode < <(stat -L -c '%u %a' "$up")
-            owned_by "$owner" "$@" || refuse "$what $dir is inside $up, which is not root's"
-            (((8#$mode & 8#022) == 0 || (8#$mode & 8#1000) != 0)) \
-                || refuse "$what $dir is inside $up, which other users can write"
+    case "$dir" in /*) path=$dir ;; *) path=$(pwd -P)/$dir ;; esac
+    local rest=$path
+    while [ -n "$rest" ]; do  # its names between slashes, but for empty ones and .
+        part=${rest%%/*}
+        if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
+        case "$part" in '' | .) ;; *) parts+=("$part") ;; esac
+    done
+    last=$((${#parts[@]} - 1))
+    local -a ats=()  # /, then each folder below it as written, down to the first not there
+    for ((i = -1; i <= last; i++)); do
+        if ((i < 0)); then at=/; else at=${at%/}/${parts[i]}; fi
+        if [ -L "$at" ] && ((i == last)); then
+            refuse "$what $path is a symbolic link: give the folder it points to"
+        elif [ -L "$at" ]; then
+            refuse "$what $path is inside $at, which is a symbolic link: give one without"
         fi
-        [ "$up" != / ] || break
-        up=$(dirname "$up")
+        [ -e "$at" ] || break  # nothing below it exists either
+        ats+=("$at")
+    done
+    for ((i = 0; i < ${#ats[@]}; i++)); do  # none of them a link: stat's own answer is theirs
+        at=${ats[i]}
+        read -r owner mode < <(stat -c '%u %a' -- "$at")
+        if ((i == last + 1)); then  # DIR itself
+            [ -d "$at" ] || refuse "$what $path is not a folder"
+            owned_by "$owner" "$@" || refuse "$what $path is not owned by root: give one root made"
+            (((8#$mode & 8#022) == 0)) || refuse "$what $path can be written by other users"
+        else
+            [ -d "$at" ] || refuse "$what $path is inside $at, which is not a folder"
+            owned_by "$owner" "$@" || refuse "$what $path is inside $at, which is not root's"
+            (((8#$mode & 8#022) == 0 || (8#$mode & 8#1000) != 0)) \
+                || refuse "$what $path is inside $at, which other users can write"
+        fi
     done
 }
 owned_by() {
@@ -112,7 +131,7 @@ fi
 if [ "$ROOTFS" = "$KEEP/jp$JETPACK" ] && [ ! -d "$KEEP" ]; then
     mkdir -m 0700 "$KEEP"
 fi
-mkdir -p -m 0755 "$OUT" "$ROOTFS"
+(umask 022 && mkdir -p "$OUT" "$ROOTFS")  # 0755, the folders above them made too
 # Checked again as made: in a sticky folder another user could have made one first.
 trusted "$ROOTFS" "the arm64 root" 0
 trusted "$OUT" "the log folder (--out)" 0 ${SUDO_UID:+"$SUDO_UID"}
