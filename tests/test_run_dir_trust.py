@@ -212,3 +212,54 @@ def test_export_and_plot_keep_the_runs_modes_whatever_the_umask(cli, tmp_path, t
     assert len(made) >= 3
     for p in made:
         assert stat.S_IMODE(p.stat().st_mode) & 0o007 == 0, (p, oct(p.stat().st_mode))
+
+
+def test_dot_as_the_run_dir_trains_in_the_working_folder(cli, tmp_path, monkeypatch):
+    run = tmp_path / "here"
+    run.mkdir(mode=0o700)
+    monkeypatch.chdir(run)
+    assert cli("train", *CARTPOLE, "--steps", "200", "--run-dir", ".").code == 0
+    assert (run / "config.toml").is_file() and list((run / "checkpoints").iterdir())
+
+
+def test_fresh_moves_aside_a_run_whose_lock_is_a_link(cli, tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    target = victim(tmp_path)
+    (run / ".lock").unlink()
+    (run / ".lock").symlink_to(target)
+    r = cli("train", *CARTPOLE, "--steps", "200", "--run-dir", run, "--fresh")
+    assert r.code == 0, r.err
+    (aside,) = tmp_path.glob("run.old-*")
+    assert (aside / ".lock").is_symlink() and target.stat().st_size == 32
+
+
+def test_the_trainer_writes_by_the_real_path_not_a_link_on_the_way(tmp_path):
+    """A link among the folders above the run, changed once the run is open, redirects
+    nothing: every writer names the real path that was checked."""
+    from edgerl.report.rundir import RunDir
+
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    link = tmp_path / "via"
+    link.symlink_to(real)
+    rundir = RunDir(link / "run")
+    rundir.open()
+    try:
+        link.unlink()
+        link.symlink_to(other)  # what another account could do to a link it owns
+        assert rundir.path == real / "run" and rundir.checkpoints == real / "run" / "checkpoints"
+    finally:
+        rundir.close()
+    assert not list(other.iterdir())
+
+
+@ROOT_ONLY
+def test_a_runs_folder_of_another_account_is_named_with_the_fix(cli, tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    os.chown(run / "checkpoints", NOBODY, NOBODY)
+    r = cli("train", *CARTPOLE, "--steps", "600", "--run-dir", run)
+    assert r.code == 2, r.err
+    assert f"folder {run / 'checkpoints'} of run directory {run} cannot be used" in r.err, r.err
+    assert "it belongs to nobody" in r.err and "chmod" not in r.err, r.err

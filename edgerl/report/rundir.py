@@ -154,7 +154,10 @@ class RunDir:
                 f"run directory {printable(str(path))} has a NUL character in its name, which no "
                 "file name can hold: give another name with --run-dir"
             )
-        self.path = path
+        # `--run-dir .` (or `..`) has no name to open in its parent: taken as the absolute path.
+        # Made the real path in open where a link is on the way, so none can change under the
+        # writers, who name their files by this path.
+        self.path = Path(os.path.abspath(path)) if path.name in ("", "..") else path
         self._lock_fd: int | None = None
         self._dir_fd: int | None = None
 
@@ -203,9 +206,11 @@ class RunDir:
     def _check_not_in_use(self) -> None:
         try:
             fd = os.open(self.path / ".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):
             return
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                return  # a link: no trainer holds it (open refuses it in the run moved aside)
             raise RunDirError(unwritable(self.path, e)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -247,6 +252,13 @@ class RunDir:
         """
         self._check_trusted()
         created = _make_parents(self.path.parent)
+        if created:  # checked again: another account may have made one of them meanwhile
+            self._check_trusted()
+        # Every writer names the run by this path: with a link on the way, the real one (the
+        # one checked folder by folder), never the link another account might change later.
+        real = Path(os.path.realpath(self.path.parent))
+        if real != Path(os.path.abspath(self.path.parent)):
+            self.path = real / self.path.name
         try:
             parent_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -288,11 +300,20 @@ class RunDir:
                 share_with_group([*parent, fd, checkpoints], group)
         except UnsafePathError as e:
             self.close()
+            where = (
+                f"run directory {self.path}"
+                if e.filename == str(self.path)
+                else f"folder {e.filename} of run directory {self.path}"
+            )
+            fix = (
+                f"chmod go-w {e.filename} if all in it is yours"
+                if "can write in it" in (e.strerror or "")
+                else "remove it if the run is yours"
+            )
             raise RunDirError(
-                f"run directory {e.filename} cannot be used: {e.strerror}, so another account "
-                "could have put links in it for edgerl to write through; give a folder of your "
-                "own that only you can write in with --run-dir (or chmod go-w it if all in it "
-                "is yours)"
+                f"{where} cannot be used: {e.strerror}, so another account could have put links "
+                f"in it for edgerl to write through; {fix}, or give another directory with "
+                "--run-dir"
             ) from None
         except OSError as e:
             self.close()
@@ -327,7 +348,13 @@ class RunDir:
 
     def _lock(self, fd: int) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        lock = os.open(".lock", flags, 0o640, dir_fd=fd)
+        try:
+            lock = os.open(".lock", flags, 0o640, dir_fd=fd)
+        except IsADirectoryError:
+            raise RunDirError(
+                f"{self.path / '.lock'} is a folder: remove it (edgerl keeps its lock there), "
+                "or give another directory with --run-dir"
+            ) from None
         try:
             if not stat.S_ISREG(os.fstat(lock).st_mode):
                 raise RunDirError(

@@ -151,7 +151,7 @@ class Trainer:
             if self.moved_aside:
                 log.info("--fresh: moved the previous run to %s", self.moved_aside)
         self._rundir.open(group=cfg.display.group)
-        self.run_dir = run_path
+        self.run_dir = run_path = self._rundir.path  # the real path, checked folder by folder
         checkpoints = CheckpointStore(self._rundir.checkpoints, cfg.train.keep_checkpoints)
         found = checkpoints.newest_valid()
         self.checkpointer = Checkpointer(self, checkpoints, replay_store=None)

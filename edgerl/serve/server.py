@@ -12,6 +12,7 @@ import contextlib
 import errno
 import logging
 import os
+import random
 import signal
 import socket
 import time
@@ -78,7 +79,10 @@ class ConnectionCap:
         if len(mine) >= WAITING_PER_PEER:
             self._make_room(next(iter(mine)))
         elif self.waiting_count >= WAITING_ALL:
-            most = max(self.waiting.values(), key=len)
+            # The peer holding most gives way; among equals one at random, so that the oldest
+            # (the owner's, waiting to show its token) is not always the one that goes.
+            top = max(len(held) for held in self.waiting.values())
+            most = random.choice([held for held in self.waiting.values() if len(held) == top])
             self._make_room(next(iter(most)))
         self.waiting.setdefault(conn.key, {})[conn] = None
         self.waiting_count += 1
