@@ -122,9 +122,14 @@ def test_unknown_ids_suggest_close_names():
         probe("zzzz")
 
 
-def test_continuous_actions_are_refused():
-    with pytest.raises(EnvError, match=r"continuous action space .* DQN needs a discrete one"):
-        probe("Pendulum-v1")
+def test_discrete_actions_sent_to_a_continuous_game_are_refused():
+    """Pendulum-v1 is a game edgerl describes (tests/test_continuous_envs.py); a learner that
+    picks one of a few actions sends it one int per environment, which is one sentence."""
+    assert probe("Pendulum-v1").continuous
+    with make_env(EnvConfig(id="Pendulum-v1", num_envs=2)) as env:
+        env.reset(seed=0)
+        with pytest.raises(EnvError, match=r"continuous action space .* discrete actions"):
+            env.send(np.zeros(2, dtype=np.int64))
 
 
 def test_raw_image_observations_point_to_the_ale_id():

@@ -3,7 +3,8 @@
 One module per family, each with its class: ``ale.py`` (``ALE/<Game>-v5``: :class:`AleVecEnv`),
 ``gym_image.py`` (gymnasium games that show pictures, made into ALE's frame stacks:
 :class:`GymImageVecEnv`), ``gym_vector.py`` (gymnasium games with flat vector observations:
-:class:`GymVecEnv`, and what both gymnasium families read: the registry, ``env.make_kwargs``);
+:class:`GymVecEnv`, and what both gymnasium families read: the registry, ``env.make_kwargs``),
+``actions.py`` (a gymnasium game's actions, discrete or a bounded vector, and their clipping);
 what they share is ``spec.py`` (:class:`EnvSpec`, :class:`Step`, :class:`VecEnv`). This module
 picks the family for an id (:func:`probe`, :func:`make_env`).
 
@@ -13,6 +14,9 @@ All are wrapped in :class:`VecEnv`, which has one contract the trainer relies on
   grey, frame skip 4, max-pool over the last two frames, noop starts, fire reset; the frames before
   an episode's first are zeros) and for picture games (the same, without noops and fire),
   float32 ``(N, D)`` for vector observations;
+* actions are int64 ``(N,)`` for a discrete game and float32 ``(N, *spec.action_shape)`` for a
+  continuous one (:attr:`EnvSpec.continuous`), which the env clips to the game's bounds before
+  the game sees them (CleanRL's ``ClipAction``; :mod:`edgerl.envs.actions`);
 * rewards are the environment's real rewards (the trainer clips them for learning, so that episode
   returns are reported in game points);
 * environments reset themselves in the same step that ends an episode: ``obs`` is then the first
@@ -39,6 +43,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgerl.config import EnvConfig
+from edgerl.envs.actions import refuse_continuous
 from edgerl.envs.ale import AleVecEnv, ale_game, canonical_id, known_ids, rom_exists, unknown_id
 from edgerl.envs.gym_image import GymImageVecEnv
 from edgerl.envs.gym_vector import GymVecEnv, gym_spec
@@ -74,6 +79,7 @@ __all__ = [
     "longest_episode",
     "make_env",
     "probe",
+    "refuse_continuous",
     "short_env_name",
 ]
 

@@ -3,6 +3,8 @@ learner: each action repeated for :data:`FRAME_SKIP` frames with the last two ma
 (gymnasium's ``MaxAndSkipObservation``), the picture turned grey and scaled to 84x84 by area
 averaging, and the last :data:`FRAME_STACK` pictures stacked. :class:`GymImageVecEnv` does it
 for a batch of environments at once; :func:`is_image` says which observation spaces it takes.
+Its actions are discrete or continuous (CarRacing-v3's steering, gas and brake, clipped to their
+bounds as :class:`~edgerl.envs.actions.ToGame` says), each repeated over the skipped frames.
 
 Grey is ITU-R 601 luma (0.299 R + 0.587 G + 0.114 B), as most Atari preprocessing computes it.
 A new episode's stack starts as ALE's does, zeros before its first picture: the replay rebuilds
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.config import EnvConfig
+from edgerl.envs.actions import GameActions, ToGame
 from edgerl.envs.gym_warnings import gym_warnings_logged
 from edgerl.envs.spec import FRAME_SIZE, FRAME_SKIP, FRAME_STACK, EnvSpec, Step, VecEnv
 
@@ -36,11 +39,9 @@ def is_image(space: Any) -> bool:
     return False
 
 
-def image_spec(env_id: str, num_actions: int, meanings: tuple[str, ...]) -> EnvSpec:
-    """The spec every picture game gets: ALE's frame stacks."""
-    return EnvSpec(
-        env_id, "frames", (FRAME_STACK, FRAME_SIZE, FRAME_SIZE), "uint8", num_actions, meanings
-    )
+def image_spec(env_id: str, actions: GameActions) -> EnvSpec:
+    """The spec every picture game gets: ALE's frame stacks, and the game's ``actions``."""
+    return actions.spec(env_id, "frames", (FRAME_STACK, FRAME_SIZE, FRAME_SIZE), "uint8")
 
 
 def to_frames(pictures: np.ndarray) -> np.ndarray:
@@ -85,6 +86,7 @@ class GymImageVecEnv(VecEnv):
         self._final_pictures: dict[int, np.ndarray] = {}
         self._stack = np.zeros((cfg.num_envs, *spec.obs_shape), dtype=np.uint8)
         self._actions: np.ndarray | None = None
+        self._to_game = ToGame(spec, cfg.num_envs)
         fps = self._env.envs[0].metadata.get("render_fps")
         if fps:
             self.steps_per_second = float(fps) / FRAME_SKIP
@@ -97,7 +99,7 @@ class GymImageVecEnv(VecEnv):
         return self._stack.copy()
 
     def send(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions, dtype=np.int64)
+        self._actions = self._to_game(actions)
 
     def recv(self) -> Step:
         if self._actions is None:

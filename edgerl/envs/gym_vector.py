@@ -1,6 +1,9 @@
-"""Any other discrete-action gymnasium game: its description read from the registry with
-``env.make_kwargs`` (pictures go to :mod:`edgerl.envs.gym_image`), and :class:`GymVecEnv` around
-gymnasium's ``SyncVectorEnv`` for flat vector observations (CartPole-v1, ...)."""
+"""Any other gymnasium game: its description read from the registry with ``env.make_kwargs``
+(pictures go to :mod:`edgerl.envs.gym_image`; the actions, discrete or a bounded vector, are
+read by :mod:`edgerl.envs.actions`), and :class:`GymVecEnv` around gymnasium's
+``SyncVectorEnv`` for flat vector observations (CartPole-v1, Pendulum-v1, MuJoCo's tasks, ...).
+A continuous game's actions are clipped to their bounds before the game sees them, as CleanRL's
+``ClipAction`` wrapper does (:class:`~edgerl.envs.actions.ToGame`)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.config import EnvConfig
+from edgerl.envs.actions import ToGame, game_actions
 from edgerl.envs.ale import import_ale, unknown_id
 from edgerl.envs.gym_image import image_spec, is_image
 from edgerl.envs.gym_warnings import gym_warnings_logged
@@ -36,40 +40,41 @@ def gym_spec(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvSpec:
         with gym_warnings_logged():
             env = gym.make(spec, **(kwargs or {}))
     except gym.error.DependencyNotInstalled as e:
-        raise EnvError(f"environment '{env_id}' needs a package that is missing: {e}") from None
+        # MuJoCo's tasks name gymnasium's extra; edgerl's own installs what they need.
+        ours = "; edgerl's extra installs it: pip install 'edgerl[mujoco]'"
+        extra = ours if "mujoco" in str(e).lower() else ""
+        raise EnvError(
+            f"environment '{env_id}' needs a package that is missing: {e}{extra}"
+        ) from None
     except (TypeError, ValueError) as e:  # a keyword the game does not take, or a value
         if not kwargs:
             raise EnvError(f"environment '{env_id}' cannot be made: {e}") from None
         raise ConfigError(f"env.make_kwargs does not suit {env_id}: {e}") from None
     try:
-        act, obs = env.action_space, env.observation_space
-        if not isinstance(act, spaces.Discrete):
-            raise EnvError(
-                f"environment '{env_id}' has a continuous action space ({act}); "
-                "DQN needs a discrete one (e.g. CartPole-v1 or an ALE/<Game>-v5 id; some games "
-                "take one in env.make_kwargs, as CarRacing-v3 does with '{continuous = false}')"
-            )
-        meanings = tuple(str(i) for i in range(int(act.n)))
+        actions = game_actions(env_id, env.action_space)
+        obs = env.observation_space
         game = spec.kwargs.get("game") if "ale_py" in str(spec.entry_point) else None
         atari = ""  # an Atari game through gymnasium's id: ALE's own family plays it properly
         if isinstance(game, str):
             camel = "".join(part.capitalize() for part in game.split("_"))
             atari = f" (use ALE/{camel}-v5 for Atari with DQN preprocessing)"
         if is_image(obs) and not atari:
-            return image_spec(env_id, int(act.n), meanings)
+            return image_spec(env_id, actions)
         if atari or not isinstance(obs, spaces.Box) or len(obs.shape) != 1:
             raise EnvError(
                 f"environment '{env_id}' has observations of shape {getattr(obs, 'shape', obs)}; "
                 f"edgerl handles pictures (uint8, height x width x 1 or 3) and flat "
                 f"vectors{atari}"
             )
-        return EnvSpec(env_id, "vector", (int(obs.shape[0]),), "float32", int(act.n), meanings)
+        return actions.spec(env_id, "vector", (int(obs.shape[0]),), "float32")
     finally:
         env.close()
 
 
 class GymVecEnv(VecEnv):
-    """Any other discrete-action gymnasium id through ``gymnasium.vector.SyncVectorEnv``."""
+    """Any other gymnasium id with vector observations through
+    ``gymnasium.vector.SyncVectorEnv``; :meth:`send` takes int64 ``(num_envs,)`` actions, or
+    float32 ``(num_envs, numbers)`` for a continuous game, clipped to its bounds."""
 
     def __init__(
         self,
@@ -95,6 +100,7 @@ class GymVecEnv(VecEnv):
         self.spec = spec
         self._screens = screens
         self._actions: np.ndarray | None = None
+        self._to_game = ToGame(spec, cfg.num_envs)
         fps = self._env.envs[0].metadata.get("render_fps")
         if fps:
             self.steps_per_second = float(fps)
@@ -110,7 +116,7 @@ class GymVecEnv(VecEnv):
         return keeper.final if final else keeper.screen
 
     def send(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions, dtype=np.int64)
+        self._actions = self._to_game(actions)
 
     def recv(self) -> Step:
         if self._actions is None:

@@ -1,13 +1,15 @@
 """What a replay and the environments cost in memory, and whether they fit, before allocating.
 
-A transition stores one item (the newest 84x84 frame, or the whole vector), its action, reward
-and flags: about 7 KB for Atari. The replay refuses a ``replay.capacity`` that does not fit with
-the largest that does, and the trainer refuses more ``env.num_envs`` than host memory holds,
-before building any (too many would swap the board or get the trainer killed).
+A transition stores one item (the newest 84x84 frame, or the whole vector), its action (a byte
+for a discrete game, 4 bytes a number for a continuous one), reward and flags: about 7 KB for
+Atari. The replay refuses a ``replay.capacity`` that does not fit with the largest that does,
+and the trainer refuses more ``env.num_envs`` than host memory holds, before building any (too
+many would swap the board or get the trainer killed).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,13 +149,37 @@ def check_env_memory(
 
 
 def action_dtype(num_actions: int) -> np.dtype[Any]:
+    """The smallest integer a replay stores one of ``num_actions`` discrete actions in."""
     return np.dtype(np.uint8) if num_actions <= 256 else np.dtype(np.int32)
+
+
+def stored_action(spec: EnvSpec) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """The dtype and shape of one action as a replay stores it: a discrete game's in the
+    smallest integer that holds it (:func:`action_dtype`), shape (); a continuous game's as
+    float32 numbers of ``spec.action_shape``."""
+    if spec.continuous:
+        return np.dtype(np.float32), spec.action_shape
+    return action_dtype(spec.num_actions), ()
+
+
+def continuous_actions(spec: EnvSpec, actions: np.ndarray, rows: int) -> np.ndarray:
+    """A continuous game's ``actions`` for ``rows`` rows as a memory stores them, float32;
+    raises ValueError when they are not one action of ``spec.action_shape`` a row (numpy would
+    broadcast some: one number for every environment)."""
+    numbers = np.asarray(actions, dtype=np.float32)
+    if numbers.shape != (rows, *spec.action_shape):
+        raise ValueError(
+            f"a memory of {spec.id} stores actions of shape {spec.action_shape}, one a row; "
+            f"{rows} rows came with actions of shape {numbers.shape}"
+        )
+    return numbers
 
 
 def bytes_per_transition(spec: EnvSpec) -> int:
     """Bytes one stored transition costs: one item, its action, reward and flags."""
     item = int(np.prod(spec.item_shape)) * np.dtype(spec.obs_dtype).itemsize
-    return item + action_dtype(spec.num_actions).itemsize + 4 + 1
+    dtype, shape = stored_action(spec)
+    return item + dtype.itemsize * math.prod(shape) + 4 + 1
 
 
 def available_memory(device: torch.device) -> tuple[int, str]:

@@ -4,7 +4,9 @@ environment (``pqn.rollout_steps``, ``ppo.rollout_steps``), nothing older.
 It takes the same writes as the replay (:meth:`add_first` after a reset, :meth:`add` after each
 vector step), so the training loop does not know which learner it feeds. Observations are kept
 whole (frame stacks), on the learner's device: a rollout of Pong at 128 environments and 32 steps
-is 116 MB, against 7 GB for a DQN replay of a million transitions.
+is 116 MB, against 7 GB for a DQN replay of a million transitions. Actions are kept as the
+learner chose them: int64 for a discrete game, a continuous game's float32 numbers
+(``actions`` is ``(steps, envs, *spec.action_shape)``), before the environment clipped them.
 
 Beside each observation it keeps what the learner's acting policy said of it when it acted on it
 (:meth:`RolloutBuffer.note_extras`): PQN's greedy values, PPO's values and the log-probabilities
@@ -22,14 +24,16 @@ import numpy as np
 import torch
 
 from edgerl.envs import EnvSpec
+from edgerl.memories.budget import continuous_actions
 from edgerl.words import fmt_bytes
 
 
 def rollout_bytes(spec: EnvSpec, num_envs: int, steps: int) -> int:
     """Bytes a rollout of ``steps`` vector steps of ``num_envs`` environments holds."""
     obs = int(np.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
+    action = 4 * int(np.prod(spec.action_shape)) if spec.continuous else 8  # float32s, an int64
     # obs, action, reward, flags and two extras (PQN keeps one: the greedy value; PPO two)
-    return num_envs * (steps + 1) * (obs + 8 + 4 + 2 + 2 * 4)
+    return num_envs * (steps + 1) * (obs + action + 4 + 2 + 2 * 4)
 
 
 def lambda_returns(
@@ -77,7 +81,9 @@ class RolloutBuffer:
         dtype = getattr(torch, spec.obs_dtype)
         # obs[t] is the observation transition t starts from; obs[steps] the newest one.
         self.obs = torch.zeros((steps + 1, num_envs, *spec.obs_shape), dtype=dtype, device=device)
-        self.actions = torch.zeros((steps, num_envs), dtype=torch.long, device=device)
+        action_dtype = torch.float32 if spec.continuous else torch.long
+        shape = (steps, num_envs, *spec.action_shape)
+        self.actions = torch.zeros(shape, dtype=action_dtype, device=device)
         self.rewards = torch.zeros((steps, num_envs), device=device)
         self.terminated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
         self.truncated = torch.zeros((steps, num_envs), dtype=torch.bool, device=device)
@@ -146,13 +152,19 @@ class RolloutBuffer:
         final_obs: np.ndarray | None,
         envs: np.ndarray | None = None,
     ) -> None:
-        """Record one vector step of every environment; raises ValueError when full."""
+        """Record one vector step of every environment: ``actions`` one integer each, or for
+        a continuous game float32 ``(envs, *spec.action_shape)``. Raises ValueError when full,
+        or for actions of another shape."""
         if self.full:
             raise ValueError("the rollout is full: learn from it and clear it first")
         if envs is not None and len(envs) != self.num_envs:
             raise ValueError("a rollout is written for every environment at once")
         t = self.t
-        self.actions[t].copy_(self._tensor(np.asarray(actions, dtype=np.int64)))
+        if self.spec.continuous:
+            numbers = continuous_actions(self.spec, actions, self.num_envs)
+            self.actions[t].copy_(self._tensor(numbers))
+        else:
+            self.actions[t].copy_(self._tensor(np.asarray(actions, dtype=np.int64)))
         self.rewards[t].copy_(self._tensor(np.asarray(rewards, dtype=np.float32)))
         self.terminated[t].copy_(self._tensor(np.asarray(terminated, dtype=bool)))
         trunc = np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)

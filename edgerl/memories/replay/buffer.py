@@ -4,7 +4,9 @@ A stacked layout keeps 4 frames for ``obs`` and 4 for ``next_obs``: 56 KB per tr
 (28 KB with the usual next-obs sharing). Here each environment writes its own time-ordered ring of
 *items* (the newest frame of each observation, or the whole vector for vector observations); one
 slot holds an item and the transition taken from it, and the next observation is the next slot.
-A transition costs one 84x84 frame plus 6 bytes: about 7 KB.
+A transition costs one 84x84 frame plus 6 bytes: about 7 KB. A discrete game's action is stored
+in the smallest integer that holds it; a continuous game's as its float32 numbers
+(:func:`~edgerl.memories.budget.stored_action`), exactly as the learner chose them.
 
 Stacks never reach across an episode start: frames older than an episode's first observation are
 zeros, exactly as the environment shows them to the actor. An episode's last observation (the one
@@ -15,10 +17,11 @@ Where things live: everything the sampler reads (frames, actions, rewards, flags
 positions) is on the replay's device, by default the learner's (on a Jetson memory is shared; on a
 desktop GPU nothing crosses per batch), so sampling needs no host synchronisation and is captured
 in the learner's CUDA graph. The actor, the only writer, keeps the small per-slot arrays on the
-host as well (6 bytes a slot), where it computes each write with a few vectorised numpy
-operations; the replay store saves from them. On the CPU the sampler's tensors *are* those host
-arrays. On CUDA one vector step is one packed copy: its frames and a few int32 of slot updates go
-through a ring of pinned staging buffers (a buffer is reused once its copy has landed, checked
+host as well (6 bytes a slot for a discrete game), where it computes each write with a few
+vectorised numpy operations; the replay store saves from them. On the CPU the sampler's tensors
+*are* those host arrays. On CUDA one vector step is one packed copy: its frames and a few int32
+of slot updates (a continuous action's numbers as the bits of their float32) go through a ring
+of pinned staging buffers (a buffer is reused once its copy has landed, checked
 with an event query) and are scattered on the device. Writes are the environments' env ids, so a
 subset of environments (ALE's async batches) can be written.
 """
@@ -35,7 +38,12 @@ import torch
 
 from edgerl.envs import EnvSpec
 from edgerl.hw.device import host_event, indexed
-from edgerl.memories.budget import action_dtype, available_memory, plan_memory
+from edgerl.memories.budget import (
+    available_memory,
+    continuous_actions,
+    plan_memory,
+    stored_action,
+)
 from edgerl.memories.replay.sampling import (
     FIRST,
     TERMINAL,
@@ -55,11 +63,12 @@ STAGING_DEPTH = 4  # pinned staging buffers on CUDA: a copy lands long before it
 ASYNC_GUARD = 64
 
 
-def staging_bytes(num_envs: int, item_bytes: int) -> int:
+def staging_bytes(num_envs: int, item_bytes: int, action_words: int = 1) -> int:
     """The size of one staging buffer: the frames of up to two slots per environment (an ended
     episode writes its final observation and the next first one), 8 bytes to align what
-    follows, then up to 10 int32 of slot updates per environment."""
-    return 2 * num_envs * item_bytes + 8 + 40 * num_envs
+    follows, then up to 9 + ``action_words`` int32 of slot updates per environment (an action
+    is one int32, or one per number of a continuous action)."""
+    return 2 * num_envs * item_bytes + 8 + 4 * (9 + action_words) * num_envs
 
 
 class _Staging:
@@ -163,7 +172,10 @@ class ReplayBuffer:
         else:
             self.items.fill_(0)
         # The actor's host arrays (see the module docstring).
-        self.actions = np.zeros((num_envs, self.slots), dtype=action_dtype(spec.num_actions))
+        action_dtype, action_shape = stored_action(spec)
+        self.actions = np.zeros((num_envs, self.slots, *action_shape), dtype=action_dtype)
+        self._action_shape = action_shape  # () for a discrete game
+        self._action_words = int(np.prod(action_shape))  # int32 words of one in a packed copy
         self.rewards = np.zeros((num_envs, self.slots), dtype=np.float32)
         self.flags = np.zeros((num_envs, self.slots), dtype=np.uint8)
         self.head = np.zeros(num_envs, dtype=np.int64)  # next slot to write, per env
@@ -175,7 +187,7 @@ class ReplayBuffer:
         self._all = np.arange(num_envs)
         self._base = self._all * self.slots  # flat index of each environment's slot 0
         self._flags_flat = self.flags.reshape(-1)  # views of the same memory
-        self._actions_flat = self.actions.reshape(-1)
+        self._actions_flat = self.actions.reshape(-1, *action_shape)
         self._rewards_flat = self.rewards.reshape(-1)
         self._items_flat = (
             self.items.numpy().reshape(-1, *item_shape) if self.device.type == "cpu" else None
@@ -201,7 +213,8 @@ class ReplayBuffer:
         self._items_flat = None
         self.storage = self._make_storage()
         self._item_bytes = int(np.prod(self.items.shape[2:])) * self.items.element_size()
-        self._staging = _Staging(staging_bytes(self.num_envs, self._item_bytes), pin=pin)
+        nbytes = staging_bytes(self.num_envs, self._item_bytes, self._action_words)
+        self._staging = _Staging(nbytes, pin=pin)
 
     def _make_storage(self) -> Storage:
         if not self._cuda:
@@ -273,13 +286,16 @@ class ReplayBuffer:
         envs: np.ndarray | None = None,
     ) -> None:
         """Record one vector step: the action taken in every environment (or in ``envs``, the
-        env ids the rows belong to) and what followed.
+        env ids the rows belong to) and what followed. ``actions`` are one integer per row, or
+        for a continuous game float32 ``(rows, *spec.action_shape)`` (ValueError otherwise).
 
         ``next_obs`` is what the environments returned: for an environment whose episode ended it is
         already the next episode's first observation, and ``final_obs`` holds the last one.
         """
         rows = slice(None) if envs is None else envs  # all environments: no gather needed
         envs = self._all if envs is None else np.asarray(envs)
+        if self._action_shape:
+            actions = continuous_actions(self.spec, actions, len(envs))
         # Slots are addressed flat (env * slots + slot): one index array per write.
         cur = self.head[rows] - 1
         cur[cur < 0] = self.slots - 1
@@ -373,16 +389,21 @@ class ReplayBuffer:
         if last is not None:
             frames[last[0]] = last[1]
         e = self.num_envs
-        meta_n = 4 * b + 2 * k + 2 * e
+        w = self._action_words
+        ae = b + w * b  # where the actions' words end
+        meta_n = ae + 2 * b + 2 * k + 2 * e
         mo = -(-fb // 8) * 8  # the int32 part starts aligned
         meta = host[mo : mo + 4 * meta_n].view(np.int32)
         if updates is not None:
             cur, cur_flags, actions, rewards = updates
             meta[0:b] = cur
-            meta[b : 2 * b] = actions
-            meta[2 * b : 3 * b] = np.asarray(rewards, np.float32).view(np.int32)
-            meta[3 * b : 4 * b] = cur_flags
-        o = 4 * b
+            if self._action_shape:  # the float32 numbers' bits
+                meta[b:ae] = actions.reshape(-1).view(np.int32)
+            else:
+                meta[b:ae] = actions
+            meta[ae : ae + b] = np.asarray(rewards, np.float32).view(np.int32)
+            meta[ae + b : ae + 2 * b] = cur_flags
+        o = ae + 2 * b
         meta[o : o + k] = flat
         meta[o + k : o + 2 * k] = self._flags_flat[flat]
         meta[o + 2 * k : o + 2 * k + e] = self.head
@@ -393,9 +414,13 @@ class ReplayBuffer:
         m = dev[mo:].view(torch.int32)
         if b:
             at_cur = m[0:b].long()
-            st.actions.view(-1)[at_cur] = m[b : 2 * b].to(st.actions.dtype)
-            st.rewards.view(-1)[at_cur] = m[2 * b : 3 * b].view(torch.float32)
-            st.flags.view(-1)[at_cur] = m[3 * b : 4 * b].to(torch.uint8)
+            if self._action_shape:
+                numbers = m[b:ae].view(torch.float32).view(b, *self._action_shape)
+                st.actions.view(-1, *self._action_shape)[at_cur] = numbers
+            else:
+                st.actions.view(-1)[at_cur] = m[b:ae].to(st.actions.dtype)
+            st.rewards.view(-1)[at_cur] = m[ae : ae + b].view(torch.float32)
+            st.flags.view(-1)[at_cur] = m[ae + b : ae + 2 * b].to(torch.uint8)
         at_new = m[o : o + k].long()
         self.items.view(-1, *item_shape)[at_new] = (
             dev[:fb].view(self.items.dtype).view(k, *item_shape)

@@ -112,6 +112,12 @@ def check_manifest(m: dict[str, Any], replay: ReplayBuffer) -> Manifest:
     saved = tuple(m.get(k) for k in ("num_envs", "slots", "item_shape", "item_dtype"))
     if saved != _shape_of(replay):
         raise _Mismatch(shape_mismatch(saved, replay))
+    actions = _saved_actions(m)
+    if actions != _actions_of(replay):
+        raise _Mismatch(
+            f"it holds {_actions_said(*actions)}, not {_actions_said(*_actions_of(replay))} "
+            "(the game's actions changed: env.id or env.make_kwargs)"
+        )
     n, slots = replay.num_envs, replay.slots
     head = _ints(m.get("head"), "head", n, 0, slots - 1)
     count = _ints(m.get("count"), "count", n, 0, slots)
@@ -145,6 +151,36 @@ def _check_delta(d: Any, n: int, written: list[int]) -> dict[str, Any]:
             raise _Doubt(f"delta {name} names environment {_shown(env)}")
         _int(end, f"delta {name}'s end", 0, written[int(env)])
     return d
+
+
+def _saved_actions(m: dict[str, Any]) -> tuple[list[int], str | None]:
+    """The action shape and dtype a manifest holds: ``([], None)`` for a discrete game's (its
+    manifests name neither: every one written before continuous actions, too)."""
+    shape = m.get("action_shape", [])
+    if not isinstance(shape, list) or not all(_whole(v) for v in shape):
+        raise _Doubt(f"action_shape is {_shown(shape)}, not a list of numbers")
+    if not shape:
+        return [], None
+    dtype = m.get("action_dtype")
+    if not isinstance(dtype, str):
+        raise _Doubt(f"action_dtype is {_shown(dtype)}, not a type's name")
+    return shape, dtype
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _actions_of(replay: ReplayBuffer) -> tuple[list[int], str | None]:
+    """What :func:`_saved_actions` reads from a manifest of ``replay``."""
+    shape = list(replay.actions.shape[2:])
+    return shape, (str(replay.actions.dtype) if shape else None)
+
+
+def _actions_said(shape: list[int], dtype: str | None) -> str:
+    if not shape:
+        return "a discrete game's actions"
+    return f"{str(dtype)[:20]} actions of shape {_shown(shape)}"
 
 
 def _shape_of(replay: ReplayBuffer) -> tuple[Any, ...]:
@@ -185,8 +221,9 @@ def apply_delta(data: bytes, replay: ReplayBuffer) -> list[tuple[int, int, int]]
         sl = slice(start, start + n)
         arrays = (replay.actions, replay.rewards, replay.flags)
         for array, entry in zip(arrays, meta, strict=True):
-            raw = _unpack(data, entry, n * array.itemsize)
-            array[env, sl] = np.frombuffer(raw, dtype=array.dtype)
+            per_slot = array.shape[2:]  # a continuous game's action: its numbers
+            raw = _unpack(data, entry, n * array.itemsize * math.prod(per_slot))
+            array[env, sl] = np.frombuffer(raw, dtype=array.dtype).reshape(n, *per_slot)
         at = start
         for *entry, m in items:
             raw = _unpack(data, entry, m * frame_bytes)

@@ -43,7 +43,7 @@ class Batch(NamedTuple):
     """A sampled minibatch, on the learner's device."""
 
     obs: torch.Tensor  # (B, *obs_shape) uint8 frames or float32 vectors
-    actions: torch.Tensor  # (B,) int64
+    actions: torch.Tensor  # (B,) int64, or (B, *action_shape) float32 for a continuous game
     rewards: torch.Tensor  # (B,) float32: the n-step return, from rewards as stored (clipped)
     next_obs: torch.Tensor  # (B, *obs_shape): the observation the target bootstraps from
     discounts: torch.Tensor  # (B,) float32: gamma^m, 0 where the episode terminated
@@ -54,7 +54,7 @@ class Storage(NamedTuple):
     """The replay tensors the sampler reads, all on one device."""
 
     items: torch.Tensor  # (E, S, *item_shape)
-    actions: torch.Tensor  # (E, S) uint8 or int32
+    actions: torch.Tensor  # (E, S) uint8 or int32, or (E, S, *action_shape) float32
     rewards: torch.Tensor  # (E, S) float32
     flags: torch.Tensor  # (E, S) uint8
     head: torch.Tensor  # (E,) int64: the next slot each environment writes
@@ -82,20 +82,36 @@ def example_batch(
 ) -> Batch:
     """A batch of the training shape on ``device``, to prepare or time the update before
     training: zeros, or (``random``) random frames/0-1 vectors, actions and rewards, which draw
-    from torch's global RNG."""
+    from torch's global RNG (actions: :func:`example_actions`)."""
     b = batch_size
     dtype = getattr(torch, spec.obs_dtype)
     if random:
         high = 255 if spec.has_frames else 1
         obs = torch.randint(0, high + 1, (b, *spec.obs_shape), device=device).to(dtype)
-        actions = torch.randint(0, spec.num_actions, (b,), device=device)
+        actions = example_actions(spec, b, device, random)
         rewards = torch.randn(b, device=device)
     else:
         obs = torch.zeros((b, *spec.obs_shape), dtype=dtype, device=device)
-        actions = torch.zeros(b, dtype=torch.int64, device=device)
+        actions = example_actions(spec, b, device, random)
         rewards = torch.zeros(b, device=device)
     discounts = torch.full((b,), 0.99, device=device)
     return Batch(obs, actions, rewards, obs.clone(), discounts, torch.ones(b, device=device))
+
+
+def example_actions(spec: EnvSpec, b: int, device: torch.device, random: bool) -> torch.Tensor:
+    """``b`` actions of ``spec``'s game for :func:`example_batch`: int64 action ids, or a
+    continuous game's float32 numbers within its bounds (uniform, or zeros brought within
+    them)."""
+    if not spec.continuous:
+        if random:
+            return torch.randint(0, spec.num_actions, (b,), device=device)
+        return torch.zeros(b, dtype=torch.int64, device=device)
+    low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
+    high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
+    shape = (b, *spec.action_shape)
+    if random:
+        return low + (high - low) * torch.rand(shape, device=device)
+    return torch.zeros(shape, device=device).clamp(low, high)
 
 
 def stacks(st: Storage, env: torch.Tensor, slot: torch.Tensor, stack: int) -> torch.Tensor:
@@ -178,5 +194,7 @@ def sample(st: Storage, spec: SampleSpec, generator: torch.Generator | None = No
     boot = window.gather(1, m[:, None]).squeeze(1)
     obs = stacks(st, env, slot, spec.stack)
     next_obs = stacks(st, env, boot, spec.stack)
-    actions = st.actions[env, slot].long()
+    actions = st.actions[env, slot]
+    if not actions.is_floating_point():  # a discrete game's, stored in a small integer
+        actions = actions.long()
     return Batch(obs, actions, returns, next_obs, discounts, weights)

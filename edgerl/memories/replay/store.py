@@ -10,7 +10,7 @@ Layout under ``<run_dir>/replay/``::
     delta-step<step>-<token>.rpl      the slots each environment wrote since the previous save
     manifest-step<step>-<token>.json  the deltas, oldest first, that rebuild the replay at <step>,
                                       with every environment's write position and each delta's
-                                      SHA-256
+                                      SHA-256 (and a continuous game's action shape and dtype)
 
 Only what changed is written: the replay is a ring per environment, and a save writes the range
 each environment wrote since the previous one (plus the slot before it, whose transition was
@@ -205,6 +205,9 @@ class ReplayStore:
             "written": job.written.tolist(),
             "deltas": job.chain,
         }
+        if self.replay.spec.continuous:  # a discrete game's manifest is as it always was
+            manifest["action_shape"] = list(self.replay.actions.shape[2:])
+            manifest["action_dtype"] = str(self.replay.actions.dtype)
         body = json.dumps(manifest, sort_keys=True)
         text = json.dumps({"sha256": hashlib.sha256(body.encode()).hexdigest(), "manifest": body})
         try:
