@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 
 from edgerl.config import Config
+from edgerl.config.learners import RemoteActors
 from edgerl.envs import EnvSpec
 from edgerl.fleet.actor import RemoteActor
 from edgerl.run.transport import Chunk
 
 
 class InProcessFleet:
-    plays = "steps"
+    plays = RemoteActors.STEPS
 
     def __init__(self, cfg: Config, spec: EnvSpec) -> None:
         self.cfg, self.spec = cfg, spec

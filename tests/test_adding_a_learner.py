@@ -8,10 +8,15 @@ import json
 
 import pytest
 
-from edgerl.config.learners import LEARNERS, LearnerInfo
+from edgerl.config.learners import LEARNERS, LearnerInfo, Schedule
 
 TOY = ["--env", "CartPole-v1", "--set", "agent.algo=toy", "--set", "env.num_envs=4"]
 SMALL = ["--set", "pqn.rollout_steps=16", "--set", "eval.every_steps=1000"]
+
+
+def toy_info(module: str, memory: str) -> LearnerInfo:
+    """The registry line of a toy learner: its module, its memory's kind, learning in the loop."""
+    return LearnerInfo(module, memory=memory, schedule=Schedule.IN_LOOP)
 
 
 def plays_and_exports(cli, run) -> None:  # type: ignore[no-untyped-def]
@@ -27,7 +32,9 @@ def plays_and_exports(cli, run) -> None:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def toy_registered(monkeypatch):
     monkeypatch.setitem(
-        LEARNERS, "toy", LearnerInfo("tests.toy_learner", memory="rollout", beside_actor="")
+        LEARNERS,
+        "toy",
+        toy_info("tests.toy_learner", "rollout"),
     )
 
 
@@ -67,7 +74,9 @@ def test_a_new_kind_of_memory_is_a_class_and_a_registry_line(monkeypatch, cli, t
 
     monkeypatch.setitem(MEMORY_KINDS, "counting", CountingRollouts())
     monkeypatch.setitem(
-        LEARNERS, "toy", LearnerInfo("tests.toy_learner", memory="counting", beside_actor="")
+        LEARNERS,
+        "toy",
+        toy_info("tests.toy_learner", "counting"),
     )
     r = cli("train", *TOY, *SMALL, "--run-dir", tmp_path / "toy", "--steps", "500", "--quiet")
     assert r.code == 0, r.err[-3000:]
@@ -94,7 +103,9 @@ def test_a_population_learner_acts_per_environment_and_learns_from_finished_epis
 
     monkeypatch.setitem(MEMORY_KINDS, "episodes", toy_population.EpisodesKind())
     monkeypatch.setitem(
-        LEARNERS, "toy-pop", LearnerInfo("tests.toy_population", memory="episodes", beside_actor="")
+        LEARNERS,
+        "toy-pop",
+        toy_info("tests.toy_population", "episodes"),
     )
     toy_population.FORWARDS.clear()
     run = tmp_path / "pop"

@@ -445,3 +445,22 @@ def test_a_check_whose_message_spans_lines_is_one_line_of_the_table():
     said = "The jtop.service is not active. Please run:\nsudo jtop --install-service"
     line = Check("jtop", "warn", f"the jtop service does not answer ({said})", "a\nfix").line()
     assert "\n" not in line and "Please run: sudo jtop --install-service)  fix: a fix" in line
+
+
+def test_deep_with_ppo_fills_the_rollout_it_says():
+    """PPO's rollout is sized by its own key: the check's 16 steps x 4, as its sentence says
+    (it filled 128 x 4 while saying 16 x 4 when the check set PQN's key only)."""
+    from edgerl.config import Config, with_values
+    from edgerl.doctor.core import Context
+    from edgerl.doctor.deep import ROLLOUT_ENVS, ROLLOUT_STEPS, check_rollout
+
+    cfg = with_values(Config(), {"agent.algo": "ppo"})
+    ctx = Context(cfg, device=torch.device("cpu"), torch_ok=True)
+    state = DeepState(torch.device("cpu"))
+    with tempfile.TemporaryDirectory() as tmp:
+        state.workdir = Path(tmp)
+        rollout = check_rollout(ctx, state)
+    assert rollout.status == "pass", rollout.found
+    assert f"{ROLLOUT_STEPS} steps x {ROLLOUT_ENVS} real" in rollout.found
+    learner = state.outcomes["rollout"].learner
+    assert learner.steps_per_unit == ROLLOUT_STEPS * ROLLOUT_ENVS

@@ -155,7 +155,7 @@ def test_a_learner_made_on_cuda_samples_in_its_graph_from_a_replay_on_cuda_0(mon
 
     from edgerl.config import Config
     from edgerl.hw.device import same_device
-    from edgerl.learners.dqn import prepare
+    from edgerl.learners.dqn import KIND
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert same_device("cuda", torch.device("cuda", 0)) and same_device(CPU, "cpu")
@@ -170,6 +170,6 @@ def test_a_learner_made_on_cuda_samples_in_its_graph_from_a_replay_on_cuda_0(mon
     replay = SimpleNamespace(device=torch.device("cuda", 0))
     spec = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
     monkeypatch.setattr("edgerl.learners.dqn.example_batch", lambda *a: None)  # no CUDA tensors
-    prepare(learner, Config(), spec, replay, remaining_updates=1000)
+    KIND.prepare(learner, Config(), spec, replay, remaining_updates=1000)
     assert captured == ["samples"]
     assert learner.per_launch > 1  # auto: several sampled updates per launch

@@ -270,14 +270,14 @@ def started_fleet(
     from edgerl.envs import probe
     from edgerl.fleet.cluster import Cluster
     from edgerl.fleet.transport import RayFleet
-    from edgerl.learners.factory import q_network
+    from edgerl.learners.factory import policy_network
 
     class Fleet(RayFleet):
         actor_type = actor
 
     cfg = joined_config(ray_cluster, monkeypatch, "fleet.actors=2", f"env.num_envs={num_envs}")
     spec = probe(cfg.env.id)
-    weights = {k: v.numpy() for k, v in q_network(cfg, spec).state_dict().items()}
+    weights = {k: v.numpy() for k, v in policy_network(cfg, spec).state_dict().items()}
     cluster = Cluster(cfg.fleet)
     cluster.open()
     fleet = Fleet(cfg, spec, cluster)
@@ -356,13 +356,13 @@ def test_the_genetic_algorithms_jobs_wait_for_an_actor_that_runs(ray_cluster, mo
     from edgerl.envs import probe
     from edgerl.fleet.cluster import Cluster
     from edgerl.fleet.member_fleet import MemberFleet
-    from edgerl.learners.factory import q_network
+    from edgerl.learners.factory import policy_network
     from edgerl.learners.ga import GeneticAlgorithm
 
     sets = ["fleet.actors=1", "env.num_envs=2", "agent.algo=ga", "ga.population=6"]
     cfg = joined_config(ray_cluster, monkeypatch, *sets, "fleet.resource=edgerl_later")
     spec = probe(cfg.env.id)
-    ga = GeneticAlgorithm(q_network(cfg, spec), cfg, torch.device("cpu"))
+    ga = GeneticAlgorithm(policy_network(cfg, spec), cfg, torch.device("cpu"))
     cluster = Cluster(cfg.fleet)
     cluster.open()
     fleet = MemberFleet(cfg, spec, cluster)

@@ -16,7 +16,7 @@ from edgerl.config import build_layers, resolve
 from edgerl.envs import probe
 from edgerl.fleet.member_fleet import played_problem
 from edgerl.fleet.members import MemberActor, Played, pack_genomes, unpack_genomes
-from edgerl.learners.factory import q_network
+from edgerl.learners.factory import policy_network
 from edgerl.learners.ga import GeneticAlgorithm
 from edgerl.learners.generation import finished
 
@@ -36,7 +36,7 @@ def config(*sets: str):
 def learner_and_actor(*sets: str) -> tuple[GeneticAlgorithm, MemberActor]:
     cfg = config(*sets)
     spec = probe(cfg.env.id)
-    ga = GeneticAlgorithm(q_network(cfg, spec), cfg, torch.device("cpu"))
+    ga = GeneticAlgorithm(policy_network(cfg, spec), cfg, torch.device("cpu"))
     return ga, MemberActor(cfg.to_dict(), spec.to_dict(), seed=5)
 
 

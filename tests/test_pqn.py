@@ -13,7 +13,7 @@ import torch
 from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.envs import EnvSpec
 from edgerl.learners.nets import MLP
-from edgerl.learners.pqn import PQN, minibatch_shape, prepare
+from edgerl.learners.pqn import KIND, PQN, minibatch_shape
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
@@ -191,7 +191,7 @@ def test_a_captured_pass_learns_what_the_eager_one_does():
         perf = PerfConfig(amp="off", cuda_graphs=graphs, compile="off")
         learner = PQN(net, agent, pqn_cfg, num_envs=3, device=cuda, perf=perf, total_steps=36)
         buffer = RolloutBuffer(VEC, 3, 4, cuda)
-        prepare(learner, Config(), VEC, buffer, remaining_updates=0)
+        KIND.prepare(learner, Config(), VEC, buffer, remaining_updates=0)
         rng = np.random.default_rng(1)
         for rollout in range(3):
             random_rollout(buffer, rng)

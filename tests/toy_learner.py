@@ -1,6 +1,7 @@
 """A learner written the way docs/development.md says a new one is: one module with a class that
-has the members of edgerl.learners.Learner and a ``build`` function, plus one registry entry
-(the test that uses it adds the entry). One-step Q-learning on each rollout, plain SGD: small, so
+has the members of edgerl.learners.Learner and its kind (``KIND``: how it is built and what it
+costs, the rest as edgerl.learners.kinds.Basics has it), plus one registry entry (the test that
+uses it adds the entry). One-step Q-learning on each rollout, plain SGD: small, so
 the test is about the plumbing (train, checkpoint, resume, play, export), not about learning."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import nn
 
 from edgerl.config import Config
 from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.kinds import Basics
 from edgerl.learners.nets import num_actions_of
 from edgerl.learners.shared import LossMeter, epsilon_at
 from edgerl.memories.rollout import RolloutBuffer
@@ -83,5 +85,17 @@ class OneStepQ:
         self.updates, self.rollouts = int(state["updates"]), int(state["rollouts"])
 
 
-def build(net: nn.Module, cfg: Config, device: torch.device) -> OneStepQ:
-    return OneStepQ(net, cfg, device)
+class OneStepQKind(Basics):
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> OneStepQ:
+        return OneStepQ(net, cfg, device)
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        """The act, the next observations' values and one gradient step per rollout step."""
+        return {"act": 1.0, "values": 1.0, "targets": 0.0, "gradients": 3.0}
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        """A rollout's values and its one gradient step."""
+        return 4.0 * cfg.pqn.rollout_steps * cfg.env.num_envs
+
+
+KIND = OneStepQKind()

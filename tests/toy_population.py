@@ -22,6 +22,7 @@ from edgerl.config import Config
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.kinds import Basics
 from edgerl.learners.nets import num_actions_of
 from edgerl.learners.shared import LossMeter
 from edgerl.memories.budget import MemoryPlan
@@ -197,5 +198,20 @@ class Evolution:
         self.generator.set_state(state["generator"])
 
 
-def build(net: nn.Module, cfg: Config, device: torch.device) -> Evolution:
-    return Evolution(net, cfg, device)
+class EvolutionKind(Basics):
+    switches_per_episode = True  # each environment plays a member's whole episode
+
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> Evolution:
+        return Evolution(net, cfg, device)
+
+    def learning_rewards(self, spec: EnvSpec, rewards: np.ndarray) -> np.ndarray:
+        return rewards  # a member's fitness is its score
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        return {"act": 1.0, "values": 0.0, "targets": 0.0, "gradients": 0.0}
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        return 0.0
+
+
+KIND = EvolutionKind()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from edgerl.config import Config
 from edgerl.config.fleet import parse_resource
-from edgerl.config.learners import LEARNERS, learner_info
+from edgerl.config.learners import LEARNERS, RemoteActors, learner_info
 from edgerl.config.presets import NAMED_PRESETS
 from edgerl.config.sections import MAX_HIDDEN
 from edgerl.errors import ConfigError
@@ -68,8 +68,8 @@ def check_fleet(cfg: Config) -> None:
             "env.num_envs (each remote actor's environments) yourself"
         )
     info = learner_info(cfg.agent.algo)
-    if not info.remote_actors:
-        able = " or ".join(name for name, i in LEARNERS.items() if i.remote_actors)
+    if info.remote is RemoteActors.NONE:
+        able = " or ".join(n for n, i in LEARNERS.items() if i.remote is not RemoteActors.NONE)
         raise ConfigError(
             f"fleet.actors needs a learner remote actors can feed (agent.algo={able}): remote "
             f"actors for agent.algo={cfg.agent.algo} are not built yet"

@@ -1,48 +1,64 @@
-"""The learners edgerl knows, by the name ``agent.algo`` gives them, and what the rest of edgerl
-needs to know of each: the module that builds it, what it learns from, whether it may learn on a
-thread of its own beside the actor, its network's LayerNorm, its presets and the settings its
-samples to target depend on.
+"""The learners edgerl knows, by the name ``agent.algo`` gives them, and what must be known of
+each before PyTorch is imported: the module that holds it, what it learns from, how it may learn
+beside the actor (its :class:`Schedule`), what a fleet's remote actors send it
+(:class:`RemoteActors`), its presets and the settings its samples to target depend on.
 
 No PyTorch here: the config reads the names and presets before PyTorch is imported. A new learner
-is a module with a ``build(net, cfg, device)`` function (and, if it makes its update fast before
-training, a ``prepare(...)`` function; see :mod:`edgerl.learners.factory`) and one entry in
-:data:`LEARNERS`; docs/development.md walks through it.
+is a module with its learner class and a ``KIND`` (:class:`edgerl.learners.kinds.LearnerKind`:
+its network, acting policy, preparation and cost model) and one entry in :data:`LEARNERS`;
+docs/development.md walks through it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
+
+
+class Schedule(Enum):
+    """How a learner may learn on a thread of its own while the actor collects steps (the async
+    pipeline; :mod:`edgerl.run.pipeline` maps each to its pipeline class)."""
+
+    IN_LOOP = "in-loop"  # never: it learns in the actor's loop
+    SAMPLES = "samples"  # it samples its replay while the actor writes it
+    # It learns one rollout while the next is collected with weights one rollout old.
+    ROLLOUT_LAG = "rollout-lag"
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether it may learn beside the actor at all."""
+        return self is not Schedule.IN_LOOP
+
+    @property
+    def timing_decides_samples(self) -> bool:
+        """Whether, beside the actor, what it learns from depends on the threads' timing (a
+        replay sampled while written), so that a run that must repeat learns in the loop."""
+        return self is Schedule.SAMPLES
+
+
+class RemoteActors(Enum):
+    """What a fleet's remote actors send a learner (:mod:`edgerl.fleet` maps each to its
+    transport)."""
+
+    NONE = "none"  # it takes no remote actors
+    STEPS = "steps"  # batches of steps for its memory (edgerl.run.remote)
+    MEMBERS = "members"  # the scores of its members' episodes, played from their seeds
 
 
 @dataclass(frozen=True)
 class LearnerInfo:
     """What edgerl needs to know of a learner besides its code."""
 
-    module: str  # the module whose build(net, cfg, device) makes the learner
-    memory: str  # "replay" (a ReplayBuffer it samples) or "rollout" (the last steps, in order)
-    # How it learns on a thread of its own while the actor collects steps (the async pipeline,
-    # edgerl.run.pipeline and edgerl.run.lagged): "samples" (it samples its replay while the actor
-    # writes it), "rollout-lag" (it learns one rollout while the next is collected with weights
-    # one rollout old), or "" (never: it learns in the actor's loop).
-    beside_actor: str
-    layer_norm: bool = False  # its network normalises its layers (play and export rebuild it)
+    module: str  # the module whose KIND (edgerl.learners.kinds.LearnerKind) makes the learner
+    # Its memory's kind, a name of edgerl.memories.kinds.MEMORY_KINDS: "replay" (sampled again
+    # and again), "rollout" (the last steps, in order), "episodes" (episodes' scores).
+    memory: str
+    schedule: Schedule  # how it may learn beside the actor
     # A rollout learner's: the key of its rollout's length (PQN's, unless it has its own).
     rollout_key: str = "pqn.rollout_steps"
-    # Its unit of learning is made of all its environments' steps (a rollout of env.num_envs):
-    # env.num_envs is part of its recipe, and ``edgerl bench`` runs its loop at that count only.
-    own_num_envs: bool = False
-    # What a fleet's remote actors send it (edgerl.run.remote): "steps" (batches of steps for
-    # its memory), "members" (the scores of its members' episodes, played from their seeds) or
-    # "" (no remote actors).
-    remote_actors: str = ""
-    # Its memory is written the game's own rewards, not the clipped ones learning uses (a
-    # genetic algorithm's fitness is the score).
-    raw_rewards: bool = False
-    # Its acting network changes where an episode ends (each environment plays one member's
-    # whole episode): the loop records a step before it picks the next actions.
-    switches_per_episode: bool = False
+    remote: RemoteActors = RemoteActors.NONE  # what a fleet's remote actors send it
     # Settings it trains with unless set, by observation kind ("frames", "vector"), on top of
     # edgerl.config.presets.PRESETS.
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -58,7 +74,7 @@ class LearnerInfo:
     @property
     def concurrent(self) -> bool:
         """Whether it may learn beside the actor at all (the async pipeline)."""
-        return bool(self.beside_actor)
+        return self.schedule.concurrent
 
 
 # PQN's presets. Frames: the reference's Atari settings (purejaxql's pqn_atari.yaml): 128
@@ -119,6 +135,10 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         "agent.lr_end": 0.0,
         "agent.grad_clip": 0.5,
         "agent.adam_eps": 1e-5,
+        # CleanRL's defaults, off in [ppo] so that the runs on record before them repeat: the
+        # value loss clipped (clip_vloss) and orthogonal initial weights (layer_init).
+        "ppo.clip_value": True,
+        "ppo.orthogonal_init": True,
     },
     "vector": {
         "env.num_envs": 8,
@@ -142,8 +162,8 @@ LEARNERS: dict[str, LearnerInfo] = {
     "dqn": LearnerInfo(
         "edgerl.learners.dqn",
         memory="replay",
-        beside_actor="samples",
-        remote_actors="steps",
+        schedule=Schedule.SAMPLES,
+        remote=RemoteActors.STEPS,
         sample_keys=(
             "env.num_envs",
             "agent.batch_size",
@@ -163,9 +183,7 @@ LEARNERS: dict[str, LearnerInfo] = {
     "pqn": LearnerInfo(
         "edgerl.learners.pqn",
         memory="rollout",
-        beside_actor="rollout-lag",
-        layer_norm=True,
-        own_num_envs=True,
+        schedule=Schedule.ROLLOUT_LAG,
         presets=PQN_PRESETS,
         ratio_key="pqn.epochs",
         sample_keys=(
@@ -186,8 +204,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         "edgerl.learners.ppo",
         memory="rollout",
         rollout_key="ppo.rollout_steps",
-        beside_actor="rollout-lag",
-        own_num_envs=True,
+        schedule=Schedule.ROLLOUT_LAG,
         presets=PPO_PRESETS,
         sample_keys=(
             "env.num_envs",
@@ -195,11 +212,14 @@ LEARNERS: dict[str, LearnerInfo] = {
             "ppo.epochs",
             "ppo.minibatches",
             "agent.lr",
-            "train.steps",  # the learning rate anneals over it
+            "train.steps",  # the learning rate anneals over it (ppo.anneal_steps 0)
+            "ppo.anneal_steps",
             "ppo.lam",
             "ppo.clip",
             "ppo.ent_coef",
             "ppo.vf_coef",
+            "ppo.clip_value",
+            "ppo.orthogonal_init",
             "agent.gamma",
             "agent.lr_end",
         ),
@@ -207,10 +227,8 @@ LEARNERS: dict[str, LearnerInfo] = {
     "ga": LearnerInfo(
         "edgerl.learners.ga",
         memory="episodes",
-        beside_actor="",
-        remote_actors="members",  # they play members from seeds (edgerl.fleet.members)
-        raw_rewards=True,
-        switches_per_episode=True,
+        schedule=Schedule.IN_LOOP,
+        remote=RemoteActors.MEMBERS,  # they play members from seeds (edgerl.fleet.members)
         presets=GA_PRESETS,
         sample_keys=("ga.population", "ga.truncation", "ga.sigma", "env.max_episode_frames"),
     ),
@@ -219,7 +237,7 @@ LEARNERS: dict[str, LearnerInfo] = {
 
 def pipeline_mode(setting: str, device_type: str, algo: str) -> str:
     """``perf.pipeline`` for learner ``algo`` on a device of ``device_type`` ("cpu", "cuda"):
-    "async" (the learner on a thread of its own, as its ``beside_actor`` says) or "sync". Auto
+    "async" (the learner on a thread of its own, as its :class:`Schedule` says) or "sync". Auto
     is async with a GPU learner and sync on the CPU; a learner that never learns beside the
     actor is always sync.
 
@@ -242,8 +260,8 @@ def choose_pipeline(setting: str, device_type: str, concurrent: bool) -> str:
 
 def rollouts_held(setting: str, device_type: str, algo: str) -> int:
     """How many rollouts a rollout learner's memory holds: two where it learns one while the
-    next is collected (:func:`pipeline_mode` async with ``beside_actor`` "rollout-lag")."""
-    lagged = LEARNERS[algo].beside_actor == "rollout-lag"
+    next is collected (:func:`pipeline_mode` async with :attr:`Schedule.ROLLOUT_LAG`)."""
+    lagged = LEARNERS[algo].schedule is Schedule.ROLLOUT_LAG
     return 2 if lagged and pipeline_mode(setting, device_type, algo) == "async" else 1
 
 

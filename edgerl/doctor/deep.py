@@ -226,6 +226,8 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
 def check_rollout(ctx: Context, state: DeepState) -> Check:
     """A rollout learner (PQN) as training builds it: a rollout on the device filled from the
     real game, then one rollout's learning: finite losses and weights that move."""
+    from edgerl.config import with_values
+    from edgerl.config.learners import learner_info
     from edgerl.envs import make_env
     from edgerl.hw.device import indexed
     from edgerl.learners.factory import build_learner, build_memory
@@ -238,6 +240,8 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
         pqn=dataclasses.replace(cfg.pqn, rollout_steps=ROLLOUT_STEPS, minibatches=4, epochs=1),
         perf=dataclasses.replace(cfg.perf, compile="off"),
     )
+    # The rollout's length is its learner's key (PPO has its own), not always PQN's.
+    cfg = with_values(cfg, {learner_info(cfg.agent.algo).rollout_key: ROLLOUT_STEPS})
     state.spec, state.cfg = spec, cfg
     device = indexed(state.device)
     torch.manual_seed(0)
@@ -281,12 +285,12 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
 
 def run_mode(state: DeepState, mode: Mode) -> Outcome:
     """The updates of one mode, from the shared initial weights, on the shared batches."""
-    from edgerl.learners.factory import build_learner, q_network
+    from edgerl.learners.factory import build_learner, policy_network
 
     spec, cfg = state.spec, state.cfg
     if state.init is None:
         torch.manual_seed(0)
-        state.init = q_network(cfg, spec).state_dict()
+        state.init = policy_network(cfg, spec).state_dict()
     perf = dataclasses.replace(cfg.perf, amp=mode.amp, cuda_graphs=mode.cuda_graphs, compile="off")
     agent = dataclasses.replace(cfg.agent, algo="dqn")  # the modes are DQN's update's
     learner = build_learner(dataclasses.replace(cfg, agent=agent, perf=perf), spec, state.device)

@@ -172,11 +172,11 @@ def check_display(ctx: Context) -> Check:
 def checkpoint_bytes(ctx: Context) -> int:
     """About what one checkpoint of this game's network takes: the online and target networks
     and Adam's two moments, four copies of the weights."""
-    from edgerl.learners.nets import build_q_network
+    from edgerl.learners.factory import policy_network
 
     if ctx.spec is None:
         return 32 << 20  # the Nature CNN for Atari is ~27 MiB
-    net = build_q_network(ctx.spec, ctx.cfg.agent.hidden)
+    net = policy_network(ctx.cfg, ctx.spec)
     return 4 * sum(p.numel() * p.element_size() for p in net.parameters()) + (64 << 10)
 
 

@@ -19,9 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgerl.envs import EnvSpec
 from edgerl.files.atomic import claim_temp, temp_path
-from edgerl.learners.nets import build_q_network, network_bytes
+from edgerl.learners.nets import network_bytes
 from edgerl.memories.budget import available_memory
 from edgerl.policies.onnx import METADATA_KEY, import_onnx, import_ort
 from edgerl.policies.sidecar import INPUT, OUTPUTS, ExportError, Sidecar
@@ -52,8 +51,8 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     """
     onnx = import_onnx()
     spec = policy.spec
-    check_export_memory(spec, tuple(policy.hidden), policy.layer_norm, out)
-    net = build_q_network(spec, tuple(policy.hidden), policy.layer_norm)
+    check_export_memory(policy, out)
+    net = policy.fresh_network()
     net.load_state_dict(policy.state_dict_cpu())
     if fp16:
         net = net.half()
@@ -93,15 +92,13 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     return out
 
 
-def check_export_memory(
-    spec: EnvSpec, hidden: tuple[int, ...], layer_norm: bool, out: Path
-) -> None:
-    """Raises ExportError when exporting the network of these settings would not fit in the
-    memory free here, before any of it is built: the export holds its weights
+def check_export_memory(policy: Any, out: Path) -> None:
+    """Raises ExportError when exporting the network of a TorchPolicy's settings would not fit
+    in the memory free here, before any of it is built: the export holds its weights
     :data:`EXPORT_COPIES` more times (the network it traces, the traced graph's constants, the
     ONNX model checked and saved)."""
     with torch.device("meta"):
-        weights = network_bytes(build_q_network(spec, hidden, layer_norm))
+        weights = network_bytes(policy.fresh_network())
     free, _ = available_memory(torch.device("cpu"))
     if EXPORT_COPIES * weights > free:
         raise ExportError(

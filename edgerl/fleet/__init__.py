@@ -18,18 +18,19 @@ def open_fleet(cfg: Config, spec: EnvSpec) -> Transport:
     """Join the Ray cluster ``fleet.address`` names (or start one here) and return the
     transport of ``fleet.actors`` actors, not started yet. Raises MissingDependencyError
     without Ray, ConfigError or FleetError with one sentence when the cluster cannot be used."""
-    from edgerl.config.learners import learner_info
+    from edgerl.config.learners import RemoteActors, learner_info
     from edgerl.fleet.cluster import Cluster
     from edgerl.fleet.member_fleet import MemberFleet
     from edgerl.fleet.transport import RayFleet
 
+    # A population learner's actors play its members from their seeds; the others' send steps
+    # for its memory (the config refuses a learner that takes no remote actors).
+    transports = {RemoteActors.STEPS: RayFleet, RemoteActors.MEMBERS: MemberFleet}
+    transport = transports[learner_info(cfg.agent.algo).remote]
     cluster = Cluster(cfg.fleet)
     cluster.open()
     try:
-        # A population learner's actors play its members from their seeds; the others' send
-        # steps for its memory.
-        members = learner_info(cfg.agent.algo).remote_actors == "members"
-        return (MemberFleet if members else RayFleet)(cfg, spec, cluster)
+        return transport(cfg, spec, cluster)
     except BaseException:
         cluster.close()
         raise

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgerl.config.learners import RemoteActors
 from edgerl.envs import longest_episode
 from edgerl.fleet.members import MemberActor, Played, pack_genomes
 from edgerl.fleet.transport import DamagedBatchError, RayFleet, Slot
@@ -56,7 +57,7 @@ class JobSource(Protocol):
 class MemberFleet(RayFleet):
     """Remote actors playing a population's members; see the module docstring."""
 
-    plays = "members"
+    plays = RemoteActors.MEMBERS
     actor_type = MemberActor
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

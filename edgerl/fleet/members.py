@@ -69,13 +69,13 @@ class MemberActor:
 
         from edgerl.config import from_dict
         from edgerl.envs import EnvSpec, make_env
-        from edgerl.learners.factory import q_network
+        from edgerl.learners.factory import policy_network
         from edgerl.learners.population import Genomes, Population
 
         cfg = from_dict(config, "the learner's config")
         self.spec = EnvSpec.from_dict(spec)
         torch.set_num_threads(max(1, int(cfg.fleet.cpus_per_actor)))
-        net = q_network(cfg, self.spec).eval().requires_grad_(False)
+        net = policy_network(cfg, self.spec).eval().requires_grad_(False)
         self.genomes = Genomes(net, cfg.ga.sigma)
         self.env = make_env(actor_env_config(cfg, torch.device("cpu")), self.spec)
         self.num_envs = n = self.env.num_envs

@@ -31,6 +31,7 @@ import numpy as np
 
 from edgerl.config import Config
 from edgerl.config.fleet import parse_resource
+from edgerl.config.learners import RemoteActors
 from edgerl.envs import EnvSpec
 from edgerl.errors import FleetError
 from edgerl.fleet.actor import RemoteActor
@@ -74,7 +75,7 @@ class Slot:
 class RayFleet:
     """The :class:`~edgerl.run.transport.Transport` over Ray; see the module docstring."""
 
-    plays = "steps"  # what its actors send: batches of steps (a population's: episodes' scores)
+    plays = RemoteActors.STEPS  # what its actors send: batches of steps for the memory
     actor_type: type = RemoteActor
 
     def __init__(self, cfg: Config, spec: EnvSpec, cluster: Cluster) -> None:

@@ -33,9 +33,10 @@ from edgerl.hw.device import (
     resolve_cuda_graphs,
     same_device,
 )
-from edgerl.learners.acting import EpsilonGreedy
+from edgerl.learners.acting import ActingPolicy
 from edgerl.learners.fast_update import Decisions, FastUpdate
-from edgerl.learners.nets import NatureCNN, num_actions_of
+from edgerl.learners.kinds import Basics
+from edgerl.learners.nets import NatureCNN
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
     LossMeter,
@@ -111,7 +112,7 @@ class DQN:
         self.q = q_net.to(device)
         self.target = copy.deepcopy(self.q).eval()
         self.target.requires_grad_(False)
-        self._policy = acting_policy(self.q)
+        self._policy = KIND.acting_policy(self.q)  # its kind's: as on remote actors
         self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         cuda_graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
         self.optimizer = make_adam(self.q, cfg.lr, capturable=cuda_graphs, eps=cfg.adam_eps)
@@ -159,7 +160,7 @@ class DQN:
         return self.fast.cuda_graphs
 
     @property
-    def policy(self) -> EpsilonGreedy:
+    def policy(self) -> ActingPolicy:
         """Epsilon-greedy on the online network, for every environment."""
         return self._policy
 
@@ -338,49 +339,45 @@ def resolve_updates_per_launch(
     return k
 
 
-def acting_policy(net: nn.Module) -> EpsilonGreedy:
-    """How DQN's environments act, here and on a fleet's remote actors: epsilon-greedy on
-    ``net`` (the registry's hook)."""
-    return EpsilonGreedy(net, num_actions_of(net))
+class DQNKind(Basics):
+    """DQN's kind (its registry line's ``KIND``): a Q-network, epsilon-greedy acting, an update
+    made fast before training."""
+
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> DQN:
+        return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
+
+    def prepare(  # type: ignore[override]
+        self,
+        learner: DQN,
+        cfg: Config,
+        spec: EnvSpec,
+        memory: Sampler,
+        remaining_updates: int,
+        decisions: Decisions | None = None,
+    ) -> None:
+        """A CUDA graph that samples ``perf.updates_per_launch`` batches per launch from the
+        replay (``memory``) where it lives on the learner's device, or torch.compile where it
+        pays (``decisions`` remembers the measurements)."""
+        learner.fast.decisions = decisions
+        graph_samples = learner.fast.cuda_graphs and same_device(memory.device, learner.device)
+        per_launch = resolve_updates_per_launch(
+            cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
+        )
+        example = example_batch(spec, cfg.agent.batch_size, learner.device)  # zeros: no RNG
+        learner.prepare(example, remaining_updates, memory, per_launch)
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        """Its share of the updates, each ``batch_size`` transitions through the target (and
+        the Double-DQN online) pass and a gradient step; ``values_reused`` does not apply."""
+        per_update = cfg.agent.batch_size / cfg.agent.train_freq  # transitions per env step
+        targets = per_update * (2.0 if cfg.agent.double else 1.0)
+        gradients = per_update * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+        return {"act": 1.0, "values": 0.0, "targets": targets, "gradients": gradients}
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        """Its targets and its gradient step."""
+        fwd = self.forwards_per_env_step(cfg, values_reused=False)
+        return (fwd["targets"] + fwd["gradients"]) * cfg.agent.train_freq
 
 
-def build(net: nn.Module, cfg: Config, device: torch.device) -> DQN:
-    """The learner ``agent.algo = "dqn"`` names, around ``net`` (fresh); the registry's hook."""
-    return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
-
-
-def prepare(
-    learner: DQN,
-    cfg: Config,
-    spec: EnvSpec,
-    replay: Sampler,
-    remaining_updates: int,
-    decisions: Decisions | None = None,
-) -> None:
-    """Make ``learner``'s update fast before training (the registry's hook): a CUDA graph that
-    samples ``perf.updates_per_launch`` batches per launch from ``replay`` where it lives on the
-    learner's device, or torch.compile where it pays (``decisions`` remembers the measurements)."""
-    learner.fast.decisions = decisions
-    graph_samples = learner.fast.cuda_graphs and same_device(replay.device, learner.device)
-    per_launch = resolve_updates_per_launch(
-        cfg.perf.updates_per_launch, graph_samples, learner.target_period, cfg.perf.max_ahead
-    )
-    example = example_batch(spec, cfg.agent.batch_size, learner.device)  # zeros: no RNG
-    learner.prepare(example, remaining_updates, replay, per_launch)
-
-
-def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
-    """What one env step costs in forward-pass equivalents (see
-    :func:`edgerl.measure.compute.forwards_per_env_step`): its share of the updates, each
-    ``batch_size`` transitions through the target (and the Double-DQN online) pass and a
-    gradient step. ``values_reused`` does not apply to DQN."""
-    per_update = cfg.agent.batch_size / cfg.agent.train_freq  # transitions learned per env step
-    targets = per_update * (2.0 if cfg.agent.double else 1.0)
-    gradients = per_update * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-    return {"act": 1.0, "values": 0.0, "targets": targets, "gradients": gradients}
-
-
-def forwards_per_update(cfg: Config) -> float:
-    """Forward-pass equivalents of one update: its targets and its gradient step."""
-    fwd = forwards_per_env_step(cfg, values_reused=False)
-    return (fwd["targets"] + fwd["gradients"]) * cfg.agent.train_freq
+KIND = DQNKind()

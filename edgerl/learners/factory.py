@@ -4,15 +4,12 @@ is :func:`edgerl.run.pipeline.build_learning`.
 
 The trainer, ``edgerl bench``, autotune and ``edgerl doctor`` build learners here, so what they
 measure is what trains. Which learners there are, and what each learns from, is
-:mod:`edgerl.config.learners`'s table; a learner's module has a ``build(net, cfg, device)``
-function and, if it makes its update fast before training, a ``prepare(learner, cfg, spec,
-memory, remaining_updates, decisions)`` function. Nothing here names a learner.
+:mod:`edgerl.config.learners`'s table; what each is besides is its kind
+(:mod:`edgerl.learners.kinds`): its network, acting policy and preparation. Nothing here names a
+learner.
 """
 
 from __future__ import annotations
-
-import importlib
-from types import ModuleType
 
 import torch
 from torch import nn
@@ -20,12 +17,12 @@ from torch import nn
 from edgerl.config import Config
 from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
-from edgerl.envs import EnvSpec, ale_game
+from edgerl.envs import EnvSpec, ale_game, refuse_continuous
 from edgerl.errors import ConfigError
 from edgerl.learners import Learner
 from edgerl.learners.acting import ActingPolicy
 from edgerl.learners.fast_update import Decisions, may_compile, spare_dynamo_import
-from edgerl.learners.nets import build_q_network
+from edgerl.learners.kinds import learner_kind
 from edgerl.memories import Memory
 from edgerl.memories.budget import MEMORY_SHARE, MemoryPlan, check_env_memory
 from edgerl.memories.kinds import MEMORY_KINDS, MemoryKind
@@ -49,23 +46,16 @@ def memory_keeps_steps(cfg: Config) -> bool:
     return memory_kind(cfg).keeps_steps
 
 
-def q_network(cfg: Config, spec: EnvSpec) -> nn.Module:
-    """The network of ``cfg``'s learner for ``spec`` (PQN's has LayerNorm), fresh weights."""
-    layer_norm = learner_info(cfg.agent.algo).layer_norm
-    return build_q_network(spec, cfg.agent.hidden, layer_norm=layer_norm)
+def policy_network(cfg: Config, spec: EnvSpec) -> nn.Module:
+    """The policy network of ``cfg``'s learner for ``spec`` (its kind's: PQN's has LayerNorm),
+    fresh weights."""
+    return learner_kind(cfg.agent.algo).network(spec, cfg.agent.hidden)
 
 
 def remote_acting_policy(cfg: Config, spec: EnvSpec) -> ActingPolicy:
     """A fresh network of ``cfg``'s learner for ``spec`` and the policy its environments act
-    with (the learner module's ``acting_policy(net)``), for a fleet's remote actor to act as
-    the learner's own environments do."""
-    net = q_network(cfg, spec)
-    return learner_module(cfg.agent.algo).acting_policy(net)
-
-
-def learner_module(algo: str) -> ModuleType:
-    """The module of learner ``algo`` (its ``build`` and maybe ``prepare`` functions)."""
-    return importlib.import_module(learner_info(algo).module)
+    with (its kind's), for a fleet's remote actor to act as the learner's own environments do."""
+    return learner_kind(cfg.agent.algo).acting_policy(policy_network(cfg, spec))
 
 
 def check_keys(cfg: Config) -> None:
@@ -80,8 +70,10 @@ def check_keys(cfg: Config) -> None:
 def check_setup(cfg: Config, spec: EnvSpec) -> None:
     """Refuse settings the learner cannot train with (ConfigError, one sentence): its memory's
     rules first, then how it learns beside the environments."""
-    memory_kind(cfg).refuse(cfg)
     algo = cfg.agent.algo
+    if not learner_kind(algo).continuous_actions:
+        refuse_continuous(spec, algo)  # a game of continuous actions, for one that picks
+    memory_kind(cfg).refuse(cfg)
     if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
         raise ConfigError(
             f"perf.pipeline=async needs a learner that learns beside the actor, and "
@@ -163,7 +155,7 @@ def build_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:
     """The learner ``agent.algo`` names, with a fresh network (draws from torch's global RNG)."""
     if not may_compile(cfg.perf.compile, device, cfg.train.steps // cfg.agent.train_freq):
         spare_dynamo_import()
-    return learner_module(cfg.agent.algo).build(q_network(cfg, spec), cfg, device)
+    return learner_kind(cfg.agent.algo).build(policy_network(cfg, spec), cfg, device)
 
 
 def prepare_learner(
@@ -174,12 +166,11 @@ def prepare_learner(
     remaining_updates: int,
     decisions: Decisions | None = None,
 ) -> None:
-    """Make the learner fast before training where its module knows how (DQN: a CUDA graph that
+    """Make the learner fast before training where its kind knows how (DQN: a CUDA graph that
     samples ``perf.updates_per_launch`` batches per launch, or torch.compile, whose
-    measurements ``decisions`` remembers); a learner without ``prepare`` stays as built."""
-    prepare = getattr(learner_module(learner.kind), "prepare", None)
-    if prepare is not None:
-        prepare(learner, cfg, spec, memory, remaining_updates, decisions)
+    measurements ``decisions`` remembers)."""
+    kind = learner_kind(learner.kind)
+    kind.prepare(learner, cfg, spec, memory, remaining_updates, decisions)
 
 
 def build_memory(

@@ -64,7 +64,8 @@ from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.generation import PLAYING, Generation, check_saved, first_in
-from edgerl.learners.nets import build_q_network, num_actions_of
+from edgerl.learners.kinds import Basics
+from edgerl.learners.nets import num_actions_of
 from edgerl.learners.population import (
     Genome,
     Genomes,
@@ -435,49 +436,58 @@ class GeneticAlgorithm:
             self._hand_out_all()
 
 
-def build(net: nn.Module, cfg: Config, device: torch.device) -> GeneticAlgorithm:
-    """The learner ``agent.algo = "ga"`` names, around ``net`` (whose code every member runs)."""
-    return GeneticAlgorithm(net, cfg, device)
+class GAKind(Basics):
+    """The genetic algorithm's kind (its registry line's ``KIND``): a Q-network's shape for
+    every member, the game's own rewards (a member's fitness is its score), a member per
+    episode, measured alone by handing out members."""
+
+    switches_per_episode = True
+
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> GeneticAlgorithm:
+        """Around ``net`` (whose code every member runs)."""
+        return GeneticAlgorithm(net, cfg, device)
+
+    def learning_rewards(self, spec: EnvSpec, rewards: np.ndarray) -> np.ndarray:
+        """The game's own: a genetic algorithm's fitness is the score."""
+        return rewards
+
+    def measure_alone(
+        self, cfg: Config, spec: EnvSpec, device: torch.device, seconds: float
+    ) -> dict[str, Any]:
+        """Its learning is handing out members (a child's weights from its kept parent onto
+        the device), its compute the members' forward passes, which bound the env steps/s;
+        measured at ``env.num_envs`` rows, batched and one member at a time."""
+        net = self.network(spec, cfg.agent.hidden).to(device)
+        genomes = Genomes(net, cfg.ga.sigma)
+        parent = (1,)
+        genomes.keep([parent])
+        population = Population(net, 1, device)
+        wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        handed, start = 0, time.perf_counter()
+        while handed < 3 or time.perf_counter() - start < seconds / 4:
+            population.assign(0, genomes.weights((*parent, handed + 2)))
+            handed += 1
+        wait()
+        hand_s = (time.perf_counter() - start) / handed
+        forward = forward_rates(net, spec, cfg.env.num_envs, device, seconds / 4)
+        return {
+            "updates_per_s": 1 / hand_s,
+            "steps_per_s": forward["batched_rows_per_s"],
+            "updates_per_launch": 1,
+            "host_us_per_update": 1e6 * hand_s,
+            # A unit here is a member handed out (its weights from a kept parent onto the
+            # device, wall time), not a generation; the limit is the members' batched passes.
+            "describe": f"a unit is a member handed out; {forward['rows']} members' forward passes",
+            "population_forward": {k: round(v, 1) for k, v in forward.items()},
+        }
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        """One forward pass per env step (the member's action); no targets, no gradients."""
+        return {"act": 1.0, "values": 0.0, "targets": 0.0, "gradients": 0.0}
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        """A generation's learning is bookkeeping: no forward passes beyond acting."""
+        return 0.0
 
 
-def measure_alone(
-    cfg: Config, spec: EnvSpec, device: torch.device, seconds: float
-) -> dict[str, Any]:
-    """The learner alone, for ``edgerl bench`` (the factory's hook): its learning is handing
-    out members (a child's weights from its kept parent onto the device), its compute the
-    members' forward passes, which bound the env steps/s; measured at ``env.num_envs`` rows,
-    batched and one member at a time."""
-    net = build_q_network(spec, cfg.agent.hidden).to(device)
-    genomes = Genomes(net, cfg.ga.sigma)
-    parent = (1,)
-    genomes.keep([parent])
-    population = Population(net, 1, device)
-    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    handed, start = 0, time.perf_counter()
-    while handed < 3 or time.perf_counter() - start < seconds / 4:
-        population.assign(0, genomes.weights((*parent, handed + 2)))
-        handed += 1
-    wait()
-    hand_s = (time.perf_counter() - start) / handed
-    forward = forward_rates(net, spec, cfg.env.num_envs, device, seconds / 4)
-    return {
-        "updates_per_s": 1 / hand_s,
-        "steps_per_s": forward["batched_rows_per_s"],
-        "updates_per_launch": 1,
-        "host_us_per_update": 1e6 * hand_s,
-        # A unit here is a member handed out (its weights from a kept parent onto the device,
-        # wall time), not a generation; the limit is the members' batched forward passes.
-        "describe": f"a unit is a member handed out; {forward['rows']} members' forward passes",
-        "population_forward": {k: round(v, 1) for k, v in forward.items()},
-    }
-
-
-def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
-    """One forward pass per env step (the member's action); nothing else: no targets, no
-    gradients."""
-    return {"act": 1.0, "values": 0.0, "targets": 0.0, "gradients": 0.0}
-
-
-def forwards_per_update(cfg: Config) -> float:
-    """A generation's learning is bookkeeping: no forward passes beyond acting."""
-    return 0.0
+KIND = GAKind()

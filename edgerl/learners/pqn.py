@@ -44,6 +44,7 @@ from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import resolve_amp, resolve_cuda_graphs
 from edgerl.learners.acting import EpsilonGreedy
 from edgerl.learners.fast_update import FastUpdate
+from edgerl.learners.kinds import Basics
 from edgerl.learners.nets import NatureCNN, num_actions_of
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
@@ -121,7 +122,7 @@ class PQN:
         if isinstance(q_net, NatureCNN):
             q_net.use_channels_last()
         self.q = q_net.to(device)
-        self._policy = acting_policy(self.q)
+        self._policy = KIND.acting_policy(self.q)  # its kind's: as on remote actors
         self.amp = resolve_amp(perf.amp, device, frames=isinstance(q_net, NatureCNN))
         graphs = resolve_cuda_graphs(perf.cuda_graphs, device, self.amp)
         self.optimizer, graphs = make_radam(self.q, cfg.lr, cfg.adam_eps, capturable=graphs)
@@ -330,44 +331,6 @@ class PQN:
             self.set_ratio(int(state["epochs"]))
 
 
-def acting_policy(net: nn.Module) -> EpsilonGreedy:
-    """How PQN's environments act, here and on a fleet's remote actors: epsilon-greedy on
-    ``net``, keeping each row's greedy value (the registry's hook)."""
-    return EpsilonGreedy(net, num_actions_of(net), keep_values=True)
-
-
-def build(net: nn.Module, cfg: Config, device: torch.device) -> PQN:
-    """The learner ``agent.algo = "pqn"`` names, around ``net`` (fresh, with LayerNorm: the
-    registry says so); the registry's hook. Its minibatch order draws from a generator of its
-    own, seeded from ``env.seed``."""
-    n = cfg.env.num_envs
-    return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
-
-
-def prepare(
-    learner: PQN,
-    cfg: Config,
-    spec: EnvSpec,
-    memory: RolloutBuffer,
-    remaining_updates: int,
-    decisions: object = None,
-) -> None:
-    """Capture a pass of the update as a CUDA graph where graphs are on (the registry's hook;
-    nothing to do on a CPU, where PQN's minibatches of hundreds are not launch-bound)."""
-    if learner.cuda_graphs:
-        learner.capture(memory)
-
-
-def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
-    """What one env step costs in forward-pass equivalents (see
-    :func:`edgerl.measure.compute.forwards_per_env_step`): the greedy values of the next
-    observations (only each rollout's last when the actor's are reused) and ``pqn.epochs``
-    gradient steps over it."""
-    values = _values_forwards(cfg.pqn.rollout_steps, values_reused)
-    gradients = cfg.pqn.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-    return {"act": 1.0, "values": values, "targets": 0.0, "gradients": gradients}
-
-
 def _values_forwards(rollout_steps: int, values_reused: bool) -> float:
     """The greedy values of the next observations, per env step: only each rollout's last
     where the actor's (of the learner's own weights) are reused, else every one."""
@@ -381,9 +344,51 @@ def learning_forwards(rollout_steps: int, epochs: int, values_reused: bool) -> f
     )
 
 
-def forwards_per_update(cfg: Config) -> float:
-    """Forward-pass equivalents of one minibatch update, its share of computing the rollout's
-    values included (the bench's learner-alone measurement reuses none)."""
-    batch = cfg.pqn.rollout_steps * cfg.env.num_envs // cfg.pqn.minibatches
-    values = forwards_per_env_step(cfg, values_reused=False)["values"]
-    return batch * (values / cfg.pqn.epochs + FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP)
+class PQNKind(Basics):
+    """PQN's kind (its registry line's ``KIND``): a Q-network with LayerNorm, epsilon-greedy
+    acting that keeps each row's greedy value, a pass of the update captured where graphs are
+    on."""
+
+    layer_norm = True
+
+    def acting_policy(self, net: nn.Module) -> EpsilonGreedy:
+        """Epsilon-greedy on ``net``, keeping each row's greedy value (the rollout's
+        ``values``: the learner reuses those of its own weights)."""
+        return EpsilonGreedy(net, num_actions_of(net), keep_values=True)
+
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> PQN:
+        """Around ``net``; its minibatch order draws from a generator of its own, seeded from
+        ``env.seed``."""
+        n = cfg.env.num_envs
+        return PQN(net, cfg.agent, cfg.pqn, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+
+    def prepare(  # type: ignore[override]
+        self,
+        learner: PQN,
+        cfg: Config,
+        spec: EnvSpec,
+        memory: RolloutBuffer,
+        remaining_updates: int,
+        decisions: object = None,
+    ) -> None:
+        """Capture a pass of the update as a CUDA graph where graphs are on (nothing to do on a
+        CPU, where PQN's minibatches of hundreds are not launch-bound)."""
+        if learner.cuda_graphs:
+            learner.capture(memory)
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        """The greedy values of the next observations (only each rollout's last when the
+        actor's are reused) and ``pqn.epochs`` gradient steps over it."""
+        values = _values_forwards(cfg.pqn.rollout_steps, values_reused)
+        gradients = cfg.pqn.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+        return {"act": 1.0, "values": values, "targets": 0.0, "gradients": gradients}
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        """One minibatch update, its share of computing the rollout's values included (the
+        bench's learner-alone measurement reuses none)."""
+        batch = cfg.pqn.rollout_steps * cfg.env.num_envs // cfg.pqn.minibatches
+        values = _values_forwards(cfg.pqn.rollout_steps, values_reused=False)
+        return batch * (values / cfg.pqn.epochs + FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP)
+
+
+KIND = PQNKind()

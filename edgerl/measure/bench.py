@@ -46,7 +46,7 @@ from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
-from edgerl.learners.factory import check_keys, memory_keeps_steps, q_network
+from edgerl.learners.factory import check_keys, memory_keeps_steps, memory_kind, policy_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
     forward_gflops,
@@ -163,7 +163,7 @@ def _stages(
         for n in opts.env_sizes
     }
     log.info("bench: batched action selection")
-    net = q_network(cfg, spec).to(device).eval()
+    net = policy_network(cfg, spec).to(device).eval()
     if isinstance(net, NatureCNN):
         net.use_channels_last()
     out["act_per_s"] = {}
@@ -235,7 +235,7 @@ def _compute(
     """FLOPs per env step of the configured learner, the GFLOP/s its update made in the
     learner-alone measurement, and this machine's peak measured now (:mod:`compute`)."""
     spec = probe(cfg.env)
-    net = q_network(cfg, spec).to(device).eval()
+    net = policy_network(cfg, spec).to(device).eval()
     if isinstance(net, NatureCNN):
         net.use_channels_last()
     macs = macs_per_forward(net, spec.obs_shape, spec.obs_dtype)
@@ -279,7 +279,7 @@ def _actor(cfg: Config, opts: BenchOptions, limit: float, gpu: bool) -> list[dic
 def _loop_plan(cfg: Config, opts: BenchOptions) -> list[tuple[str, int]]:
     """The whole loops to measure, (pipeline, environments): sync at each of ``--loop-envs``,
     async beside it where there are several; PQN's rollout at its own count, both pipelines."""
-    if learner_info(cfg.agent.algo).own_num_envs:
+    if memory_kind(cfg).lockstep:
         return [("sync", cfg.env.num_envs), ("async", cfg.env.num_envs)]
     sizes = dict.fromkeys(opts.loop_envs)  # each number once, in the order given
     return [(mode, n) for n in sizes for mode in ("sync", "async") if mode == "sync" or n > 1]
@@ -292,7 +292,7 @@ def _loops(
     ends."""
     plan = _loop_plan(cfg, opts)
     cuda = resolve_device(cfg.perf.device).type == "cuda"
-    if learner_info(cfg.agent.algo).own_num_envs and opts.loop_envs != BenchOptions.loop_envs:
+    if memory_kind(cfg).lockstep and opts.loop_envs != BenchOptions.loop_envs:
         warnings.append(
             f"--loop-envs is not used with {cfg.agent.algo}: its loop runs at its own "
             f"env.num_envs ({cfg.env.num_envs})"
@@ -416,7 +416,7 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         "n_step": cfg.agent.n_step,
         "replay_bytes_per_transition": bytes_per_transition(spec),
     }
-    if learner_info(cfg.agent.algo).own_num_envs and cfg.env.num_envs not in opts.env_sizes:
+    if memory_kind(cfg).lockstep and cfg.env.num_envs not in opts.env_sizes:
         # the emulator's own speed at a rollout's many environments (PQN's loop row uses it)
         opts = dataclasses.replace(opts, env_sizes=(*opts.env_sizes, cfg.env.num_envs))
     log.info("bench: %s", plan_sentence(cfg, opts, spec.has_frames))

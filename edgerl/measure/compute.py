@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.learners.factory import learner_module
+from edgerl.learners.kinds import learner_kind
 
 PEAK_MATMUL_SIZE = 2048
 PEAK_FORWARD_BATCH = 256
@@ -61,14 +61,14 @@ def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
     ``act`` (one forward per observation), ``values`` (PQN's greedy values of the next
     observations: all of them, or only each rollout's last when the actor's are reused),
     ``targets`` (DQN's target and Double-DQN passes) and ``gradients`` (forward and backward).
-    Each learner's module counts its own (``forwards_per_env_step``)."""
-    return learner_module(cfg.agent.algo).forwards_per_env_step(cfg, values_reused)
+    Each learner's kind counts its own."""
+    return learner_kind(cfg.agent.algo).forwards_per_env_step(cfg, values_reused)
 
 
 def learning_forwards_per_update(cfg: Config) -> float:
     """Forward-pass equivalents of one of the learner's gradient updates, as ``edgerl bench``'s
-    learner-alone measurement makes it (its module's ``forwards_per_update``)."""
-    return learner_module(cfg.agent.algo).forwards_per_update(cfg)
+    learner-alone measurement makes it (its kind's)."""
+    return learner_kind(cfg.agent.algo).forwards_per_update(cfg)
 
 
 def matmul_peak_gflops(device: torch.device, seconds: float) -> float:

@@ -15,7 +15,8 @@ from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
-from edgerl.learners.nets import NatureCNN, build_q_network, network_bytes, weights_problem
+from edgerl.learners.kinds import learner_kind
+from edgerl.learners.nets import NatureCNN, network_bytes, weights_problem
 from edgerl.memories.budget import available_memory
 
 # Playing holds a network's weights twice: as read from the file, and as the network uses them
@@ -41,8 +42,7 @@ class TorchPolicy:
             raise CheckpointError(
                 f"checkpoint {source} lacks its [env] settings; was it written by edgerl?"
             )
-        entry = LEARNERS.get(checkpoint.kind)
-        if entry is None:
+        if checkpoint.kind not in LEARNERS:
             raise CheckpointError(
                 f"checkpoint {source} holds a {checkpoint.kind!r} learner, which this edgerl does "
                 f"not know (it knows {', '.join(sorted(LEARNERS))})"
@@ -51,7 +51,8 @@ class TorchPolicy:
         self.source = source
         self.env_config = env_config
         self.hidden = cfg.agent.hidden
-        self.layer_norm = entry.layer_norm  # PQN's network normalises its layers
+        self.kind = learner_kind(checkpoint.kind)  # builds its network (PQN's has LayerNorm)
+        self.samples = self.kind.samples_when_played  # how its evaluations acted
         self.step = checkpoint.step
         q_state = checkpoint.learner.get(POLICY_KEY)
         if not isinstance(q_state, dict):
@@ -63,7 +64,7 @@ class TorchPolicy:
         # Built without random initial weights (they are replaced at once): an evaluation
         # beside training must not draw from torch's global RNG, which the trainer's state holds.
         with torch.device("meta"):
-            net = build_q_network(self.spec, cfg.agent.hidden, self.layer_norm)
+            net = self.fresh_network()
         if source is not None:  # a file's settings and weights are anyone's to write
             _check_memory(net, self.device, source)
         problem = weights_problem(net, q_state, finite=source is not None)
@@ -76,6 +77,11 @@ class TorchPolicy:
         if isinstance(net, NatureCNN):
             net.use_channels_last()
         self.net = net.to(self.device).eval()
+
+    def fresh_network(self) -> torch.nn.Module:
+        """A network of the policy's shape (its learner kind's, for its game and widths), fresh
+        weights: what export traces once the checkpoint's are loaded."""
+        return self.kind.network(self.spec, tuple(self.hidden))
 
     def state_dict_cpu(self) -> dict[str, Any]:
         """The Q-network's weights as saved in the checkpoint (CPU tensors)."""

@@ -20,12 +20,8 @@ import torch
 
 from edgerl.config import Config
 from edgerl.envs import EnvSpec
-from edgerl.learners.factory import (
-    build_learner,
-    build_memory,
-    learner_module,
-    prepare_learner,
-)
+from edgerl.learners.factory import build_learner, build_memory, prepare_learner
+from edgerl.learners.kinds import learner_kind
 from edgerl.memories import Memory
 
 
@@ -91,11 +87,11 @@ def learner_limit(
     per launch included), PQN learns from full rollouts (their writing is not timed). Returns
     updates/s, the env steps/s that much learning stands for (the learner-bound limit) and the
     host CPU time per update. A learner whose work is not units made from a memory measures
-    itself: its module's ``measure_alone(cfg, spec, device, seconds)`` (the genetic algorithm's
+    itself: its kind's ``measure_alone(cfg, spec, device, seconds)`` (the genetic algorithm's
     members handed out and their forward passes)."""
-    alone = getattr(learner_module(cfg.agent.algo), "measure_alone", None)
+    alone = learner_kind(cfg.agent.algo).measure_alone(cfg, spec, device, seconds)
     if alone is not None:
-        return alone(cfg, spec, device, seconds)
+        return alone
     learner = build_learner(cfg, spec, device)
     memory = build_memory(cfg, spec, device)
     writer = RandomSteps(spec, cfg.env.num_envs, memory)

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from edgerl.config import Config, PerfConfig
-from edgerl.config.learners import choose_pipeline, learner_info, pipeline_mode
+from edgerl.config.learners import Schedule, choose_pipeline, learner_info, pipeline_mode
 from edgerl.envs import EnvSpec
 from edgerl.learners import Learner
 from edgerl.learners.factory import prepare_learner
@@ -250,10 +250,11 @@ def resolve_pipeline(setting: str, device: torch.device, *, concurrent: bool = T
 def make_learning(perf: PerfConfig, learner: Learner, memory: Memory, actor: Actor) -> Pipeline:
     """The pipeline ``perf.pipeline`` asks for on the learner's device (``actor`` made with
     double-buffered weights for async, see :func:`wants_double_weights`): for async, the one
-    the learner's registry entry names (``beside_actor``)."""
+    the learner's registry entry's :class:`~edgerl.config.learners.Schedule` maps to."""
     if not wants_double_weights(perf, learner.device, learner.kind):
         return SyncLearning(learner, memory, actor)
-    if learner_info(learner.kind).beside_actor == "rollout-lag":
+    schedule = learner_info(learner.kind).schedule
+    if schedule is Schedule.ROLLOUT_LAG:  # the learner's rollouts, one behind the actor's
         return LaggedRollouts(learner, memory, actor)  # type: ignore[arg-type]
     return AsyncLearning(learner, memory, actor, perf)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edgerl.config.learners import RemoteActors
 from edgerl.envs import Step
 from edgerl.learners.shared import epsilons_at
 from edgerl.report.hooks import TICK_EVERY_S
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def run_remote(run: ActingRun, transport: Transport, total: int) -> None:
     """Learn from ``transport``'s actors until ``total`` steps or a stop request."""
-    if transport.plays == "members":
+    if transport.plays is RemoteActors.MEMBERS:
         run_members(run, transport, total)
         return
     learner, learning, fleet = run.learner, run.learning, run.cfg.fleet

@@ -88,7 +88,7 @@ def settle_deterministic(cfg: Config) -> Config:
             "perf.autotune picks env.num_envs by timing, which perf.deterministic cannot "
             "repeat: set env.num_envs yourself or perf.deterministic=false"
         )
-    if learner_info(cfg.agent.algo).beside_actor == "samples":
+    if learner_info(cfg.agent.algo).schedule.timing_decides_samples:
         if perf.pipeline == "async":
             raise ConfigError(
                 f"perf.pipeline=async lets timing decide what agent.algo={cfg.agent.algo} "

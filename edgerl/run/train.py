@@ -28,7 +28,6 @@ import torch
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
-from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
@@ -36,6 +35,7 @@ from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointS
 from edgerl.files.sidefiles import SideFiles
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
+from edgerl.learners.kinds import learner_kind
 from edgerl.memories.replay.store import ReplayStore
 from edgerl.report import balance
 from edgerl.report.episodes import Episodes
@@ -168,8 +168,8 @@ class Trainer:
         # A replay fills its memory in the background from here.
         self.memory = build_memory(cfg, spec, self.device, settled.available, fleet_envs(cfg))
         self.learner = build_learner(cfg, spec, self.device)
-        # The game's own rewards where the learner asks for them (a score), else the clipped.
-        self.raw_rewards = learner_info(cfg.agent.algo).raw_rewards
+        # What its memory is written of the game's rewards (a score, or the clipped ones).
+        self.learning_rewards = learner_kind(cfg.agent.algo).learning_rewards
         if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
@@ -381,7 +381,7 @@ class Trainer:
         counts the env steps."""
         self.memory.add(
             actions,
-            result.rewards if self.raw_rewards else self.spec.learning_rewards(result.rewards),
+            self.learning_rewards(self.spec, result.rewards),
             result.terminated,
             result.truncated,
             result.obs,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from edgerl.config.learners import RemoteActors
 from edgerl.envs import EnvSpec
 
 
@@ -41,7 +42,7 @@ class Transport(Protocol):
     (``edgerl.fleet.open_fleet``), which raises EdgerlError subclasses for what a user can fix."""
 
     num_envs: int  # environments over all actors: the replay's rows
-    plays: str  # "steps" (batches of steps, these methods) or "members" (run/remote.py)
+    plays: RemoteActors  # STEPS (batches of steps, these methods) or MEMBERS (run/remote.py)
 
     def start(self, weights: dict[str, np.ndarray], version: int, seed: int) -> None:
         """Start the actors with these weights (the learner's ``version``: its update count);
