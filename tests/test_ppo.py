@@ -178,5 +178,17 @@ def test_ppo_solves_cartpole_and_its_policy_plays_and_exports(tmp_path):
     )
     assert played.returncode == 0, played.stderr[-2000:]
     assert json.loads(played.stdout)["backend"] == "onnx"
-    # the same episodes (play's seed), the same actions: the exported file is the policy
-    assert json.loads(played.stdout)["returns"] == json.loads(play.stdout)["returns"]
+    # The checkpoint played as its evaluations act samples its actions; greedily, on the same
+    # episodes (play's seed), it takes the exported file's actions: the file is the policy.
+    greedy = run_edgerl(
+        "play",
+        "--run-dir",
+        "runs/CartPole-v1",
+        "--greedy",
+        "--episodes",
+        "10",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert greedy.returncode == 0, greedy.stderr[-2000:]
+    assert json.loads(played.stdout)["returns"] == json.loads(greedy.stdout)["returns"]

@@ -78,6 +78,13 @@ EVAL_EPSILON = EvalConfig().epsilon  # edgerl play's default: an evaluation's
     show_default=True,
     help="With --record: the game's colour screen, or the 84x84 grey frame the agent sees.",
 )
+@click.option(
+    "--sample/--greedy",
+    "sample",
+    default=None,
+    help="Draw each action from the policy's softmax, or take the largest output (default: as "
+    "its evaluations did: PPO's checkpoints sample, the rest and exported files are greedy).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def play(
     model: Path | None,
@@ -95,6 +102,7 @@ def play(
     device: str,
     record: Path | None,
     record_view: str,
+    sample: bool | None,
     as_json: bool,
 ) -> None:
     """Play a learned policy and report returns and action latency."""
@@ -132,8 +140,16 @@ def play(
         if fps == 0 and render == "screen":
             fps = 15.0  # the game's pace with frame skip 4 (60 Hz / 4); --fps overrides
     within = reference_steps(EnvConfig(id=env_id or policy.spec.id)) or 0
+    if sample is None:  # as its evaluations acted; an exported file says nothing of it
+        sample = bool(getattr(policy, "samples", False))
     options = PlayOptions(
-        env_id=env_id, episodes=episodes, seed=seed, epsilon=epsilon, fps=fps, within_steps=within
+        env_id=env_id,
+        episodes=episodes,
+        seed=seed,
+        epsilon=epsilon,
+        fps=fps,
+        within_steps=within,
+        sample=sample,
     )
     try:
         result = run_play(policy, options, observers)

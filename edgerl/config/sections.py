@@ -167,6 +167,23 @@ class PPOConfig:
         min=0.0,
         max=10.0,
     )
+    anneal_steps: int = setting(
+        0,
+        "env steps over which the learning rate goes from agent.lr to agent.lr_end (0: "
+        "train.steps; CleanRL's ppo_atari.py anneals over its 10,000,000)",
+        min=0,
+        max=MAX_STEPS,
+    )
+    clip_value: bool = setting(
+        False,
+        "clip the value loss as CleanRL's clip_vloss: the larger of the value's error and that "
+        "of the value kept within ppo.clip of the one noted as it acted",
+    )
+    orthogonal_init: bool = setting(
+        False,
+        "start from orthogonal weights as CleanRL's layer_init: gain sqrt(2) for hidden layers, "
+        "0.01 for the policy's output, 1 for the value's, biases 0",
+    )
 
 
 @dataclass

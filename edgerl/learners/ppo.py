@@ -23,11 +23,19 @@ value of a rollout's newest observation, and of any step whose extras were not n
 the current weights at learning time. Learning beside the actor (the lagged pipeline, a GPU)
 acts with weights one rollout old: the log-probabilities noted are those weights', so the
 probability ratio measures the update from the policy that acted, as PPO's clipping requires.
+Two of the reference's defaults are keys, off unless set (the frames preset sets both), so that
+the runs on record before them repeat: the value loss clipped as the policy's
+(``ppo.clip_value``, its ``clip_vloss``) and orthogonal initial weights (``ppo.orthogonal_init``,
+its ``layer_init``). The learning rate anneals over ``ppo.anneal_steps`` (the reference's over
+its whole run: ``train.steps`` where the key is 0). Its figures (:meth:`PPO.figures`, in
+metrics.csv) are the reference's of each rollout: approx_kl, the fraction clipped and the
+explained variance.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -37,6 +45,7 @@ from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig, PPOConfig
 from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.kinds import Basics
 from edgerl.learners.nets import MLP, NatureCNN, num_actions_of, output_layer
 from edgerl.learners.pqn import minibatch_shape
 from edgerl.learners.shared import (
@@ -52,6 +61,9 @@ from edgerl.memories.rollout import RolloutBuffer
 log = logging.getLogger(__name__)
 
 VALUE_CHUNK = 256  # observations per no-grad forward pass when computing values
+# CleanRL's layer_init gains: ReLU layers, logits that start near uniform, a value at scale.
+HIDDEN_GAIN, POLICY_GAIN, VALUE_GAIN = math.sqrt(2.0), 0.01, 1.0
+FIGURES = ("approx_kl", "clip_fraction", "explained_variance")  # of the last rollout learned
 
 
 class PolicyAndValue(nn.Module):
@@ -82,6 +94,27 @@ def value_network(policy: nn.Module) -> nn.Module:
     linears = [m for m in policy.modules() if isinstance(m, nn.Linear)]
     widths = tuple(m.out_features for m in linears[:-1])
     return MLP(linears[0].in_features, 1, widths)
+
+
+def orthogonal_init(policy: nn.Module, value: nn.Module) -> None:
+    """CleanRL's ``layer_init`` on ``policy`` and ``value`` (:func:`value_network`'s layers):
+    orthogonal weights, gain sqrt(2) for every hidden layer (the convolutions too), 0.01 for the
+    policy's output and 1 for the value's, biases 0. Drawn from torch's global generator, as
+    the default initialisation is."""
+    for net, gain in ((policy, POLICY_GAIN), (value, VALUE_GAIN)):
+        layers = [m for m in net.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+        for layer in layers:
+            nn.init.orthogonal_(layer.weight, HIDDEN_GAIN if layer is not layers[-1] else gain)
+            nn.init.zeros_(layer.bias)
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(target - predicted) / Var(target)``, as the reference logs it: 1 where the
+    values predict the returns, 0 where they do no better than the returns' mean, NaN where the
+    returns do not vary."""
+    spread = target.var(unbiased=False)
+    unexplained = (target - predicted).var(unbiased=False) / spread
+    return torch.where(spread > 0, 1.0 - unexplained, torch.full_like(spread, math.nan))
 
 
 class Sampling:
@@ -162,10 +195,14 @@ class PPO:
         self.ppo = ppo
         self.device = device
         self.total_steps = total_steps
+        self.anneal_steps = ppo.anneal_steps or total_steps  # the learning rate's horizon
+        value_head = value_network(net)
+        if ppo.orthogonal_init:  # before channels-last: the weights as they are laid out
+            orthogonal_init(net, value_head)
         if isinstance(net, NatureCNN):
             net.use_channels_last()
         self.q = net.to(device)  # the policy: the actions' logits (the name play reads)
-        self.value_head = value_network(net).to(device)
+        self.value_head = value_head.to(device)
         self.acting = PolicyAndValue(self.q, self.value_head)
         self._policy = Sampling(self.acting, num_actions_of(net))
         self.optimizer = torch.optim.Adam(self.acting.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
@@ -178,13 +215,18 @@ class PPO:
         self.learn_from = (0, 0)
         self.generator = torch.Generator().manual_seed(seed)  # minibatch order, on the CPU
         self.recomputed = 0  # steps whose value or log-probability the actor had not noted
+        self.last_rollout = dict.fromkeys(FIGURES, math.nan)  # its figures (none learned yet)
 
     def describe(self) -> str:
         layout = "channels_last" if getattr(self.q, "channels_last", False) else "mlp"
         return f"{self.device.type}, PPO, {layout}"
 
     def figures(self) -> dict[str, float]:
-        return {}
+        """The last rollout's, as the reference logs them each update (NaN before the first):
+        ``approx_kl``, the estimate ``mean((ratio - 1) - log ratio)`` of its last minibatch;
+        ``clip_fraction``, the share of its steps whose ratio was outside the clip range, over
+        all its minibatches; ``explained_variance`` of its returns by the values noted."""
+        return dict(self.last_rollout)
 
     def epsilon(self, step: int) -> float:
         """0: the policy samples its actions (its entropy is its exploration)."""
@@ -211,7 +253,7 @@ class PPO:
         if not memory.full:
             raise ValueError("PPO learns from a full rollout")
         a, p = self.cfg, self.ppo
-        anneal_lr(self.optimizer, a, self.total_steps, step)
+        anneal_lr(self.optimizer, a, self.anneal_steps, step)
         steps = memory.steps
         with torch.no_grad():
             values, logp = self._noted(memory)
@@ -228,21 +270,28 @@ class PPO:
                 p.lam,
             )
             returns = (advantages + values[:steps]).flatten()
+            explained = explained_variance(values[:steps].flatten(), returns)
         batch = (
             memory.obs[:steps].flatten(0, 1),
             memory.actions.flatten(),
             logp[:steps].flatten(),
             advantages.flatten(),
             returns,
+            values[:steps].flatten(),
         )
         total = batch[1].shape[0]
         size, count = minibatch_shape(total, p.minibatches)
+        clipped = torch.zeros((), device=self.device)
         for _ in range(p.epochs):
             order = torch.randperm(total, generator=self.generator).to(self.device)
             for i in range(count):
                 rows = order[i * size : (i + 1) * size]
-                self.losses.add(self.update_step(tuple(x[rows] for x in batch)))
+                loss, approx_kl, clip_fraction = self.update_step(tuple(x[rows] for x in batch))
+                self.losses.add(loss)
+                clipped += clip_fraction
                 self.updates += 1
+        figures = torch.stack((approx_kl, clipped / (p.epochs * count), explained)).tolist()
+        self.last_rollout = dict(zip(FIGURES, figures, strict=True))  # one wait a rollout
         memory.clear()
         self.rollouts += 1
 
@@ -272,12 +321,16 @@ class PPO:
     def _values(self, obs: torch.Tensor) -> torch.Tensor:
         return self._forward_chunks(obs)[:, -1]
 
-    def update_step(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def update_step(
+        self, batch: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One Adam step on a minibatch (observations, actions, log-probabilities noted,
-        advantages, returns): the clipped surrogate, half the squared value error weighted
-        ``ppo.vf_coef``, minus the entropy weighted ``ppo.ent_coef``; returns the detached
-        loss."""
-        obs, actions, old_logp, advantages, returns = batch
+        advantages, returns, values noted): the clipped surrogate, half the squared value error
+        (with ``ppo.clip_value``, the larger of it and the error of the value clipped to within
+        ``ppo.clip`` of the one noted) weighted ``ppo.vf_coef``, minus the entropy weighted
+        ``ppo.ent_coef``. Returns the detached loss and, before the step, the reference's
+        approx_kl and the fraction of ratios outside the clip range (tensors: no wait)."""
+        obs, actions, old_logp, advantages, returns, old_values = batch
         p = self.ppo
         out = self.acting(obs).float()
         logp_all = torch.log_softmax(out[:, :-1], dim=1)
@@ -285,17 +338,27 @@ class PPO:
         entropy = -(logp_all.exp() * logp_all).sum(dim=1).mean()
         if len(advantages) > 1:  # normalised per minibatch, as the reference does
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = torch.exp(logp - old_logp)
+        log_ratio = logp - old_logp
+        ratio = torch.exp(log_ratio)
         clipped = torch.clamp(ratio, 1.0 - p.clip, 1.0 + p.clip)
         policy_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
-        value_loss = 0.5 * F.mse_loss(out[:, -1], returns)
+        value = out[:, -1]
+        if p.clip_value:  # the reference's clip_vloss
+            moved = old_values + torch.clamp(value - old_values, -p.clip, p.clip)
+            worse = torch.max((value - returns) ** 2, (moved - returns) ** 2)
+            value_loss = 0.5 * worse.mean()
+        else:
+            value_loss = 0.5 * F.mse_loss(value, returns)
         loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
+        with torch.no_grad():
+            approx_kl = ((ratio - 1.0) - log_ratio).mean()
+            clip_fraction = ((ratio - 1.0).abs() > p.clip).float().mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.acting.parameters(), self.cfg.grad_clip, foreach=True)
         self.optimizer.step()
-        return loss.detach()
+        return loss.detach(), approx_kl, clip_fraction
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -320,27 +383,38 @@ class PPO:
         self.generator.set_state(state["generator"])
 
 
-def build(net: nn.Module, cfg: Config, device: torch.device) -> PPO:
-    """The learner ``agent.algo = "ppo"`` names, around ``net`` (fresh, the policy network);
-    the registry's hook. Its minibatch order draws from a generator seeded from ``env.seed``."""
-    n = cfg.env.num_envs
-    return PPO(net, cfg.agent, cfg.ppo, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+class PPOKind(Basics):
+    """PPO's kind (its registry line's ``KIND``): a Q-network's shape whose outputs are the
+    actions' logits, acting by sampling them (with a value head of its own beside), and
+    evaluated and played by sampling them too."""
+
+    samples_when_played = True
+
+    def acting_policy(self, net: nn.Module) -> Sampling:
+        """Actions sampled from ``net``'s logits, with a fresh value head beside it."""
+        return Sampling(PolicyAndValue(net, value_network(net)), num_actions_of(net))
+
+    def build(self, net: nn.Module, cfg: Config, device: torch.device) -> PPO:
+        """Around ``net`` (fresh, the policy network); its minibatch order draws from a
+        generator seeded from ``env.seed``."""
+        n = cfg.env.num_envs
+        return PPO(net, cfg.agent, cfg.ppo, n, device, cfg.perf, cfg.train.steps, cfg.env.seed + 1)
+
+    def forwards_per_env_step(self, cfg: Config, values_reused: bool) -> dict[str, float]:
+        """The actor's pass (logits and value together; the newest observation's value once a
+        rollout) and ``ppo.epochs`` gradient steps over it."""
+        gradients = cfg.ppo.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+        return {
+            "act": 1.0,
+            "values": 1.0 / cfg.ppo.rollout_steps,
+            "targets": 0.0,
+            "gradients": gradients,
+        }
+
+    def forwards_per_update(self, cfg: Config) -> float:
+        """One minibatch update."""
+        batch = cfg.ppo.rollout_steps * cfg.env.num_envs // cfg.ppo.minibatches
+        return batch * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
 
 
-def forwards_per_env_step(cfg: Config, values_reused: bool) -> dict[str, float]:
-    """What one env step costs in forward-pass equivalents: the actor's pass (logits and value
-    together; the newest observation's value once a rollout) and ``ppo.epochs`` gradient
-    steps over it."""
-    gradients = cfg.ppo.epochs * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
-    return {
-        "act": 1.0,
-        "values": 1.0 / cfg.ppo.rollout_steps,
-        "targets": 0.0,
-        "gradients": gradients,
-    }
-
-
-def forwards_per_update(cfg: Config) -> float:
-    """Forward-pass equivalents of one minibatch update."""
-    batch = cfg.ppo.rollout_steps * cfg.env.num_envs // cfg.ppo.minibatches
-    return batch * FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP
+KIND = PPOKind()

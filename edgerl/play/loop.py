@@ -31,6 +31,9 @@ class PlayOptions:
     episodes: int = 1
     seed: int = 0
     epsilon: float = 0.0  # the chance of a random action (0: greedy)
+    sample: bool = False  # each action drawn from the softmax of the policy's outputs (a
+    # policy that samples as it learns: PPO's logits), from the loop's seeded generator; else
+    # the action of the largest output
     max_steps: int = 0  # ends playing after this many steps in all (the episode in flight is
     # not counted); 0: no limit
     max_episode_steps: int = 0  # cuts an episode after this many steps (it is counted, in
@@ -120,6 +123,16 @@ def draw_offscreen() -> None:
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 
+def sampled_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of ``logits``, drawn from their softmax by inverse CDF of a uniform
+    number from ``rng`` (as a sampling learner's acting policy draws while it trains), int64."""
+    z = np.asarray(logits, dtype=np.float64)
+    weights = np.exp(z - z.max(axis=1, keepdims=True))
+    cdf = np.cumsum(weights, axis=1) / weights.sum(axis=1, keepdims=True)
+    below = (cdf < rng.random(len(z))[:, None]).sum(axis=1)
+    return np.minimum(below, z.shape[1] - 1).astype(np.int64)  # a sum a hair under 1
+
+
 def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
     """The policy's own [env] settings, on one environment (of ``env_id`` when given)."""
     env_cfg = EnvConfig(
@@ -183,9 +196,9 @@ def play(
                 stopped = True
                 break
             t0 = time.perf_counter_ns()
-            if wants_q:
+            if wants_q or o.sample:
                 q = policy.q_values(obs)
-                action = q.argmax(axis=1)
+                action = sampled_actions(q, rng) if o.sample else q.argmax(axis=1)
             else:
                 q = None
                 action = policy.act(obs)
@@ -294,7 +307,10 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 if o.stop is not None and o.stop():
                     return result()
                 t0 = time.perf_counter_ns()
-                actions = np.asarray(policy.act(obs), dtype=np.int64)
+                if o.sample:
+                    actions = sampled_actions(policy.q_values(obs), rng)
+                else:
+                    actions = np.asarray(policy.act(obs), dtype=np.int64)
                 latencies.append(time.perf_counter_ns() - t0)
                 if o.epsilon > 0:
                     actions = with_exploration(actions, o.epsilon, policy.spec.num_actions, rng)

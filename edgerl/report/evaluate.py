@@ -1,10 +1,13 @@
-"""Periodic greedy evaluation while training: ``eval.csv`` and the ``eval`` figure of the progress
-line.
+"""Periodic evaluation while training: ``eval.csv`` and the ``eval`` figure of the progress line.
 
 Training returns include exploration: a CartPole run showed 368 while training and 500 when played
 greedily. Every ``eval.every_steps`` env steps the :class:`Evaluator` (a training hook) takes a
-copy of the online network's weights and plays ``eval.episodes`` episodes with them, epsilon-greedy
-with ``eval.epsilon``, on environments of its own (the training game and env settings, one per
+copy of the online network's weights and plays ``eval.episodes`` episodes with them as the
+learner's policy acts without its exploration (greedy: the action of the largest output; for a
+policy that samples its actions as it learns, such as PPO's, each drawn from its distribution,
+seeded from the evaluation's seed, since its argmax is a policy it never learned: PPO on Pong at
+1.3M steps scored -20.8 greedily and -15.9 sampled), with ``eval.epsilon``'s random actions on
+top, on environments of its own (the training game and env settings, one per
 episode, all played at once with one batched forward pass per step and one emulator thread), in a
 thread of its own: training goes on meanwhile. The forward passes run on the training device: on a
 GPU machine the CPU's cores are the emulators' (an H200 with 16 cores, PQN Pong, 2026-11: ten
@@ -161,12 +164,14 @@ def evaluate(
     record: Path | None = None,
     device: str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    sample: bool = False,
 ) -> PlayResult:
     """Play ``settings.episodes`` episodes with the weights of ``snapshot`` (as
     :meth:`Run.policy_snapshot` gives them) on ``device``, all at once on as many new
     environments of the training game (:func:`~edgerl.play.play_together`); with ``record``, the
     first episode is played alone first and recorded to that GIF (see
-    :mod:`edgerl.play.record`).
+    :mod:`edgerl.play.record`). With ``sample``, each action is drawn from the softmax of the
+    policy's outputs (from the episodes' seeded generator), else the greedy one.
 
     ``progress`` is called as episodes end and steps are played (the recorded episode's are
     counted once it has ended). Fewer episodes come back when ``stop`` ended it early. Raises
@@ -185,6 +190,7 @@ def evaluate(
             episodes=n,
             seed=seed,
             epsilon=settings.epsilon,
+            sample=sample,
             max_episode_steps=settings.max_episode_steps,
             within_steps=within,
             stop=stop,
@@ -245,7 +251,9 @@ def _previous(path: Path) -> tuple[int, tuple[int, float] | None, list[str]]:
 
 
 class Evaluator(Hook):
-    """A training hook that evaluates the policy every ``period`` env steps in its own thread.
+    """A training hook that evaluates the policy every ``period`` env steps in its own thread,
+    its actions sampled from its outputs where ``sample`` (a learner that samples as it learns),
+    else greedy.
 
     ``count`` is the number of evaluations of the run so far (earlier sessions' rows included).
     """
@@ -257,11 +265,13 @@ class Evaluator(Hook):
         settings: EvalConfig,
         side: SideFiles | None = None,
         device: str = "cpu",
+        sample: bool = False,
     ) -> None:
         from edgerl.report.best import best_evaluation
 
         self.run_dir = run_dir
         self.device = device  # where the evaluation's forward passes run: the training device
+        self.sample = sample
         best = best_evaluation(run_dir)  # a resumed run keeps the best of its earlier sessions
         self.best: float | None = None if best is None else float(best["return_mean"])
         self.period = period
@@ -295,9 +305,10 @@ class Evaluator(Hook):
         self.env_id = run.cfg.env.id
         self._next = (run.step // self.period + 1) * self.period
         log.info(
-            "evaluations: %s every %s env steps, epsilon %g, the first at step %s",
+            "evaluations: %s every %s env steps, %s actions at epsilon %g, the first at step %s",
             plural(self.settings.episodes, "episode"),
             f"{self.period:,}",
+            "sampled" if self.sample else "greedy",
             self.settings.epsilon,
             f"{self._next:,}",
         )
@@ -438,14 +449,16 @@ class Evaluator(Hook):
         self, snapshot: Checkpoint, step: int, seed: int, progress: Callable[[int, int], None]
     ) -> PlayResult:
         """One evaluation; every ``eval.record``-th of the run records its first episode."""
-        record = None
+
+        def played(record: Path | None) -> PlayResult:
+            stop, device, sample = self._stop.is_set, self.device, self.sample
+            return evaluate(snapshot, self.settings, seed, stop, record, device, progress, sample)
+
         if self._record and (self.count + 1) % self._record == 0:
             record = self.recordings / f"eval-step-{step}.gif"
             try:
                 ensure_own_dir(record.parent)  # never into a link, or another's folder
-                result = evaluate(
-                    snapshot, self.settings, seed, self._stop.is_set, record, self.device, progress
-                )
+                result = played(record)
             except (EdgerlError, OSError) as e:  # raised before anything is played
                 self._record = 0
                 log.warning("evaluations are not recorded from now on: %s", e)
@@ -453,9 +466,7 @@ class Evaluator(Hook):
                 if result.recording is not None:
                     log.info("recorded the evaluation of step %s: %s", f"{step:,}", record)
                 return result
-        return evaluate(
-            snapshot, self.settings, seed, self._stop.is_set, None, self.device, progress
-        )
+        return played(None)
 
     def close(self) -> None:
         """Stop an evaluation in progress (waits up to :data:`STOP_WAIT_S`) and close eval.csv."""

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, Step, VecEnv
 from edgerl.envs.batches import Batches, overlaps_emulation, row_of
+from edgerl.learners.kinds import learner_kind
 
 if TYPE_CHECKING:
     from edgerl.config import Config
@@ -72,6 +72,9 @@ class LocalActing:
         self.run = run
         self.env = env
         self.to_show: Shown | None = None
+        # What the policy said of the observations it acted on before they were stored (its
+        # extras, and the version of the weights that said it), for the memory once they are.
+        self.to_note: tuple[dict[str, np.ndarray], int] | None = None
         self.batches: Batches | None = None  # ALE's async mode: rows of some environments
         self.taken = np.zeros(env.num_envs, dtype=np.int64)  # the action each env is taking
 
@@ -91,7 +94,7 @@ class LocalActing:
         # A learner whose acting network changes where an episode ends sees each step before
         # the next actions are picked (the first action of an episode is its new member's).
         overlap = overlaps_emulation(cfg.env, run.spec.has_frames, run.device)
-        overlap = overlap and not learner_info(cfg.agent.algo).switches_per_episode
+        overlap = overlap and not learner_kind(cfg.agent.algo).switches_per_episode
 
         # With a core to spare (or a GPU learner), a step is started (actions picked and sent)
         # before the one before it is recorded: the replay write, the episodes, the updates and
@@ -101,7 +104,7 @@ class LocalActing:
         # runs before the next step starts instead.
         actions = None
         if run.step < total and not run.stop_requested:
-            actions = self._start_step(obs, ids, run.step, shown, show_now=not overlap)
+            actions = self._start_step(obs, ids, run.step, shown, not overlap, stored=True)
         while actions is not None:
             result = env.recv()
             ids = result.env_ids
@@ -110,9 +113,12 @@ class LocalActing:
             actions = None
             if go_on and overlap and not run.stop_requested:
                 after = run.step + batches.steps_in(result)
-                actions = self._start_step(result.obs, ids, after, shown, show_now=False)
+                actions = self._start_step(result.obs, ids, after, shown, False, stored=False)
             if ids is None:  # every environment stepped, in order
                 run.record_step(taken, result, None)
+                if self.to_note is not None:  # the acting weights' extras of result.obs
+                    run.memory.note_extras(*self.to_note)
+                    self.to_note = None
             else:
                 self._record_batch(taken, result)
             if self.to_show is not None:
@@ -120,23 +126,36 @@ class LocalActing:
             learning.after_step(run.step)
             run.tick()
             if go_on and not overlap and not run.stop_requested:
-                actions = self._start_step(result.obs, ids, run.step, shown, show_now=True)
+                actions = self._start_step(result.obs, ids, run.step, shown, True, stored=True)
 
     def _start_step(
-        self, obs: np.ndarray, ids: np.ndarray | None, step: int, shown: int, show_now: bool
+        self,
+        obs: np.ndarray,
+        ids: np.ndarray | None,
+        step: int,
+        shown: int,
+        show_now: bool,
+        stored: bool,
     ) -> np.ndarray:
         """Pick the actions for ``obs`` (the rows of environments ``ids``; None: all) at env
         step ``step`` and send them to the environments; publishes the shown environment's
         frame when it is due: now, or (``show_now`` false) once the step before is recorded,
-        so that its episode's return is the frame's. Returns the actions."""
+        so that its episode's return is the frame's. What the policy said of ``obs`` (its
+        extras: PPO's log-probabilities and values, PQN's greedy values) goes to the memory
+        now where ``obs`` are its newest observations (``stored``), else into
+        :attr:`to_note`, for the loop to note once they are: either way a rollout learner
+        learns against the weights that acted. Returns the actions."""
         run = self.run
         assert run.learning is not None and run.display is not None
         show = run.display.due()
         row = shown if ids is None else row_of(ids, shown)
         epsilon = run.learner.epsilon(step)
-        # Once the step before is recorded (show_now), obs are the memory's newest rows.
-        stored = show_now and ids is None
-        actions, q_shown = run.learning.act(obs, epsilon, row if show else None, stored, ids)
+        whole = ids is None  # a memory notes extras of every environment at once
+        learning = run.learning
+        actions, q_shown = learning.act(obs, epsilon, row if show else None, stored and whole, ids)
+        if whole and not stored and learning.actor.extras:
+            # the version now: the sync loop learns, the lagged one adopts, after the step
+            self.to_note = (learning.actor.extras, learning._acted_version())
         self.env.send(actions)
         if ids is not None:
             self.taken[ids] = actions

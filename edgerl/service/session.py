@@ -17,6 +17,7 @@ from edgerl.files.private import run_umask
 from edgerl.files.sidefiles import SideFiles
 from edgerl.hw.clocks import MaxClocks, state_dir_for
 from edgerl.hw.monitor import LoadMonitor
+from edgerl.learners.kinds import learner_kind
 from edgerl.report.estimate import PaceEstimate
 from edgerl.report.evaluate import Evaluator, eval_period
 from edgerl.report.hooks import Hook, Run
@@ -118,7 +119,10 @@ def training_session(
         period = eval_period(trainer.cfg)
         if period:
             device = trainer.device.type  # cpu or cuda
-            evaluator = Evaluator(trainer.run_dir, period, trainer.cfg.eval, side, device)
+            sample = learner_kind(trainer.cfg.agent.algo).samples_when_played
+            evaluator = Evaluator(
+                trainer.run_dir, period, trainer.cfg.eval, side, device, sample=sample
+            )
             stack.callback(evaluator.close)  # also when the loop fails: the thread ends first
             trainer.add_hook(evaluator)
         yield session
