@@ -195,7 +195,9 @@ class Sampling:
     cumulative distribution at the row's uniform noise, and keeps the action's log-probability
     and the row's mean output as its extras."""
 
+    action_shape: tuple[int, ...] = ()  # an action id
     noise_dtype = "float32"
+    noise_shape: tuple[int, ...] = ()
     extras = ("logp", "mean")
     per_env = False
 

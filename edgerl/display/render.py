@@ -234,11 +234,12 @@ def text_frame(
                 f"\x1b[38;5;{t}m\x1b[48;5;{b}m\u2580" for t, b in zip(top, bottom, strict=True)
             )
             lines.append(cells + "\x1b[0m")
-    action = (
-        action_meanings[meta.action]
-        if 0 <= meta.action < len(action_meanings)
-        else str(meta.action)
-    )
+    if 0 <= meta.action < len(action_meanings):
+        action = action_meanings[meta.action]
+    elif meta.action < 0 and meta.q_values:  # a continuous game's: its numbers
+        action = " ".join(f"{v:+.2f}" for v in meta.q_values[:8])
+    else:
+        action = str(meta.action)
     if status is None:
         status = " | ".join([*overlay_lines(meta), f"action {action}"]).replace("   ", " ")
     lines += fit_status(status, width or shutil.get_terminal_size((100, 40)).columns)
@@ -331,6 +332,8 @@ class PlayRenderer(Observer):
         if self.kind == "console":
             name = self.actions[action] if 0 <= action < len(self.actions) else str(action)
             best = f" | Q {max(meta.q_values):+.3f}" if meta.q_values else ""
+            if action < 0 and meta.q_values:  # a continuous game's action: its numbers
+                name, best = " ".join(f"{v:+.3f}" for v in meta.q_values[:8]), ""
             status = f"episode {episode} | step {step:,} | score {ret:+.0f} | action {name}{best}"
             if frame is None:
                 status = "obs [" + " ".join(f"{v:+.3f}" for v in obs.ravel()) + "] | " + status

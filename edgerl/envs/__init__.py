@@ -43,7 +43,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgerl.config import EnvConfig
-from edgerl.envs.actions import refuse_continuous
+from edgerl.envs.actions import (
+    greedy_actions,
+    random_actions,
+    refuse_continuous,
+    shown_action,
+    with_random_vectors,
+)
 from edgerl.envs.ale import AleVecEnv, ale_game, canonical_id, known_ids, rom_exists, unknown_id
 from edgerl.envs.gym_image import GymImageVecEnv
 from edgerl.envs.gym_vector import GymVecEnv, gym_spec
@@ -76,11 +82,15 @@ __all__ = [
     "VecEnv",
     "ale_game",
     "canonical_id",
+    "greedy_actions",
     "longest_episode",
     "make_env",
     "probe",
+    "random_actions",
     "refuse_continuous",
     "short_env_name",
+    "shown_action",
+    "with_random_vectors",
 ]
 
 

@@ -125,3 +125,42 @@ class ToGame:
                 "infinity): the learner's network has diverged; lower its learning rate"
             )
         return np.clip(a, self.low, self.high)
+
+
+def greedy_actions(spec: EnvSpec, outputs: np.ndarray) -> np.ndarray:
+    """The actions a policy's ``outputs`` (a batch of its network's rows) stand for when it
+    acts greedily: a discrete game's the argmax of each row (int64); a continuous game's
+    network outputs its action itself, the float32 numbers within their bounds."""
+    if spec.continuous:
+        return np.asarray(outputs, dtype=np.float32)
+    return np.asarray(outputs).argmax(axis=1).astype(np.int64)
+
+
+def random_actions(spec: EnvSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` uniformly random actions of ``spec``'s game from ``rng``: ids (int64), or
+    float32 vectors uniform within the bounds."""
+    if not spec.continuous:
+        return rng.integers(0, spec.num_actions, size=n, dtype=np.int64)
+    low = np.asarray(spec.action_low, dtype=np.float32)
+    high = np.asarray(spec.action_high, dtype=np.float32)
+    return rng.uniform(low, high, size=(n, *spec.action_shape)).astype(np.float32)
+
+
+def with_random_vectors(
+    spec: EnvSpec, actions: np.ndarray, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
+    """A continuous game's ``actions`` (one vector per environment), each replaced by a
+    uniformly random one of :func:`random_actions` with probability ``epsilon`` (a discrete
+    game's exploration is :func:`edgerl.learners.explore.with_exploration`)."""
+    n = len(actions)
+    out = np.array(actions, dtype=np.float32)
+    explore = rng.random(n) < epsilon
+    if explore.any():
+        out[explore] = random_actions(spec, int(explore.sum()), rng)
+    return out
+
+
+def shown_action(spec: EnvSpec, action: Any) -> int:
+    """What a frame's overlay names as the action taken: a discrete game's id; -1 for a
+    continuous game's vector, whose numbers the overlay shows as the policy's figures."""
+    return -1 if spec.continuous else int(action)

@@ -2,7 +2,8 @@
 
 The graph takes the uint8 observation batch exactly as the environment returns it (the scaling is
 inside) and returns ``q_values`` (float32) and ``action`` (int32, the argmax; int32 because
-TensorRT 8.x has no int64 outputs). The batch dimension is dynamic. Opset 17 is the newest that
+TensorRT 8.x has no int64 outputs; for a continuous game, the network's output is the action:
+both are its float32 numbers). The batch dimension is dynamic. Opset 17 is the newest that
 TensorRT 8.5 (JetPack 5) parses; TensorRT 8.6 and 10 (JetPack 6 and 7) read it too.
 """
 
@@ -32,14 +33,18 @@ EXPORT_COPIES = 3  # of the weights, beside the policy's own (see check_export_m
 
 
 class GreedyPolicy(nn.Module):
-    """Q-network plus argmax: the whole policy in one graph."""
+    """Q-network plus argmax: the whole policy in one graph. For a ``continuous`` game the
+    network outputs the action itself: both outputs are its float32 numbers."""
 
-    def __init__(self, q_net: nn.Module) -> None:
+    def __init__(self, q_net: nn.Module, continuous: bool = False) -> None:
         super().__init__()
         self.q = q_net
+        self.continuous = continuous
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q_values = self.q(obs).float()
+        if self.continuous:
+            return q_values, q_values.clone()
         return q_values, q_values.argmax(dim=1).to(torch.int32)
 
 
@@ -57,7 +62,7 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     if fp16:
         net = net.half()
         net.input_dtype = torch.float16
-    module = GreedyPolicy(net).eval()
+    module = GreedyPolicy(net, spec.continuous).eval()
     dummy = torch.zeros((1, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(out)

@@ -29,13 +29,18 @@ from edgerl.learners.explore import exploration
 class ActingPolicy(Protocol):
     net: nn.Module  # called as net(obs), or as net(obs, envs) where per_env
     per_env: bool  # each row's environment may act with a network of its own (a population)
-    num_actions: int
+    num_actions: int  # discrete actions; a continuous action's numbers
+    # One action's shape: () an action id (float32 in choose()'s column, int64 once unpacked),
+    # (numbers,) a continuous game's float32 vector.
+    action_shape: tuple[int, ...]
     extras: tuple[str, ...]  # what choose() gives beside each action, in its columns' order
     noise_dtype: str  # the dtype of draw()'s array (a torch dtype's name)
+    noise_shape: tuple[int, ...]  # one row's noise: () a number, (k,) k numbers
 
     def draw(self, epsilon: float | np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         """The noise of ``n`` rows at exploration rate ``epsilon`` (one, or one per row),
-        shape ``(n,)``; where :meth:`needs_forward` is False, it is the actions themselves."""
+        shape ``(n, *noise_shape)``; where :meth:`needs_forward` is False, it is the actions
+        themselves, shape ``(n, *action_shape)``."""
         ...
 
     def needs_forward(self, epsilon: float | np.ndarray) -> bool:
@@ -43,14 +48,22 @@ class ActingPolicy(Protocol):
         ...
 
     def choose(self, out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """Each row's action and extras, ``(n, 1 + len(extras))`` float32 (the action in the
-        first column, exact as a float), from the network's output ``out`` and the rows'
-        ``noise``; tensor operations only, no random numbers (a CUDA graph captures it)."""
+        """Each row's action and extras, ``(n, width + len(extras))`` float32 (the action in
+        the first ``width`` columns: an id, exact as a float, or a vector's numbers; ``width``
+        is :func:`action_width`), from the network's output ``out`` and the rows' ``noise``;
+        tensor operations only, no random numbers (a CUDA graph captures it)."""
         ...
 
     def per_action(self, out: torch.Tensor) -> torch.Tensor:
-        """The figures the viewer shows per action, ``(n, num_actions)``."""
+        """The figures the viewer shows per action, ``(n, num_actions)`` (for a continuous
+        game, its action's numbers as the policy would act greedily)."""
         ...
+
+
+def action_width(policy: ActingPolicy) -> int:
+    """The columns one action takes in :meth:`ActingPolicy.choose`'s rows: 1 for an id, a
+    continuous action's numbers."""
+    return int(np.prod(policy.action_shape, dtype=np.int64)) if policy.action_shape else 1
 
 
 class EpsilonGreedy:
@@ -59,7 +72,9 @@ class EpsilonGreedy:
     ``max_a Q`` as the extra ``"value"``; with ``per_env``, ``net`` is called with the rows'
     environment ids as well. At epsilon 1 no forward pass runs."""
 
+    action_shape: tuple[int, ...] = ()
     noise_dtype = "int64"
+    noise_shape: tuple[int, ...] = ()
 
     def __init__(
         self, net: nn.Module, num_actions: int, keep_values: bool = False, per_env: bool = False

@@ -343,6 +343,8 @@ class DQNKind(Basics):
     """DQN's kind (its registry line's ``KIND``): a Q-network, epsilon-greedy acting, an update
     made fast before training."""
 
+    update_modes = True
+
     def build(self, net: nn.Module, cfg: Config, device: torch.device) -> DQN:
         return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)
 

@@ -17,7 +17,7 @@ from torch import nn
 from edgerl.config import Config
 from edgerl.config.checks import check_consistency
 from edgerl.config.learners import learner_info
-from edgerl.envs import EnvSpec, ale_game, refuse_continuous
+from edgerl.envs import EnvSpec, ale_game
 from edgerl.errors import ConfigError
 from edgerl.learners import Learner
 from edgerl.learners.acting import ActingPolicy
@@ -71,8 +71,12 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
     """Refuse settings the learner cannot train with (ConfigError, one sentence): its memory's
     rules first, then how it learns beside the environments."""
     algo = cfg.agent.algo
-    if not learner_kind(algo).continuous_actions:
-        refuse_continuous(spec, algo)  # a game of continuous actions, for one that picks
+    learner_kind(algo).refuse_game(spec, algo)  # a game whose actions it cannot learn
+    if spec.continuous and cfg.fleet.actors:
+        raise ConfigError(
+            f"fleet.actors takes games of discrete actions for now, and '{spec.id}' has "
+            "continuous ones: train it on this machine (set fleet.actors to 0)"
+        )
     memory_kind(cfg).refuse(cfg)
     if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
         raise ConfigError(

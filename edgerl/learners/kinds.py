@@ -24,7 +24,7 @@ from torch import nn
 
 from edgerl.config import Config
 from edgerl.config.learners import LearnerInfo, learner_info
-from edgerl.envs import EnvSpec
+from edgerl.envs import EnvSpec, refuse_continuous
 from edgerl.learners.acting import ActingPolicy, EpsilonGreedy
 from edgerl.learners.nets import build_q_network, num_actions_of
 
@@ -41,9 +41,18 @@ class LearnerKind(Protocol):
     switches_per_episode: bool
     # It learns actions that are numbers (a bounded Box); else it picks one of a few.
     continuous_actions: bool
+    # Its ``update(batch)`` runs in every mode ``edgerl doctor --deep`` compares (eager,
+    # channels-last, each autocast dtype, a CUDA graph); else doctor checks that it learns.
+    update_modes: bool
     # Its evaluations and ``edgerl play`` draw each action from the policy's outputs (a softmax
-    # of logits: a policy that samples as it learns), not the largest.
+    # of logits: a policy that samples as it learns), not the largest. A continuous game's are
+    # played greedily whatever this says: its network outputs the action itself.
     samples_when_played: bool
+
+    def refuse_game(self, spec: EnvSpec, algo: str) -> None:
+        """Raise EnvError (one sentence) where it cannot learn ``spec``'s game (called
+        ``algo`` in the config), before anything is built."""
+        ...
 
     def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
         """Its policy network for ``spec`` with hidden widths ``hidden`` (fresh weights): what
@@ -104,8 +113,14 @@ class Basics:
 
     switches_per_episode = False
     continuous_actions = False
+    update_modes = False
     samples_when_played = False
     layer_norm = False
+
+    def refuse_game(self, spec: EnvSpec, algo: str) -> None:
+        """A game of continuous actions, for a learner that picks one of a few."""
+        if not self.continuous_actions:
+            refuse_continuous(spec, algo)
 
     def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
         return build_q_network(spec, hidden, layer_norm=self.layer_norm)

@@ -123,7 +123,9 @@ class Sampling:
     nothing); its extras are the row's value and the log-probability of the action drawn.
     Exploration is the distribution's own: the trainer's epsilon is not used."""
 
+    action_shape: tuple[int, ...] = ()  # an action id
     noise_dtype = "float32"
+    noise_shape: tuple[int, ...] = ()
     per_env = False
     extras = ("value", "logp")
 

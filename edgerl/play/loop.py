@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgerl.config import EnvConfig
-from edgerl.envs import VecEnv, make_env, within_reference
+from edgerl.envs import (
+    EnvSpec,
+    VecEnv,
+    greedy_actions,
+    make_env,
+    shown_action,
+    with_random_vectors,
+    within_reference,
+)
 from edgerl.errors import EnvError
 from edgerl.learners.explore import with_exploration
 from edgerl.play.observer import Moment, Observer
@@ -145,11 +153,29 @@ def _env_config(policy: Policy, env_id: str | None) -> EnvConfig:
     return env_cfg
 
 
-def check_matches(policy: Policy, env: VecEnv) -> None:
-    """Raise EnvError unless ``env`` has the observations and actions ``policy`` learned."""
+def explored(
+    spec: EnvSpec, actions: np.ndarray, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``actions``, each replaced by a uniformly random action of ``spec``'s game with
+    probability ``epsilon`` (``--epsilon``, an evaluation's ``eval.epsilon``)."""
+    if spec.continuous:
+        return with_random_vectors(spec, actions, epsilon, rng)
+    return with_exploration(actions, epsilon, spec.num_actions, rng)
+
+
+def check_matches(policy: Policy, env: VecEnv, sample: bool = False) -> None:
+    """Raise EnvError unless ``env`` has the observations and actions ``policy`` learned, and
+    can be played as asked (``sample``: drawn from a softmax of the policy's outputs)."""
+    if sample and policy.spec.continuous:
+        raise EnvError(
+            f"the policy plays {policy.spec.id}, a game of continuous actions, and its "
+            "network outputs the action itself: there is no softmax to sample; play it "
+            "greedily (without --sample)"
+        )
     if (
         env.spec.obs_shape != policy.spec.obs_shape
         or env.spec.num_actions != policy.spec.num_actions
+        or env.spec.action_shape != policy.spec.action_shape
     ):
         raise EnvError(
             f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
@@ -174,10 +200,11 @@ def play(
     if screens and not any(w.window for w in observers):
         draw_offscreen()
     wants_q = any(w.wants_q for w in observers)
+    spec = policy.spec
     with contextlib.ExitStack() as cleanup:
         env = make_env(env_cfg, screens=screens)
         cleanup.callback(env.close)
-        check_matches(policy, env)
+        check_matches(policy, env, o.sample)
         for w in observers:
             w.on_start(env, cleanup)
         obs = env.reset(seed=o.seed)
@@ -198,14 +225,16 @@ def play(
             t0 = time.perf_counter_ns()
             if wants_q or o.sample:
                 q = policy.q_values(obs)
-                action = sampled_actions(q, rng) if o.sample else q.argmax(axis=1)
+                action = sampled_actions(q, rng) if o.sample else greedy_actions(spec, q)
             else:
                 q = None
                 action = policy.act(obs)
             latencies.append(time.perf_counter_ns() - t0)
             if o.epsilon > 0:
-                action = with_exploration(action, o.epsilon, policy.spec.num_actions, rng)
-            step = env.step(np.asarray(action, dtype=np.int64))
+                action = explored(spec, action, o.epsilon, rng)
+            if spec.continuous:  # what a screen shows of the step: the action's numbers
+                q = np.asarray(action, dtype=np.float32)
+            step = env.step(np.asarray(action, dtype=spec.action_dtype))
             ret += float(step.rewards[0])
             if length < o.within_steps:
                 within += float(step.rewards[0])
@@ -220,7 +249,7 @@ def play(
                 final_obs = step.final_obs[0]
             moment = Moment(
                 obs[0],
-                int(action[0]),
+                shown_action(spec, action[0]),
                 None if q is None else q[0],
                 step.obs[0],
                 final_obs,
@@ -293,8 +322,9 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
             returns_within,
         )  # fmt: skip
 
+    spec = policy.spec
     with contextlib.closing(make_env(env_cfg)) as env:
-        check_matches(policy, env)
+        check_matches(policy, env, o.sample)
         while len(returns) < o.episodes:
             wave = min(n, o.episodes - len(returns))  # the first ``wave`` environments count
             obs = env.reset(seed=o.seed + len(returns))
@@ -310,10 +340,10 @@ def play_together(policy: Policy, options: PlayOptions | None = None) -> PlayRes
                 if o.sample:
                     actions = sampled_actions(policy.q_values(obs), rng)
                 else:
-                    actions = np.asarray(policy.act(obs), dtype=np.int64)
+                    actions = np.asarray(policy.act(obs), dtype=spec.action_dtype)
                 latencies.append(time.perf_counter_ns() - t0)
                 if o.epsilon > 0:
-                    actions = with_exploration(actions, o.epsilon, policy.spec.num_actions, rng)
+                    actions = explored(spec, actions, o.epsilon, rng)
                 step = env.step(actions)
                 steps += int(playing.sum())
                 ret += np.where(playing, step.rewards, 0.0)

@@ -1,10 +1,11 @@
 """Learned policies behind one interface, and :func:`load_policy`, which opens one from a file.
 
 A :class:`Policy` maps a batch of observations (numpy, exactly as the environment returns them) to
-Q-values and greedy actions. Backends, each in a module of its own and imported only when used:
-``torch.py`` (a Q-network restored from a checkpoint), ``onnx.py`` (an exported ONNX file on ONNX
-Runtime) and ``tensorrt.py`` (a TensorRT engine). They read the files :mod:`edgerl.export` writes;
-``edgerl play`` plays them, and the export's checks compare them with each other.
+its network's outputs (Q-values, logits, or a continuous game's action) and greedy actions.
+Backends, each in a module of its own and imported only when used: ``torch.py`` (a policy
+network restored from a checkpoint), ``onnx.py`` (an exported ONNX file on ONNX Runtime)
+and ``tensorrt.py`` (a TensorRT engine). They read the files :mod:`edgerl.export` writes; ``edgerl
+play`` plays them, and the export's checks compare them with each other.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ class Policy(Protocol):
     env_config: dict[str, Any]  # the [env] section the policy was trained with
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q-values, shape (batch, num_actions), float32."""
+        """The network's outputs, shape (batch, num_actions), float32: Q-values or logits;
+        for a continuous game, the greedy action's numbers."""
         ...
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy actions, shape (batch,), int64."""
+        """Greedy actions: shape (batch,), int64; for a continuous game (batch, numbers),
+        float32 within the bounds."""
         ...
 
 

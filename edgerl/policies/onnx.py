@@ -145,4 +145,4 @@ class OnnxPolicy:
         return self._run(obs)[0]
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return self._run(obs)[1].astype(np.int64)
+        return self._run(obs)[1].astype(self.spec.action_dtype)

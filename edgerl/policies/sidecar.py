@@ -51,6 +51,11 @@ class Sidecar:
     agreement: dict[str, Any] = field(default_factory=dict)
     latency_us: dict[str, float] = field(default_factory=dict)
     format: str = SIDECAR_FORMAT
+    # A continuous game's action: its shape and bounds (empty: a discrete game's, as in every
+    # file written before continuous actions; the graph's ``action`` output is then float32).
+    action_shape: list[int] = field(default_factory=list)
+    action_low: list[float] = field(default_factory=list)
+    action_high: list[float] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -59,13 +64,37 @@ class Sidecar:
         """The EnvSpec of the game this policy plays."""
         from edgerl.envs import EnvSpec
 
-        return EnvSpec(
-            self.env_id,
-            self.kind,
-            tuple(self.obs_shape),
-            self.obs_dtype,
-            len(self.action_meanings),
-            tuple(self.action_meanings),
+        d = {
+            "id": self.env_id,
+            "kind": self.kind,
+            "obs_shape": self.obs_shape,
+            "obs_dtype": self.obs_dtype,
+            "num_actions": len(self.action_meanings),
+            "action_meanings": self.action_meanings,
+            "action_shape": self.action_shape,
+            "action_low": self.action_low,
+            "action_high": self.action_high,
+        }
+        try:
+            return EnvSpec.from_dict(d)
+        except (TypeError, ValueError) as e:
+            raise ExportError(
+                f"the policy's description of {self.env_id} is damaged: {e}"
+            ) from None
+
+    @classmethod
+    def of(cls, spec: Any, **fields: Any) -> Sidecar:
+        """The description of a policy for ``spec``'s game (an EnvSpec), with ``fields``."""
+        return cls(
+            env_id=spec.id,
+            kind=spec.kind,
+            obs_shape=list(spec.obs_shape),
+            obs_dtype=spec.obs_dtype,
+            action_meanings=list(spec.action_meanings),
+            action_shape=list(spec.action_shape),
+            action_low=list(spec.action_low),
+            action_high=list(spec.action_high),
+            **fields,
         )
 
     @classmethod
@@ -120,6 +149,9 @@ SIDECAR_TYPES: dict[str, type | tuple[type, ...]] = {
     "step": int,
     "batch_max": int,
     "precision": str,
+    "action_shape": list,
+    "action_low": list,
+    "action_high": list,
 }
 
 

@@ -139,7 +139,8 @@ class TensorRTPolicy:
             (self.batch_max, len(s.action_meanings)), dtype=torch.float32, device=dev
         )
         out_dtype = self._dtype_of(trt, OUTPUTS[1])
-        self.d_action = torch.empty((self.batch_max,), dtype=out_dtype, device=dev)
+        shape = (self.batch_max, *s.action_shape)  # an id, or a continuous action's numbers
+        self.d_action = torch.empty(shape, dtype=out_dtype, device=dev)
         self.stream = torch.cuda.Stream()
         self._torch = torch
 
@@ -174,4 +175,4 @@ class TensorRTPolicy:
         return self._run(obs)[0]
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return self._run(obs)[1].astype(np.int64)
+        return self._run(obs)[1].astype(self.spec.action_dtype)

@@ -11,7 +11,7 @@ import torch
 
 from edgerl.config import from_dict
 from edgerl.config.learners import LEARNERS
-from edgerl.envs import EnvSpec
+from edgerl.envs import EnvSpec, greedy_actions
 from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
@@ -52,7 +52,8 @@ class TorchPolicy:
         self.env_config = env_config
         self.hidden = cfg.agent.hidden
         self.kind = learner_kind(checkpoint.kind)  # builds its network (PQN's has LayerNorm)
-        self.samples = self.kind.samples_when_played  # how its evaluations acted
+        # how its evaluations acted (a continuous game's network outputs its greedy action)
+        self.samples = self.kind.samples_when_played and not self.spec.continuous
         self.step = checkpoint.step
         q_state = checkpoint.learner.get(POLICY_KEY)
         if not isinstance(q_state, dict):
@@ -97,8 +98,7 @@ class TorchPolicy:
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray) -> np.ndarray:
-        q = self.net(torch.as_tensor(obs, device=self.device))
-        return q.argmax(dim=1).cpu().numpy()
+        return greedy_actions(self.spec, self.q_values(obs))
 
 
 def _check_memory(net: torch.nn.Module, device: torch.device, source: Path) -> None:

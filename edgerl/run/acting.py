@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from edgerl.envs import EnvSpec, Step, VecEnv
+from edgerl.envs import EnvSpec, Step, VecEnv, shown_action
 from edgerl.envs.batches import Batches, overlaps_emulation, row_of
 from edgerl.learners.kinds import learner_kind
 
@@ -76,7 +76,8 @@ class LocalActing:
         # extras, and the version of the weights that said it), for the memory once they are.
         self.to_note: tuple[dict[str, np.ndarray], int] | None = None
         self.batches: Batches | None = None  # ALE's async mode: rows of some environments
-        self.taken = np.zeros(env.num_envs, dtype=np.int64)  # the action each env is taking
+        spec = run.spec  # the action each env is taking: an id, or a continuous game's numbers
+        self.taken = np.zeros((env.num_envs, *spec.action_shape), dtype=spec.action_dtype)
 
     def run_steps(self, total: int, episodes_csv: EpisodeWriter) -> None:
         """Step the environments until ``total`` steps or a stop request."""
@@ -160,7 +161,8 @@ class LocalActing:
         if ids is not None:
             self.taken[ids] = actions
         if show and row is not None:  # now, or once the step before is recorded
-            self.to_show = (obs[row], int(actions[row]), q_shown, step, epsilon)
+            action = shown_action(run.spec, actions[row])
+            self.to_show = (obs[row], action, q_shown, step, epsilon)
             if show_now:
                 self._show(*self.to_show)
         return actions

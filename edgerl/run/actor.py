@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from edgerl.hw.device import CUDA_GRAPH_WARMUP, host_event
-from edgerl.learners.acting import ActingPolicy
+from edgerl.learners.acting import ActingPolicy, action_width
 
 
 def _copy_weights(dst: nn.Module, src: nn.Module) -> None:
@@ -168,7 +168,8 @@ class Actor:
         # The policy's extras of each row of the last forward pass, by name (empty: none ran):
         # a rollout learner reuses the greedy values instead of computing them again.
         self.extras: dict[str, np.ndarray] = {}
-        self._width = 1 + len(policy.extras)  # the columns of the policy's choice
+        self._action_width = action_width(policy)  # an id's one column, or a vector's numbers
+        self._width = self._action_width + len(policy.extras)  # the columns of its choice
         self._graphs: list[Any] = []
         if self.cuda:
             self._open_device(obs_shape, obs_dtype, use_graph)
@@ -193,13 +194,15 @@ class Actor:
         self._obs_host = torch.empty((n, *obs_shape), dtype=dtype, pin_memory=pin)
         self._obs = torch.zeros((n, *obs_shape), dtype=dtype, device=device)
         noise = getattr(torch, self.policy.noise_dtype)
-        self._noise_host = torch.zeros((n,), dtype=noise, pin_memory=pin)
-        self._noise = torch.zeros((n,), dtype=noise, device=device)
+        shape = (n, *self.policy.noise_shape)
+        self._noise_host = torch.zeros(shape, dtype=noise, pin_memory=pin)
+        self._noise = torch.zeros(shape, dtype=noise, device=device)
         self._envs_host = torch.arange(n, dtype=torch.int64, pin_memory=pin)
         self._envs = torch.arange(n, dtype=torch.int64, device=device)
         self._shown = torch.zeros((), dtype=torch.long, device=device)
         # the policy's choice, a row per environment (the action as float32, exact for any
-        # action id, then the extras), then the shown environment's per-action figures
+        # action id, or a vector's numbers; then the extras), then the shown environment's
+        # per-action figures
         size = n * self._width + self.num_actions
         self._out = torch.zeros(size, device=device)
         self._out_host = torch.zeros(size, pin_memory=pin)
@@ -293,7 +296,11 @@ class Actor:
         return self._unpack(chosen, n), (None if shown is None else out[rows:].copy())
 
     def _unpack(self, chosen: np.ndarray, n: int) -> np.ndarray:
-        """The actions of the policy's choice; its extras go to :attr:`extras` (copies)."""
-        for i, name in enumerate(self.policy.extras, start=1):
+        """The actions of the policy's choice (action ids as int64, or a continuous game's
+        float32 vectors); its extras go to :attr:`extras` (copies)."""
+        width = self._action_width
+        for i, name in enumerate(self.policy.extras, start=width):
             self.extras[name] = chosen[:n, i].copy()
+        if self.policy.action_shape:
+            return chosen[:n, :width].reshape(n, *self.policy.action_shape).copy()
         return chosen[:n, 0].astype(np.int64)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.config.learners import RemoteActors
-from edgerl.envs import Step
+from edgerl.envs import Step, shown_action
 from edgerl.learners.shared import epsilons_at
 from edgerl.report.hooks import TICK_EVERY_S
 from edgerl.run.acting import ActingRun
@@ -128,7 +128,8 @@ def show(run: ActingRun, chunk: Chunk) -> None:
     epsilon = run.learner.epsilon(run.step)
     for t in range(len(chunk.actions)):
         if run.display.due():
-            run.show_frame(chunk.items[t][:1], int(chunk.actions[t][0]), None, run.step, epsilon)
+            action = shown_action(run.spec, chunk.actions[t][0])
+            run.show_frame(chunk.items[t][:1], action, None, run.step, epsilon)
 
 
 def as_obs(run: ActingRun, items: np.ndarray) -> np.ndarray:
