@@ -46,6 +46,7 @@ from edgerl.config.sections import (
     PPOConfig,
     PQNConfig,
     ReplayConfig,
+    SACConfig,
     TrainConfig,
 )
 
@@ -59,6 +60,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     pqn: PQNConfig = field(default_factory=PQNConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
     ga: GAConfig = field(default_factory=GAConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     display: DisplayConfig = field(default_factory=DisplayConfig)

@@ -154,6 +154,26 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# SAC's presets (vectors only: it learns continuous actions from vector observations). CleanRL's
+# sac_continuous_action.py: one environment, batches of 256 from a replay of 1,000,000, learning
+# after 5,000 random steps, one critic update per env step, the policy at lr 3e-4 (the critics at
+# sac.q_lr 1e-3), no gradient clipping; evaluations every 5,000 steps, as its tasks' runs are
+# short (Pendulum-v1 learns within 20,000 steps).
+SAC_PRESETS: dict[str, dict[str, Any]] = {
+    "vector": {
+        "env.num_envs": 1,
+        "agent.lr": 3e-4,
+        "agent.batch_size": 256,
+        "agent.train_freq": 1,
+        "agent.learning_starts": 5_000,
+        "agent.grad_clip": 0.0,
+        "agent.hidden": (256, 256),
+        "replay.capacity": 1_000_000,
+        "train.steps": 1_000_000,
+        "eval.every_steps": 5_000,
+    },
+}
+
 # agent.algo -> the learner. A new learner: a module in edgerl/learners/ and a line here.
 LEARNERS: dict[str, LearnerInfo] = {
     # DQN declares no ratio_key: every run on record trained at 8 samples per env step (batches
@@ -222,6 +242,28 @@ LEARNERS: dict[str, LearnerInfo] = {
             "ppo.orthogonal_init",
             "agent.gamma",
             "agent.lr_end",
+        ),
+    ),
+    "sac": LearnerInfo(
+        "edgerl.learners.sac",
+        memory="replay",
+        schedule=Schedule.SAMPLES,
+        presets=SAC_PRESETS,
+        sample_keys=(
+            "env.num_envs",
+            "agent.batch_size",
+            "agent.train_freq",
+            "agent.lr",
+            "agent.learning_starts",
+            "agent.n_step",
+            "replay.capacity",
+            "agent.gamma",
+            "agent.lr_end",
+            "sac.q_lr",
+            "sac.tau",
+            "sac.policy_frequency",
+            "sac.alpha",
+            "sac.autotune",
         ),
     ),
     "ga": LearnerInfo(

@@ -68,7 +68,8 @@ class AgentConfig:
         "dqn",
         "the learner: dqn (Double DQN with a replay memory), pqn (Q(lambda) without one: "
         "for boards with little memory; its keys are in [pqn]), ppo (proximal policy "
-        "optimisation, a policy that samples its actions; its keys are in [ppo]) or ga (a "
+        "optimisation, a policy that samples its actions; its keys are in [ppo]), sac (soft "
+        "actor-critic, for games whose actions are numbers; its keys are in [sac]) or ga (a "
         "genetic algorithm, forward passes only; its keys are in [ga])",
         choices=LEARNERS.keys(),  # a view: a learner registered later is a choice too
     )
@@ -183,6 +184,38 @@ class PPOConfig:
         False,
         "start from orthogonal weights as CleanRL's layer_init: gain sqrt(2) for hidden layers, "
         "0.01 for the policy's output, 1 for the value's, biases 0",
+    )
+
+
+@dataclass
+class SACConfig:
+    q_lr: float = setting(
+        1e-3,
+        "the critics' and the temperature's Adam learning rate (the policy's is agent.lr)",
+        min=0.0,
+        max=1.0,
+    )
+    tau: float = setting(
+        0.005,
+        "how far the target critics move towards the critics after each update",
+        min=0.0,
+        max=1.0,
+    )
+    policy_frequency: int = setting(
+        2,
+        "critic updates between the policy's, which then makes this many updates at once "
+        "(TD3's delay, as CleanRL's sac_continuous_action.py)",
+        min=1,
+        max=1_000,
+    )
+    alpha: float = setting(
+        0.2,
+        "the entropy's temperature at the start (fixed where sac.autotune is off)",
+        min=1e-8,
+        max=1e4,
+    )
+    autotune: bool = setting(
+        True, "tune the temperature towards a target entropy of minus the action's numbers"
     )
 
 
