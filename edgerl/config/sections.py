@@ -185,6 +185,17 @@ class PPOConfig:
         "start from orthogonal weights as CleanRL's layer_init: gain sqrt(2) for hidden layers, "
         "0.01 for the policy's output, 1 for the value's, biases 0",
     )
+    normalize_obs: bool = setting(
+        True,
+        "a continuous game's observations normalised by running statistics the policy keeps "
+        "(and clipped to +-10), as CleanRL's ppo_continuous_action.py",
+    )
+    normalize_rewards: bool = setting(
+        True,
+        "a continuous game's rewards divided by the running standard deviation of each "
+        "environment's discounted return (and clipped to +-10), as CleanRL's "
+        "ppo_continuous_action.py",
+    )
 
 
 @dataclass

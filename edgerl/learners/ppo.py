@@ -44,9 +44,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig, PPOConfig
+from edgerl.envs import EnvSpec
+from edgerl.errors import EnvError
 from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.gaussian import (
+    GaussianPolicy,
+    GaussianPolicyAndValue,
+    GaussianSampling,
+    RewardScale,
+    gaussian_terms,
+    gaussian_value_network,
+)
 from edgerl.learners.kinds import Basics
-from edgerl.learners.nets import MLP, NatureCNN, num_actions_of, output_layer
+from edgerl.learners.nets import MLP, NatureCNN, build_q_network, num_actions_of, output_layer
 from edgerl.learners.pqn import minibatch_shape
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
@@ -94,6 +104,16 @@ def value_network(policy: nn.Module) -> nn.Module:
     linears = [m for m in policy.modules() if isinstance(m, nn.Linear)]
     widths = tuple(m.out_features for m in linears[:-1])
     return MLP(linears[0].in_features, 1, widths)
+
+
+def categorical_terms(
+    out: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probability of each row's action id under the softmax of its logits (a row of
+    :class:`PolicyAndValue`) and the softmax's entropy."""
+    logp_all = torch.log_softmax(out[:, :-1].float(), dim=1)
+    logp = logp_all.gather(1, actions.unsqueeze(1)).squeeze(1)
+    return logp, -(logp_all.exp() * logp_all).sum(dim=1)
 
 
 def orthogonal_init(policy: nn.Module, value: nn.Module) -> None:
@@ -198,15 +218,28 @@ class PPO:
         self.device = device
         self.total_steps = total_steps
         self.anneal_steps = ppo.anneal_steps or total_steps  # the learning rate's horizon
-        value_head = value_network(net)
+        # A continuous game's: a Gaussian head, its observations and rewards maybe normalised
+        self.gaussian = isinstance(net, GaussianPolicy)
+        value_head = gaussian_value_network(net) if self.gaussian else value_network(net)
         if ppo.orthogonal_init:  # before channels-last: the weights as they are laid out
             orthogonal_init(net, value_head)
         if isinstance(net, NatureCNN):
             net.use_channels_last()
-        self.q = net.to(device)  # the policy: the actions' logits (the name play reads)
+        self.q = net.to(device)  # the policy: the actions' logits or mean (the name play reads)
         self.value_head = value_head.to(device)
-        self.acting = PolicyAndValue(self.q, self.value_head)
-        self._policy = Sampling(self.acting, num_actions_of(net))
+        self.acting: nn.Module
+        self._policy: Sampling | GaussianSampling
+        self.reward_scale: RewardScale | None = None
+        if isinstance(net, GaussianPolicy):
+            net.norm.on.fill_(ppo.normalize_obs)
+            self.acting = GaussianPolicyAndValue(net, self.value_head)
+            self._policy = GaussianSampling(self.acting, net.game)
+            if ppo.normalize_rewards:
+                self.reward_scale = RewardScale(num_envs, cfg.gamma)
+        else:
+            self.acting = PolicyAndValue(self.q, self.value_head)
+            self._policy = Sampling(self.acting, num_actions_of(net))
+        self.terms = gaussian_terms if self.gaussian else categorical_terms
         self.optimizer = torch.optim.Adam(self.acting.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.losses = LossMeter(device)
         self.per_launch = 1
@@ -235,7 +268,7 @@ class PPO:
         return 0.0
 
     @property
-    def policy(self) -> Sampling:
+    def policy(self) -> Sampling | GaussianSampling:
         return self._policy
 
     def owed(self, step: int, memory: Memory | None = None) -> int:
@@ -262,8 +295,11 @@ class PPO:
             next_values = values[1:].clone()
             for t, rows, final in memory.finals:
                 next_values[t, rows] = self._values(final)
+            rewards = memory.rewards
+            if self.reward_scale is not None:
+                rewards = self.reward_scale(rewards, memory.terminated, memory.truncated)
             advantages = gae(
-                memory.rewards,
+                rewards,
                 memory.terminated,
                 memory.truncated,
                 values[:steps],
@@ -275,7 +311,7 @@ class PPO:
             explained = explained_variance(values[:steps].flatten(), returns)
         batch = (
             memory.obs[:steps].flatten(0, 1),
-            memory.actions.flatten(),
+            memory.actions.flatten(0, 1),  # ids (T * N,), or numbers (T * N, A)
             logp[:steps].flatten(),
             advantages.flatten(),
             returns,
@@ -294,6 +330,8 @@ class PPO:
                 self.updates += 1
         figures = torch.stack((approx_kl, clipped / (p.epochs * count), explained)).tolist()
         self.last_rollout = dict(zip(FIGURES, figures, strict=True))  # one wait a rollout
+        if self.gaussian:  # after learning: the next rollout acts and learns with the same
+            self.q.norm.take_in(memory.obs[:steps].flatten(0, 1))
         memory.clear()
         self.rollouts += 1
 
@@ -309,8 +347,7 @@ class PPO:
             out = self._forward_chunks(memory.obs[t])
             values[t] = out[:, -1]
             if t < memory.steps:
-                all_logp = torch.log_softmax(out[:, :-1], dim=1)
-                logp[t] = all_logp.gather(1, memory.actions[t].unsqueeze(1)).squeeze(1)
+                logp[t] = self.terms(out, memory.actions[t])[0]
                 self.recomputed += memory.num_envs
         return values, logp
 
@@ -335,9 +372,8 @@ class PPO:
         obs, actions, old_logp, advantages, returns, old_values = batch
         p = self.ppo
         out = self.acting(obs).float()
-        logp_all = torch.log_softmax(out[:, :-1], dim=1)
-        logp = logp_all.gather(1, actions.unsqueeze(1)).squeeze(1)
-        entropy = -(logp_all.exp() * logp_all).sum(dim=1).mean()
+        logp, entropies = self.terms(out, actions)
+        entropy = entropies.mean()
         if len(advantages) > 1:  # normalised per minibatch, as the reference does
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         log_ratio = logp - old_logp
@@ -365,7 +401,9 @@ class PPO:
     # -- state ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        scale = {} if self.reward_scale is None else {"reward_scale": self.reward_scale}
         return {
+            **{k: v.state_dict() for k, v in scale.items()},
             POLICY_KEY: self.q.state_dict(),
             "value_head": self.value_head.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -383,17 +421,42 @@ class PPO:
         self.updates = int(state["updates"])
         self.rollouts = int(state["rollouts"])
         self.generator.set_state(state["generator"])
+        if self.reward_scale is not None and "reward_scale" in state:
+            self.reward_scale.load_state_dict(state["reward_scale"])
 
 
 class PPOKind(Basics):
     """PPO's kind (its registry line's ``KIND``): a Q-network's shape whose outputs are the
     actions' logits, acting by sampling them (with a value head of its own beside), and
-    evaluated and played by sampling them too."""
+    evaluated and played by sampling them too; for a game whose actions are numbers, a
+    Gaussian head (:mod:`edgerl.learners.gaussian`), played by its mean."""
 
     samples_when_played = True
+    continuous_actions = True
 
-    def acting_policy(self, net: nn.Module) -> Sampling:
-        """Actions sampled from ``net``'s logits, with a fresh value head beside it."""
+    def refuse_game(self, spec: EnvSpec, algo: str) -> None:
+        """A game of continuous actions whose observations are frames: its Gaussian head is
+        for vectors."""
+        if spec.continuous and spec.has_frames:
+            raise EnvError(
+                f"agent.algo={algo} learns continuous actions from observations that are "
+                f"vectors, and '{spec.id}' shows frames: give it discrete actions (CarRacing-v3 "
+                "takes '{continuous = false}' in env.make_kwargs) or train a game of vectors"
+            )
+
+    def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
+        """The Q-networks' shape (logits); a Gaussian policy for a continuous game."""
+        if spec.continuous:
+            self.refuse_game(spec, "ppo")
+            return GaussianPolicy(spec, hidden)
+        return build_q_network(spec, hidden)
+
+    def acting_policy(self, net: nn.Module) -> Sampling | GaussianSampling:
+        """Actions sampled from ``net``'s logits (or its Gaussian), with a fresh value network
+        beside it."""
+        if isinstance(net, GaussianPolicy):
+            value = gaussian_value_network(net)
+            return GaussianSampling(GaussianPolicyAndValue(net, value), net.game)
         return Sampling(PolicyAndValue(net, value_network(net)), num_actions_of(net))
 
     def build(self, net: nn.Module, cfg: Config, device: torch.device) -> PPO:

@@ -119,7 +119,8 @@ def training_session(
         period = eval_period(trainer.cfg)
         if period:
             device = trainer.device.type  # cpu or cuda
-            sample = learner_kind(trainer.cfg.agent.algo).samples_when_played
+            played = learner_kind(trainer.cfg.agent.algo).samples_when_played
+            sample = played and not trainer.spec.continuous  # else: the network's own action
             evaluator = Evaluator(
                 trainer.run_dir, period, trainer.cfg.eval, side, device, sample=sample
             )

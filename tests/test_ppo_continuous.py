@@ -1,0 +1,134 @@
+"""PPO for games whose actions are numbers (edgerl/learners/gaussian.py): the Gaussian's
+log-probability and entropy against torch.distributions', the running statistics against numpy,
+the reward scale against the reference's NormalizeReward written out by hand, the actor's noted
+log-probabilities against the learner's own, and a short real Pendulum run whose policy
+normalises its observations in play and in the ONNX file export writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+from torch.distributions import Normal
+
+from edgerl.config import Config
+from edgerl.envs import probe
+from edgerl.learners.factory import build_learner
+from edgerl.learners.gaussian import (
+    GaussianPolicy,
+    RewardScale,
+    RunningNorm,
+    gaussian_terms,
+)
+from edgerl.learners.ppo import PPO
+from edgerl.run.actor import Actor, ActorWeights
+
+from .conftest import run_edgerl
+
+PENDULUM = probe("Pendulum-v1")
+
+
+def test_the_gaussians_log_probability_and_entropy_are_torchs():
+    torch.manual_seed(0)
+    mean, log_std = torch.randn(7, 3), torch.randn(3).expand(7, 3) * 0.3
+    out = torch.cat((mean, log_std, torch.zeros(7, 1)), dim=1)
+    actions = torch.randn(7, 3) * 2
+    logp, entropy = gaussian_terms(out, actions)
+    dist = Normal(mean, log_std.exp())
+    torch.testing.assert_close(logp, dist.log_prob(actions).sum(dim=1))
+    torch.testing.assert_close(entropy, dist.entropy().sum(dim=1))
+
+
+def test_the_running_statistics_are_the_observations_mean_and_variance():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (5, 50, 1)]
+    norm = RunningNorm(4, True)
+    for b in batches:
+        norm.take_in(torch.from_numpy(b))
+    every = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), every.mean(axis=0), rtol=1e-4)
+    np.testing.assert_allclose(norm.var.numpy(), every.var(axis=0), rtol=1e-4)
+    x = torch.from_numpy(every[:3]).float()
+    expected = (every[:3] - every.mean(axis=0)) / np.sqrt(every.var(axis=0) + 1e-8)
+    np.testing.assert_allclose(norm(x).numpy(), np.clip(expected, -10, 10), rtol=1e-3)
+    off = RunningNorm(4, False)
+    torch.testing.assert_close(off(x), x)
+
+
+def test_the_reward_scale_is_the_references_normalize_reward():
+    """CleanRL's NormalizeReward, by hand: each environment's return ``r * gamma + reward``
+    (reset where its episode ended), its running variance over every step so far, each reward
+    divided by that step's standard deviation."""
+    rng = np.random.default_rng(1)
+    rewards = rng.normal(-5, 3, size=(20, 2))
+    ended = rng.random((20, 2)) < 0.15
+    gamma, returns, seen = 0.9, np.zeros(2), []
+    expected = np.empty_like(rewards)
+    for t in range(20):
+        returns = returns * gamma + rewards[t]
+        seen += list(returns)
+        expected[t] = np.clip(rewards[t] / np.sqrt(np.var(seen) + 1e-8), -10, 10)
+        returns[ended[t]] = 0.0
+    scale = RewardScale(2, gamma)
+    half = torch.zeros(10, 2, dtype=torch.bool)
+    got = [  # in two rollouts: the returns go on across them
+        scale(torch.from_numpy(rewards[s]).float(), torch.from_numpy(ended[s]), half)
+        for s in (slice(0, 10), slice(10, 20))
+    ]
+    np.testing.assert_allclose(torch.cat(got).numpy(), expected, rtol=2e-3, atol=1e-5)
+
+
+def ppo_config() -> Config:
+    cfg = Config()
+    cfg.agent.algo, cfg.env.id, cfg.env.num_envs = "ppo", "Pendulum-v1", 4
+    cfg.agent.hidden = (16, 16)
+    cfg.ppo.normalize_obs = True
+    return cfg
+
+
+def test_the_actor_notes_what_the_learner_would_compute():
+    """The log-probability and value the actor notes of its sampled action are the learner's
+    own of that action (the first epoch's ratio is 1), with observations normalised."""
+    torch.manual_seed(0)
+    learner = build_learner(ppo_config(), PENDULUM, torch.device("cpu"))
+    assert isinstance(learner, PPO) and isinstance(learner.q, GaussianPolicy)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(5.0, 3.0, size=(4, 3)).astype(np.float32)
+    learner.q.norm.take_in(torch.from_numpy(obs))  # statistics away from 0 and 1
+    policy = learner.policy
+    actor = Actor(ActorWeights(policy.net, False), policy, 4, rng, (3,), "float32", False)
+    actions, shown = actor.act(obs, 0.0, shown=1)
+    assert actions.shape == (4, 1) and actions.dtype == np.float32
+    with torch.no_grad():
+        out = learner.acting(torch.from_numpy(obs))
+        logp, _ = learner.terms(out, torch.from_numpy(actions))
+        greedy = learner.q(torch.from_numpy(obs))
+    np.testing.assert_allclose(actor.extras["logp"], logp.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(actor.extras["value"], out[:, -1].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(shown, greedy[1].numpy(), rtol=1e-5)
+    assert (greedy.abs() <= 2.0).all()
+
+
+def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
+    """Pendulum with PPO's Gaussian head, observations and rewards normalised: it trains
+    (evaluated greedily), and the ONNX file export writes, which normalises as the checkpoint
+    does, plays the same episodes to the same returns."""
+    train = run_edgerl(
+        "train", "--env", "Pendulum-v1", "--set", "agent.algo=ppo", "--steps", "2048",
+        "--set", "ppo.rollout_steps=256", "--set", "ppo.normalize_obs=true",
+        "--set", "ppo.normalize_rewards=true", "--set", "eval.every_steps=1024",
+        cwd=tmp_path, timeout=900,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr[-2000:]
+    run = tmp_path / "runs" / "Pendulum-v1"
+    assert "greedy actions" in train.stderr and len((run / "eval.csv").read_text().split()) == 3
+    export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=tmp_path, timeout=600)
+    assert export.returncode == 0, export.stderr[-2000:]
+    (onnx,) = (run / "export").glob("*.onnx")
+    results = []
+    for source in (["--run-dir", str(run), "--last"], ["--model", str(onnx)]):
+        played = run_edgerl("play", *source, "--episodes", "2", "--json", cwd=tmp_path)
+        assert played.returncode == 0, played.stderr[-2000:]
+        results.append(json.loads(played.stdout)["returns"])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-3)
