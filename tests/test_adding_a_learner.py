@@ -53,7 +53,7 @@ def test_a_learner_registered_in_one_line_trains_resumes_plays_and_exports(
 
 def test_an_unregistered_learner_is_refused_with_the_ones_there_are(cli, tmp_path):
     r = cli("train", *TOY, "--run-dir", tmp_path / "x", "--steps", "100")
-    assert r.code == 2 and "agent.algo" in r.err and "dqn, pqn, ppo, ga" in r.err, r.err
+    assert r.code == 2 and "agent.algo" in r.err and "dqn, pqn, ppo, sac, ga" in r.err, r.err
 
 
 def test_a_new_kind_of_memory_is_a_class_and_a_registry_line(monkeypatch, cli, tmp_path):

@@ -17,7 +17,8 @@ import torch
 
 from edgerl.doctor import board
 from edgerl.doctor.core import STATUSES
-from edgerl.doctor.deep import DeepState, Mode, check_update, update_modes
+from edgerl.doctor.deep_state import DeepState
+from edgerl.doctor.modes import Mode, check_update, update_modes
 
 from .conftest import FIXTURES, run_edgerl
 
@@ -336,7 +337,8 @@ def test_updates_that_disagree_with_their_reference_fail():
     loss must match its reference's; a graph-checked mode every loss and the weights too."""
     from edgerl.config import Config
     from edgerl.doctor.core import Context
-    from edgerl.doctor.deep import GRAPH_RTOL, check_replay
+    from edgerl.doctor.deep import check_replay
+    from edgerl.doctor.modes import GRAPH_RTOL
 
     ctx = Context(Config(), device=torch.device("cpu"), torch_ok=True)
     state = DeepState(torch.device("cpu"))
@@ -464,3 +466,20 @@ def test_deep_with_ppo_fills_the_rollout_it_says():
     assert f"{ROLLOUT_STEPS} steps x {ROLLOUT_ENVS} real" in rollout.found
     learner = state.outcomes["rollout"].learner
     assert learner.steps_per_unit == ROLLOUT_STEPS * ROLLOUT_ENVS
+
+
+def test_deep_with_sac_learns_the_configured_continuous_game_and_exports_it(cli):
+    """SAC cannot learn Pong: the deep checks fill the replay from the configured Pendulum-v1
+    and check that SAC learns from it (DQN's update modes are DQN's), then export its actions
+    (it used to build DQN's update on Pong and fail with SAC's refusal)."""
+    r = cli("doctor", "--deep", "--json", "--set", "env.id=Pendulum-v1", "--set", "agent.algo=sac")
+    checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
+    assert checks["game"]["found"].endswith(
+        "actions of 1 number within bounds, observations 3 float32"
+    )
+    assert checks["replay"]["status"] == "pass" and "Pendulum-v1 steps" in checks["replay"]["found"]
+    assert checks["update/eager"]["status"] == "pass", checks["update/eager"]
+    assert "units of learning" in checks["update/eager"]["found"]
+    assert "update/channels_last" not in checks
+    assert checks["onnx export"]["status"] == "pass", checks["onnx export"]
+    assert "max |d actions|" in checks["onnx export"]["found"]

@@ -252,7 +252,8 @@ def config_cmd(
     if markdown:
         raise click.UsageError("--markdown formats the reference: give it with --reference")
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, quick=quick, preset=preset)
-    cfg = apply_presets(cfg, probe(cfg.env).kind)
+    spec = probe(cfg.env)
+    cfg = apply_presets(cfg, spec.kind, spec.continuous)
     check_keys(cfg)
     click.echo(cfg.to_toml(), nl=False)
 

@@ -209,8 +209,20 @@ def named_preset_layer(name: str) -> Layer:
     return Layer(f"--preset {name}", values)
 
 
-def apply_presets(cfg: Config, obs_kind: str) -> Config:
+# The learner a game of continuous actions trains when no one names one: the others but PPO pick
+# one of a few actions, and SAC learns Pendulum within 20,000 steps (docs/results.md).
+CONTINUOUS_LEARNER = "sac"
+
+
+def apply_presets(cfg: Config, obs_kind: str, continuous: bool = False) -> Config:
     """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector") and
-    the learner ``agent.algo`` names."""
-    preset = {**PRESETS[obs_kind], **learner_info(cfg.agent.algo).presets.get(obs_kind, {})}
+    the learner ``agent.algo`` names; for a game of ``continuous`` actions, the learner is
+    :data:`CONTINUOUS_LEARNER` unless one is named, and its presets for "continuous" go on
+    top."""
+    if continuous and "agent.algo" not in cfg.explicit:
+        cfg = with_values(cfg, {"agent.algo": CONTINUOUS_LEARNER})
+    presets = learner_info(cfg.agent.algo).presets
+    preset = {**PRESETS[obs_kind], **presets.get(obs_kind, {})}
+    if continuous:
+        preset.update(presets.get("continuous", {}))
     return with_values(cfg, {k: v for k, v in preset.items() if k not in cfg.explicit})

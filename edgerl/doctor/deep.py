@@ -1,11 +1,11 @@
 """``edgerl doctor --deep``: real work on the device ``perf.device=auto`` picks, with the learner
 the config names.
 
-For a replay learner (DQN), a replay is allocated there and filled from a real game, and a batch
-sampled from it; a few Nature-CNN updates run on that batch in every mode that applies to the
-device (eager NCHW, channels_last, each autocast dtype, CUDA graph), each from the same weights,
-and each mode's losses must match its reference (a CUDA graph's weights too: the graph must
-compute what eager updates compute). For a rollout learner (PQN), a rollout is filled from a
+For a replay learner, a replay is allocated there and filled from a real game, and a batch
+sampled from it. A learner whose update runs in modes (its kind's ``update_modes``: DQN's) makes
+a few updates on those batches in every mode that applies to the device and compares them
+(:mod:`edgerl.doctor.modes`); any other (SAC) learns a few units from the replay, which must move
+its weights with finite losses. For a rollout learner (PQN, PPO), a rollout is filled from a
 real game on the device and learned from. The learner is then exported to ONNX and checked in
 ONNX Runtime against PyTorch, and where TensorRT is present an engine is built and checked, all
 through the code that training and `edgerl export` run; learners are built by the factory
@@ -20,7 +20,6 @@ import math
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,92 +27,21 @@ import numpy as np
 import torch
 
 from edgerl.doctor.core import Check, Context, guarded
+from edgerl.doctor.deep_state import UPDATES, DeepState, Outcome
 from edgerl.errors import MissingDependencyError
 
 log = logging.getLogger(__name__)
 
-DEEP_ENV = "ALE/Pong-v5"  # the game when the configured one has no frames (Nature CNN)
+# The game when the configured one has no frames (the Nature CNN), for a learner that can learn
+# it (SAC learns the configured game's continuous actions).
+DEEP_ENV = "ALE/Pong-v5"
 REPLAY_ENVS = 4
 REPLAY_STEPS = 64  # per environment: a few hundred real transitions
 REPLAY_SLOTS = 1024  # per environment: a small replay (7 MB), not the configured one
-UPDATES = 3
 OBSERVATIONS = 32  # game frames the exports are checked on
-# How closely a mode's first loss (same weights, same batch: the forward pass alone) must match
-# its reference's, relative. fp32 on the CPU differs only by the order of sums; on CUDA, TF32 (on,
-# as in training) leaves ~1e-3; autocast ~1e-2. Later losses are not compared across precisions:
-# Adam moves every weight by about lr whatever the gradient's size, so a rounding difference in a
-# tiny gradient moves a weight as much as a real one does.
-FP32_CPU_RTOL = 1e-4
-FP32_CUDA_RTOL = 2e-2
-AMP_RTOL = 5e-2
-# A CUDA graph replays the kernels of the eager update it captured: every loss must match, and the
-# weights to within one Adam step (lr).
-GRAPH_RTOL = 1e-3
 NO_LEARNER = "needs a learner that learned (see the update/eager or rollout line)"
 ROLLOUT_ENVS = 4  # a rollout learner's check: a small rollout of the real game
 ROLLOUT_STEPS = 16
-
-
-@dataclass(frozen=True)
-class Mode:
-    """One way to run the update, and the mode whose results it must reproduce."""
-
-    name: str
-    amp: str  # perf.amp
-    cuda_graphs: str  # perf.cuda_graphs
-    channels_last: bool
-    reference: str | None
-    rtol: float
-    graph: bool = False  # compare the weights after the updates too
-
-
-def update_modes(device: torch.device) -> list[Mode]:
-    """The update modes that apply on ``device``, references first."""
-    if device.type != "cuda":
-        return [
-            Mode("eager", "off", "off", False, None, 0.0),
-            Mode("channels_last", "off", "off", True, "eager", FP32_CPU_RTOL),
-        ]
-    modes = [
-        Mode("eager", "off", "off", False, None, 0.0),
-        Mode("channels_last", "off", "off", True, "eager", FP32_CUDA_RTOL),
-    ]
-    bf16 = torch.cuda.get_device_capability(device) >= (8, 0)
-    if bf16:
-        modes.append(Mode("amp-bf16", "bf16", "off", True, "channels_last", AMP_RTOL))
-    modes.append(Mode("amp-fp16", "fp16", "off", True, "channels_last", AMP_RTOL))
-    modes.append(Mode("graph", "off", "on", True, "channels_last", GRAPH_RTOL, graph=True))
-    if bf16:  # what auto picks on a Jetson, and what perf.amp=bf16 runs anywhere
-        modes.append(Mode("graph-bf16", "bf16", "on", True, "amp-bf16", GRAPH_RTOL, graph=True))
-    return modes
-
-
-@dataclass
-class Outcome:
-    losses: list[float]
-    weights: list[torch.Tensor]  # after the updates, fp32 on the CPU
-    describe: str
-    learner: Any
-
-
-@dataclass
-class DeepState:
-    """What the deep checks hand on to each other."""
-
-    device: torch.device
-    spec: Any = None
-    cfg: Any = None
-    batches: list[Any] | None = None
-    init: dict[str, torch.Tensor] | None = None
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    workdir: Path | None = None
-    checkpoint: Path | None = None
-    onnx: Path | None = None
-
-    @property
-    def trained(self) -> Outcome | None:
-        """The learner the exports take: the eager DQN updates, or the rollout learner's."""
-        return self.outcomes.get("eager") or self.outcomes.get("rollout")
 
 
 def deep_checks(ctx: Context) -> Iterator[Check]:
@@ -153,6 +81,13 @@ def _replay_checks(ctx: Context, state: DeepState) -> Iterator[Check]:
     if state.batches is None:
         yield Check("update", "skip", "needs a replay sample (see the replay line)")
         return
+    from edgerl.learners.kinds import learner_kind
+
+    if not learner_kind(ctx.cfg.agent.algo).update_modes:
+        yield from guarded("update/eager", lambda c: check_learning(c, state), ctx)
+        return
+    from edgerl.doctor.modes import check_update, update_modes
+
     for mode in update_modes(ctx.device):
         yield from guarded(f"update/{mode.name}", lambda c, m=mode: check_update(c, state, m), ctx)
 
@@ -161,8 +96,15 @@ def _deep_spec(ctx: Context) -> Any:
     from edgerl.config import with_values
     from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
+    from edgerl.errors import EdgerlError
+    from edgerl.learners.kinds import learner_kind
 
     spec = ctx.spec if ctx.spec is not None and ctx.spec.has_frames else probe(DEEP_ENV)
+    if spec is not ctx.spec and ctx.spec is not None:
+        try:
+            learner_kind(ctx.cfg.agent.algo).refuse_game(spec, ctx.cfg.agent.algo)
+        except EdgerlError:  # it learns the configured game's kind of actions only
+            spec = ctx.spec
     cfg = (
         ctx.cfg
         if spec is ctx.spec
@@ -175,7 +117,7 @@ def _deep_spec(ctx: Context) -> Any:
 
 def check_replay(ctx: Context, state: DeepState) -> Check:
     """A replay on the device, filled from the real game, and batches sampled from it."""
-    from edgerl.envs import make_env
+    from edgerl.envs import make_env, random_actions
     from edgerl.hw.device import indexed
     from edgerl.memories.replay import ReplayBuffer
     from edgerl.words import fmt_bytes
@@ -189,7 +131,7 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
     with make_env(env_cfg, spec) as env:
         replay.add_first(env.reset(seed=0))
         for _ in range(REPLAY_STEPS):
-            actions = rng.integers(spec.num_actions, size=REPLAY_ENVS)
+            actions = random_actions(spec, REPLAY_ENVS, rng)
             r = env.step(actions)
             rewards = spec.learning_rewards(r.rewards)
             replay.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
@@ -199,11 +141,12 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
     problems = []
     if b.obs.device != device or b.actions.device != device:
         problems.append(f"the batch is on {b.obs.device}, not {device}")
-    if tuple(b.obs.shape) != (batch_size, *spec.obs_shape) or b.obs.dtype != torch.uint8:
+    dtype = getattr(torch, spec.obs_dtype)
+    if tuple(b.obs.shape) != (batch_size, *spec.obs_shape) or b.obs.dtype != dtype:
         problems.append(f"observations are {tuple(b.obs.shape)} {b.obs.dtype}")
-    elif not torch.equal(b.obs[:, 1:], b.next_obs[:, :-1]):
+    elif spec.has_frames and not torch.equal(b.obs[:, 1:], b.next_obs[:, :-1]):
         problems.append("next observations are not the observations one frame on")
-    if not bool((b.obs[:, -1] != 0).any()):
+    if spec.has_frames and not bool((b.obs[:, -1] != 0).any()):
         problems.append("the sampled frames are blank")
     found = (
         f"{replay.capacity:,} transitions ({fmt_bytes(replay.nbytes)}) on {device}, "
@@ -219,8 +162,9 @@ def check_replay(ctx: Context, state: DeepState) -> Check:
             "a bug in edgerl's replay on this device: report it with this output",
             data,
         )
-    state.batches = batches
-    return Check("replay", "pass", found + ": stacks and device right", data=data)
+    state.batches, state.replay = batches, replay
+    right = "stacks and device right" if spec.has_frames else "shapes and device right"
+    return Check("replay", "pass", f"{found}: {right}", data=data)
 
 
 def check_rollout(ctx: Context, state: DeepState) -> Check:
@@ -228,7 +172,7 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
     real game, then one rollout's learning: finite losses and weights that move."""
     from edgerl.config import with_values
     from edgerl.config.learners import learner_info
-    from edgerl.envs import make_env
+    from edgerl.envs import make_env, random_actions
     from edgerl.hw.device import indexed
     from edgerl.learners.factory import build_learner, build_memory
 
@@ -252,7 +196,7 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
     with make_env(cfg.env, spec) as env:
         memory.add_first(env.reset(seed=0))
         while not memory.full:
-            actions = rng.integers(spec.num_actions, size=ROLLOUT_ENVS)
+            actions = random_actions(spec, ROLLOUT_ENVS, rng)
             r = env.step(actions)
             rewards = spec.learning_rewards(r.rewards)
             memory.add(actions, rewards, r.terminated, r.truncated, r.obs, r.final_obs)
@@ -283,75 +227,32 @@ def check_rollout(ctx: Context, state: DeepState) -> Check:
     return Check("rollout", "pass", f"{found}; the weights moved", data=data)
 
 
-def run_mode(state: DeepState, mode: Mode) -> Outcome:
-    """The updates of one mode, from the shared initial weights, on the shared batches."""
-    from edgerl.learners.factory import build_learner, policy_network
+def check_learning(ctx: Context, state: DeepState) -> Check:
+    """A learner without update modes (SAC) as training builds it, learning :data:`UPDATES`
+    units from the replay filled from the real game: finite losses and weights that move."""
+    from edgerl.learners.factory import build_learner
 
-    spec, cfg = state.spec, state.cfg
-    if state.init is None:
-        torch.manual_seed(0)
-        state.init = policy_network(cfg, spec).state_dict()
-    perf = dataclasses.replace(cfg.perf, amp=mode.amp, cuda_graphs=mode.cuda_graphs, compile="off")
-    agent = dataclasses.replace(cfg.agent, algo="dqn")  # the modes are DQN's update's
-    learner = build_learner(dataclasses.replace(cfg, agent=agent, perf=perf), spec, state.device)
-    learner.q.load_state_dict(state.init)
-    learner.target.load_state_dict(state.init)
-    learner.q.use_channels_last(mode.channels_last)
-    learner.target.use_channels_last(mode.channels_last)
-    assert state.batches is not None
-    losses = [float(learner.update(b)) for b in state.batches]
-    weights = [p.detach().float().cpu() for p in learner.q.parameters()]
-    return Outcome(losses, weights, learner.describe(), learner)
-
-
-def _max_rel(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) / max(abs(y), 1e-3) for x, y in zip(a, b, strict=True))
-
-
-def check_update(ctx: Context, state: DeepState, mode: Mode) -> Check:
-    """One mode's updates: finite losses, weights that move, agreement with its reference."""
-    name = f"update/{mode.name}"
     started = time.monotonic()
-    out = run_mode(state, mode)
-    seconds = round(time.monotonic() - started, 2)
-    state.outcomes[mode.name] = out
-    assert state.init is not None
-    moved = max(
-        float((w - p.float()).abs().max())
-        for w, p in zip(out.weights, state.init.values(), strict=True)
-    )
-    losses = ", ".join(f"{v:.4f}" for v in out.losses)
-    found = f"{UPDATES} updates ({out.describe}): losses {losses}"
-    data: dict[str, Any] = {"losses": out.losses, "seconds": seconds, "moved": moved}
-    fix = "a bug in edgerl or this PyTorch build: report it with this output"
-    if not all(math.isfinite(v) for v in out.losses) or not moved > 0:
+    spec, cfg = state.spec, state.cfg
+    torch.manual_seed(0)
+    learner = build_learner(cfg, spec, state.device)
+    before = [p.detach().float().cpu().clone() for p in learner.q.parameters()]
+    losses = []
+    for unit in range(UPDATES):
+        learner.learn(state.replay, unit + 1, 1)
+        learner.losses.flush()
+        losses.append(learner.losses.take())
+    weights = [p.detach().float().cpu() for p in learner.q.parameters()]
+    moved = max(float((w - b).abs().max()) for w, b in zip(weights, before, strict=True))
+    shown = ", ".join(f"{v:.4f}" for v in losses)
+    found = f"{UPDATES} units of learning ({learner.describe()}): losses {shown}"
+    data = {"losses": losses, "moved": moved, "seconds": round(time.monotonic() - started, 2)}
+    if not all(math.isfinite(v) for v in losses) or not moved > 0:
         how = "the weights did not move" if moved == 0 else "a loss is not finite"
-        if mode.amp == "fp16" and moved == 0:
-            fix = "the fp16 grad scaler skipped every step: use perf.amp=bf16 or off; " + fix
-        return Check(name, "fail", f"{found}; {how}", fix, data)
-    ref = state.outcomes.get(mode.reference) if mode.reference else None
-    if mode.reference is None:
-        return Check(name, "pass", f"{found}; the weights moved", data=data)
-    if ref is None:
-        return Check(name, "skip", f"{found}; no {mode.reference} updates to compare with")
-    compared = len(out.losses) if mode.graph else 1
-    diff = _max_rel(out.losses[:compared], ref.losses[:compared])
-    data.update(reference=mode.reference, loss_rel_diff=diff, tolerance=mode.rtol)
-    agree = diff <= mode.rtol
-    what = "losses match" if mode.graph else "first loss matches"
-    found += f"; {what} {mode.reference} to {diff:.1e} (tolerance {mode.rtol:.0e})"
-    if mode.graph:
-        # Adam moves each weight by at most lr per step; graph and eager must not differ by one.
-        lr = state.cfg.agent.lr
-        w_diff = max(
-            float((a - b).abs().max()) for a, b in zip(out.weights, ref.weights, strict=True)
-        )
-        data.update(weight_diff=w_diff, weight_tolerance=lr)
-        agree = agree and w_diff <= lr
-        found += f", weights to {w_diff:.1e} (tolerance {lr:.0e})"
-    if agree:
-        return Check(name, "pass", found, data=data)
-    return Check(name, "fail", found, fix, data)
+        fix = "a bug in edgerl or this PyTorch build: report it with this output"
+        return Check("update/eager", "fail", f"{found}; {how}", fix, data)
+    state.outcomes["eager"] = Outcome(losses, weights, learner.describe(), learner)
+    return Check("update/eager", "pass", f"{found}; the weights moved", data=data)
 
 
 def _checkpoint(state: DeepState) -> Path:
@@ -393,7 +294,8 @@ def check_onnx_export(ctx: Context, state: DeepState) -> Check:
     state.onnx = row.file
     found = (
         f"{row.backend} matches PyTorch on {OBSERVATIONS} {state.spec.id} "
-        f"frames: {row.agreement.describe()}; p50 latency {row.latency['p50']:.0f} us"
+        f"{'frames' if state.spec.has_frames else 'observations'}: "
+        f"{row.agreement.describe()}; p50 latency {row.latency['p50']:.0f} us"
     )
     data = {
         "agreement": row.agreement.to_dict(),

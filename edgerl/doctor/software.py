@@ -210,18 +210,23 @@ def check_game(ctx: Context) -> Check:
 
     from edgerl.config.presets import apply_presets
     from edgerl.envs import probe
+    from edgerl.envs.actions import numbers
     from edgerl.learners.factory import check_keys
 
     spec = probe(ctx.cfg.env)
-    cfg = apply_presets(ctx.cfg, spec.kind)
+    cfg = apply_presets(ctx.cfg, spec.kind, spec.continuous)
     check_keys(cfg)
     ctx.spec, ctx.cfg = spec, cfg
     shape = "x".join(map(str, spec.obs_shape))
+    if spec.continuous:
+        actions = f"actions of {numbers(spec)} within bounds"
+    else:
+        actions = f"{spec.num_actions} actions"
     return Check(
         "game",
         "pass",
-        f"{spec.id} (ale-py {ale_py.__version__}): {spec.num_actions} actions, "
-        f"observations {shape} {spec.obs_dtype}",
+        f"{spec.id} (ale-py {ale_py.__version__}): {actions}, observations {shape} "
+        f"{spec.obs_dtype}",
         data={"env": spec.id, "ale_py": ale_py.__version__},
     )
 

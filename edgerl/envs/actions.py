@@ -72,17 +72,19 @@ def game_actions(env_id: str, space: Any) -> GameActions:
     return GameActions(n, meanings, (n,), tuple(low.tolist()), tuple(high.tolist()))
 
 
-def refuse_continuous(spec: EnvSpec, learner: str) -> None:
+def refuse_continuous(spec: EnvSpec, learner: str, others: tuple[str, ...] = ()) -> None:
     """Raise EnvError (one sentence) where ``spec``'s game has continuous actions: for a learner
-    (``agent.algo`` ``learner``) that picks one of a few, before anything is built."""
+    (``agent.algo`` ``learner``) that picks one of a few, before anything is built; ``others``
+    are the learners that learn such actions, which the sentence offers."""
     if not spec.continuous:
         return
+    offered = " or ".join(f"agent.algo={name}" for name in others) or "a learner for them"
     raise EnvError(
         f"environment '{spec.id}' has a continuous action space ({numbers(spec)} per "
         f"environment, within bounds); agent.algo={learner} picks one of a few discrete "
-        "actions: use a learner for continuous actions, or a game with discrete ones (e.g. "
-        "CartPole-v1 or an ALE/<Game>-v5 id; some games take them in env.make_kwargs, as "
-        "CarRacing-v3 does with '{continuous = false}')"
+        f"actions: use {offered}, or a game with discrete ones (e.g. CartPole-v1 or an "
+        "ALE/<Game>-v5 id; some games take them in env.make_kwargs, as CarRacing-v3 does "
+        "with '{continuous = false}')"
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from edgerl.config import EnvConfig
-from edgerl.envs import make_env
+from edgerl.envs import make_env, random_actions
 
 
 def slug(text: str) -> str:
@@ -35,7 +35,7 @@ def collect_observations(
         while len(out) < count:
             if step % every == 0:
                 out.append(obs[0].copy())
-            obs = env.step(rng.integers(env.spec.num_actions, size=1)).obs
+            obs = env.step(random_actions(env.spec, 1, rng)).obs
             step += 1
         return np.stack(out)
     finally:
@@ -51,6 +51,7 @@ class Agreement:
     actions_equal: int
     near_ties: int  # differing actions whose Q-values PyTorch itself puts within the tolerance
     total: int
+    outputs: str = "Q"  # what the network outputs (outputs_of): what the difference is of
 
     @property
     def ok(self) -> bool:
@@ -61,7 +62,8 @@ class Agreement:
 
     def describe(self) -> str:
         return (
-            f"max |dQ| {self.max_abs_diff:.2e} (tolerance {self.tolerance:.1e}), actions "
+            f"max |d{self.outputs if self.outputs == 'Q' else ' ' + self.outputs}| "
+            f"{self.max_abs_diff:.2e} (tolerance {self.tolerance:.1e}), actions "
             f"{self.actions_equal}/{self.total} equal"
             + (f", {self.near_ties} near-ties" if self.near_ties else "")
         )
@@ -74,12 +76,23 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "int8": 1e-1}  # relative to max(1, max
 
 
 def compare(
-    reference_q: np.ndarray, q: np.ndarray, actions: np.ndarray, precision: str = "fp32"
+    reference_q: np.ndarray,
+    q: np.ndarray,
+    actions: np.ndarray,
+    precision: str = "fp32",
+    continuous: bool = False,
+    outputs: str = "Q",
 ) -> Agreement:
-    """Compare Q-values and greedy actions with PyTorch's."""
+    """Compare Q-values and greedy actions with PyTorch's; for a ``continuous`` game the
+    network's outputs are the actions, and an action is equal when each of its numbers is
+    within the tolerance of PyTorch's."""
     scale = max(1.0, float(np.abs(reference_q).max()))
     tol = TOLERANCE[precision] * scale
     diff = float(np.abs(reference_q - q.astype(np.float64)).max())
+    if continuous:
+        off = np.abs(actions.reshape(reference_q.shape).astype(np.float64) - reference_q)
+        close = off.max(axis=1) <= tol
+        return Agreement(diff, tol, int(close.sum()), 0, len(reference_q), outputs)
     ref_actions = reference_q.argmax(axis=1)
     equal = actions.reshape(-1) == ref_actions
     ties = 0
@@ -87,13 +100,26 @@ def compare(
         a = int(actions.reshape(-1)[i])
         if 0 <= a < reference_q.shape[1] and reference_q[i].max() - reference_q[i, a] <= tol:
             ties += 1
-    return Agreement(diff, tol, int(equal.sum()), ties, len(ref_actions))
+    return Agreement(diff, tol, int(equal.sum()), ties, len(ref_actions), outputs)
+
+
+def outputs_of(policy: Any) -> str:
+    """What a torch policy's network outputs, as its agreement names them: ``Q`` (Q-values),
+    ``logits`` (a policy that samples its actions), ``actions`` (a continuous game's)."""
+    if policy.spec.continuous:
+        return "actions"
+    return "logits" if policy.samples else "Q"
 
 
 def check_agreement(
-    policy: Any, obs: np.ndarray, reference_q: np.ndarray, precision: str = "fp32"
+    policy: Any,
+    obs: np.ndarray,
+    reference_q: np.ndarray,
+    precision: str = "fp32",
+    outputs: str = "Q",
 ) -> Agreement:
-    """Run ``policy`` on ``obs`` and compare with PyTorch's Q-values ``reference_q``.
+    """Run ``policy`` on ``obs`` and compare with PyTorch's outputs ``reference_q`` (what they
+    are: ``outputs``, of :func:`outputs_of`).
 
     The observations go in chunks of at most the policy's ``batch_max`` (a TensorRT engine
     accepts no larger batch than its optimisation profile's maximum; None: no limit).
@@ -104,7 +130,9 @@ def check_agreement(
         chunk = obs[start : start + limit]
         q_values.append(policy.q_values(chunk))
         actions.append(policy.act(chunk))
-    return compare(reference_q, np.concatenate(q_values), np.concatenate(actions), precision)
+    continuous = policy.spec.continuous
+    q, a = np.concatenate(q_values), np.concatenate(actions)
+    return compare(reference_q, q, a, precision, continuous, outputs)
 
 
 def latency_us(

@@ -24,6 +24,7 @@ from edgerl.export.common import (
     collect_observations,
     compare,
     latency_us,
+    outputs_of,
 )
 from edgerl.files.atomic import fsync_dir, temp_path, write_atomic
 from edgerl.files.checkpoint import file_sha256
@@ -149,31 +150,35 @@ def publish(files: tuple[Path, Path], path: Path, sidecar: Sidecar) -> None:
     fsync_dir(path.parent)
 
 
+def check_tools(trt: bool) -> None:
+    """Say at once, before any work, when onnx or ONNX Runtime is missing, and with ``trt``
+    when TensorRT or a GPU is; raises MissingDependencyError or ExportError."""
+    from edgerl.export.onnx import require_onnx
+
+    require_onnx()
+    if trt:
+        from edgerl.policies.tensorrt import flavor, import_tensorrt
+
+        flavor(import_tensorrt().__version__)
+
+
 def run_export(req: ExportRequest) -> list[ExportRow]:
     """Export (and verify) a checkpoint; raises ExportError/EdgerlError with a sentence.
 
     The ONNX file and its sidecar get their names only once ONNX Runtime agreed with PyTorch on
     them: an export that fails its check or is interrupted leaves nothing under those names."""
-    from edgerl.envs import short_env_name
-    from edgerl.export.onnx import export_onnx, require_onnx
+    from edgerl.envs import greedy_actions, short_env_name
+    from edgerl.export.onnx import export_onnx
     from edgerl.policies.onnx import OnnxPolicy
     from edgerl.policies.torch import TorchPolicy
 
-    require_onnx()  # say at once when onnx or ONNX Runtime is missing, before any work
-    if req.trt:  # say at once when TensorRT or a GPU is missing, before any work
-        from edgerl.policies.tensorrt import flavor, import_tensorrt
-
-        flavor(import_tensorrt().__version__)
+    check_tools(req.trt)
     torch_policy = TorchPolicy.from_file(req.checkpoint)
     spec = torch_policy.spec
     env_short = short_env_name(spec.id)
     out_dir = _out_dir(req)
-    base = Sidecar(
-        env_id=spec.id,
-        kind=spec.kind,
-        obs_shape=list(spec.obs_shape),
-        obs_dtype=spec.obs_dtype,
-        action_meanings=list(spec.action_meanings),
+    base = Sidecar.of(
+        spec,
         env_config=dict(torch_policy.env_config),
         source_checkpoint=str(req.checkpoint.resolve()),
         source_sha256=file_sha256(req.checkpoint),
@@ -193,7 +198,7 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
     with staged(onnx_path) as files:
         export_onnx(torch_policy, files[0], base)
         ort_policy = OnnxPolicy(files[0], cpu_only=True, threads=req.threads)
-        agreement = check_agreement(ort_policy, obs, reference)
+        agreement = check_agreement(ort_policy, obs, reference, outputs=outputs_of(torch_policy))
         if not agreement.ok:
             raise ExportError(
                 f"ONNX Runtime disagrees with PyTorch on {onnx_path.name}: {agreement.describe()}"
@@ -218,7 +223,13 @@ def run_export(req: ExportRequest) -> list[ExportRow]:
             req.checkpoint,
             "torch (eager, CPU)",
             "fp32",
-            compare(reference, reference, reference.argmax(axis=1)),
+            compare(
+                reference,
+                reference,
+                greedy_actions(spec, reference),
+                continuous=spec.continuous,
+                outputs=outputs_of(torch_policy),
+            ),
             torch_latency,
         )
     )
@@ -283,7 +294,9 @@ def _export_trt(
     )
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())
     engine_policy = TensorRTPolicy(result.engine)
-    agreement = check_agreement(engine_policy, obs, reference, result.precision)
+    agreement = check_agreement(
+        engine_policy, obs, reference, result.precision, outputs_of(torch_policy)
+    )
     latency = latency_us(engine_policy.act, obs)
     sidecar.agreement, sidecar.latency_us = agreement.to_dict(), latency
     write_atomic(sidecar_path(result.engine), sidecar.to_json().encode())

@@ -8,7 +8,7 @@ A change to :class:`edgerl.files.checkpoint.Checkpoint` that older files cannot 
 Formats:
 
 1. edgerl 0.1 before typed checkpoints: a plain dict with no format number and no learner kind.
-2. ``payload_version`` and ``kind`` (the learner: ``"dqn"``, ``"pqn"``) added.
+2. ``payload_version`` and ``kind`` (the learner's registry name) added.
 """
 
 from __future__ import annotations
@@ -27,13 +27,19 @@ class CheckpointTooNewError(CheckpointError):
     """A checkpoint in a payload format newer than this edgerl reads."""
 
 
+# The learners a checkpoint of format 1 can hold (a file format's history, which files/ keeps:
+# config/ sits above it), the first the one every run trained that named none.
+FORMAT_1_LEARNERS = ("dqn", "pqn")
+
+
 def _v1_to_v2(payload: Payload) -> Payload:
     """Format 1 named no learner kind: runs before PQN were DQN, and a PQN run says so in its
     config (``agent.algo``)."""
     config = payload.get("config")
     agent = config.get("agent") if isinstance(config, dict) else None
     algo = agent.get("algo") if isinstance(agent, dict) else None
-    return {**payload, "payload_version": 2, "kind": "pqn" if algo == "pqn" else "dqn"}
+    kind = algo if algo in FORMAT_1_LEARNERS else FORMAT_1_LEARNERS[0]
+    return {**payload, "payload_version": 2, "kind": kind}
 
 
 # payload format N -> the function that turns it into format N+1

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from edgerl.config import Config
-from edgerl.config.learners import LearnerInfo, learner_info
+from edgerl.config.learners import LEARNERS, LearnerInfo, learner_info
 from edgerl.envs import EnvSpec, refuse_continuous
 from edgerl.learners.acting import ActingPolicy, EpsilonGreedy
 from edgerl.learners.nets import build_q_network, num_actions_of
@@ -119,8 +119,9 @@ class Basics:
 
     def refuse_game(self, spec: EnvSpec, algo: str) -> None:
         """A game of continuous actions, for a learner that picks one of a few."""
-        if not self.continuous_actions:
-            refuse_continuous(spec, algo)
+        if not self.continuous_actions and spec.continuous:
+            others = tuple(n for n in LEARNERS if learner_kind(n).continuous_actions)
+            refuse_continuous(spec, algo, others)
 
     def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
         return build_q_network(spec, hidden, layer_norm=self.layer_norm)
@@ -146,6 +147,28 @@ class Basics:
 
     def learning_rewards(self, spec: EnvSpec, rewards: np.ndarray) -> np.ndarray:
         return spec.learning_rewards(rewards)
+
+
+def modes_learner(algo: str) -> str:
+    """The learner whose update ``edgerl bench``'s variants (and ``doctor --deep``'s modes)
+    run: ``algo`` where its update runs in modes (its kind's ``update_modes``), else the first
+    registered learner whose update does."""
+    if learner_kind(algo).update_modes:
+        return algo
+    return next(name for name in LEARNERS if learner_kind(name).update_modes)
+
+
+def acting_learner(algo: str) -> str:
+    """The learner ``edgerl bench``'s actor-alone stages act with, learning never due: ``algo``
+    where it learns from a replay (its learning waits for ``agent.learning_starts``, which the
+    bench puts out of reach), else :func:`modes_learner`'s (a rollout learner learns every
+    rollout; its acting costs a forward pass a step as a replay learner's does)."""
+    return algo if replay_learner(algo) else modes_learner(algo)
+
+
+def replay_learner(algo: str) -> bool:
+    """Whether ``algo`` learns from a replay it samples (its registry line's memory)."""
+    return learner_info(algo).memory == "replay"
 
 
 def learner_kind(algo: str) -> LearnerKind:

@@ -146,7 +146,8 @@ def _config(
     # --env when given (a shortcut of None is left out: the game of the layers below)
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)
-    cfg = apply_presets(cfg, probe(cfg.env).kind)
+    spec = probe(cfg.env)
+    cfg = apply_presets(cfg, spec.kind, spec.continuous)
     check_keys(cfg)
     return cfg
 

@@ -33,6 +33,7 @@ from edgerl.envs import EnvSpec, Step, VecEnv, make_env
 from edgerl.hw.monitor import LoadMonitor
 from edgerl.learners.dqn import DQN
 from edgerl.learners.factory import build_learner
+from edgerl.learners.kinds import acting_learner, modes_learner
 from edgerl.learners.nets import NatureCNN
 from edgerl.memories.replay.sampling import example_batch
 from edgerl.report.balance import BalanceSample, cpu_gpu_ratio
@@ -130,13 +131,14 @@ def update_variants(
 
 
 def make_learner(cfg: Config, spec: EnvSpec, device: torch.device, variant: dict[str, Any]) -> DQN:
-    """A DQN learner with the update variant's precision, graph and layout settings (the
-    stage table compares DQN's update, whichever learner is configured)."""
+    """The learner whose update runs in modes (:func:`~edgerl.learners.kinds.modes_learner`:
+    the configured one where it does) with the update variant's precision, graph and layout
+    settings: the stage table compares its update, whichever learner is configured."""
     perf = dataclasses.replace(
         cfg.perf, amp=variant["amp"], cuda_graphs=variant["cuda_graphs"], compile="off"
     )
-    dqn_cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, algo="dqn"), perf=perf)
-    learner = build_learner(dqn_cfg, spec, device)
+    agent = dataclasses.replace(cfg.agent, algo=modes_learner(cfg.agent.algo))
+    learner = build_learner(dataclasses.replace(cfg, agent=agent, perf=perf), spec, device)
     assert isinstance(learner, DQN)
     if isinstance(learner.q, NatureCNN) and not variant["channels_last"]:
         learner.q.use_channels_last(False)
@@ -303,12 +305,13 @@ def actor_loop(
     cfg = dataclasses.replace(
         cfg,
         env=env_cfg,
-        # The actor alone: a DQN whose updates are never due (any learner acts the same way);
-        # acting from the first step, as after the replay filled (at epsilon 1 no forward pass
-        # runs, and on a GPU the act's round trip was left out of the figure).
+        # The actor alone: a learner whose updates are never due (acting_learner: the configured
+        # one where it learns from a replay); acting from the first step, as after the replay
+        # filled (at epsilon 1 no forward pass runs, and on a GPU the act's round trip was left
+        # out of the figure).
         agent=dataclasses.replace(
             cfg.agent,
-            algo="dqn",
+            algo=acting_learner(cfg.agent.algo),
             learning_starts=0,
             train_freq=MAX_STEPS,
             eps_start=ACTOR_EPSILON,
@@ -399,7 +402,9 @@ def loop_host_work(cfg: Config, num_envs: int, steps_per_env: int = 2_000) -> fl
     cfg = dataclasses.replace(
         cfg,
         env=dataclasses.replace(cfg.env, num_envs=num_envs, batch_size=0),
-        agent=dataclasses.replace(cfg.agent, algo="dqn", learning_starts=10**12),
+        agent=dataclasses.replace(
+            cfg.agent, algo=acting_learner(cfg.agent.algo), learning_starts=10**12
+        ),
         train=dataclasses.replace(cfg.train, steps=end + num_envs),
         display=dataclasses.replace(cfg.display, enabled=True, env_index=0),
         hw=dataclasses.replace(cfg.hw, monitor=True),

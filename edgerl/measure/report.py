@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgerl.config.learners import LEARNERS
+from edgerl.learners.kinds import modes_learner, replay_learner
 from edgerl.measure.replay import render_replay_save
 from edgerl.measure.to_target import to_target_lines
 from edgerl.words import duration
@@ -85,19 +87,27 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _algo(result: dict[str, Any]) -> str:
+    """The learner a bench result measured (results from before it was kept: the first
+    registered, which they all were)."""
+    return str(result.get("algo", next(iter(LEARNERS))))
+
+
 def _dqn_said(result: dict[str, Any]) -> str:
-    """How a figure of DQN's (its update modes, its replay) is named: plainly where DQN is the
-    learner measured, as DQN's where another one is (the stage table measures DQN's update
-    whichever learner is configured)."""
-    return "" if result.get("algo", "dqn") == "dqn" else "DQN's "
+    """How a figure of the update variants' learner (its update modes, its replay) is named:
+    plainly where it is the learner measured, as that learner's where another one is (the
+    stage table measures :func:`~edgerl.learners.kinds.modes_learner`'s update)."""
+    algo = _algo(result)
+    modes = modes_learner(algo)
+    return "" if algo == modes else f"{modes.upper()}'s "
 
 
 def _header(result: dict[str, Any]) -> list[str]:
-    algo = result.get("algo", "dqn")
-    settings = (  # DQN's update is these; another learner's is its own section's
+    algo = _algo(result)
+    settings = (  # a replay learner's update is these; another learner's is its own section's
         f", train_freq {result['train_freq']}, batch {result['batch_size']}, n_step "
         f"{result['n_step']}"
-        if algo == "dqn"
+        if replay_learner(algo)
         else ""
     )
     dqn = _dqn_said(result)

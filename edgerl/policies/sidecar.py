@@ -78,9 +78,7 @@ class Sidecar:
         try:
             return EnvSpec.from_dict(d)
         except (TypeError, ValueError) as e:
-            raise ExportError(
-                f"the policy's description of {self.env_id} is damaged: {e}"
-            ) from None
+            raise ExportError(f"its game's description is no game's: {e}") from None
 
     @classmethod
     def of(cls, spec: Any, **fields: Any) -> Sidecar:
@@ -114,9 +112,14 @@ class Sidecar:
             raise ExportError(f"{source} is damaged: its observation shape or actions")
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         try:
-            return cls(**known)
+            sidecar = cls(**known)
         except TypeError as e:
             raise ExportError(f"{source} is incomplete: {e}") from None
+        try:
+            sidecar.env_spec()  # what play and export build from it
+        except ExportError as e:
+            raise ExportError(f"{source} is damaged: {e}") from None
+        return sidecar
 
     @classmethod
     def read(cls, policy_file: Path) -> Sidecar:

@@ -52,7 +52,7 @@ def settle_config(requested: Config, autotune: bool = False) -> Settled:
     change, DeviceError when the device asked for is not usable.
     """
     spec = probe(requested.env)
-    cfg = apply_presets(requested, spec.kind)
+    cfg = apply_presets(requested, spec.kind, spec.continuous)
     device = resolve_device(cfg.perf.device)
     cfg = settle_deterministic(cfg)
     configure_for_training(device, cfg)
