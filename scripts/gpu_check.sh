@@ -13,10 +13,11 @@
 #   tests    gpu_tests.log, gpu_tests.xml: the tests marked gpu; gpu_failures.log: each
 #            failure's traceback as it happens (a step cut off keeps them)
 #   doctor   doctor.json: `edgerl doctor --deep --json` (its log in doctor.err)
-#   bench    bench.json: `edgerl bench --json` (its log in bench.err)
+#   bench    bench.json: `edgerl bench --set agent.algo=dqn --json` (its log in bench.err)
 #   limit    limit.json: the learner alone with the GPU's time counted, at batch/train_freq 32/4,
 #            64/8, 128/16 and 256/32, and the DQN loop sync and async at 32 and 64 environments
-#            beside the emulator and the actor alone (`edgerl bench --json`; 140 s on an H100)
+#            beside the emulator and the actor alone (`edgerl bench --set agent.algo=dqn --json`;
+#            140 s on an H100)
 #   pqnlimit pqnlimit.json: PQN's learner alone (the pong-gpu preset) with its pass over a rollout
 #            eager and as one CUDA graph launch (perf.cuda_graphs=off, on), one JSON line each
 #   pqnbench pqnbench.json: `edgerl bench --preset pong-gpu --json`: PQN's loop in both
@@ -150,12 +151,13 @@ step_doctor() {
 
 step_bench() {
     timeout -k 10 -s INT 180 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-5}" \
-        --envs 8,16,32,64 --actor-envs 32 --loop-envs 4,32 >"$OUT/bench.json" 2>"$OUT/bench.err"
+        --set agent.algo=dqn --envs 8,16,32,64 --actor-envs 32 --loop-envs 4,32 \
+        >"$OUT/bench.json" 2>"$OUT/bench.err"
 }
 
 step_limit() {
     timeout -k 10 -s INT 220 "$PY" -m edgerl.cli bench --json --seconds "${BENCH_SECONDS:-4}" \
-        --envs 4,32,64 --actor-envs 32 --loop-envs 32,64 \
+        --set agent.algo=dqn --envs 4,32,64 --actor-envs 32 --loop-envs 32,64 \
         --batch-shapes 64/8,128/16,256/32 >"$OUT/limit.json" 2>"$OUT/limit.err"
 }
 

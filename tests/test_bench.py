@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .conftest import edgerl_cmd
+from .conftest import REPO, edgerl_cmd
 from .helpers import CUDA
 
 # The Nature CNN's multiply-adds per 84x84x4 observation, by hand: three convolutions
@@ -30,6 +30,8 @@ NATURE_CNN_MACS = (
 def test_bench_json(cli):
     r = cli(
         "bench",
+        "--set",
+        "agent.algo=dqn",
         "--seconds",
         "1",
         "--actor-envs",
@@ -82,6 +84,9 @@ def test_bench_json(cli):
     ]
     # it said at the start what it would measure, and that set-up is not in --seconds
     assert "bench: 4 measurements of 1 s (the whole loop and the actor alone)" in r.err
+    # each stage says what it measures, and once done what it took in all, set-up included
+    assert "bench: the whole loop, sync with 4 envs: 1 s measured, after an untimed set-up" in r.err
+    assert "bench: the whole loop, sync with 4 envs took " in r.err
     assert "untimed" in r.err and doc["elapsed_s"] > 0
     for loop in doc["loops"]:
         assert loop["steps_per_s"] > 0 and 0 < loop["learner_busy"] <= 1
@@ -113,6 +118,35 @@ def test_bench_json(cli):
         assert save["bytes"] > 0 and save["ratio"] > 1  # Pong frames compress
         assert save["actor_longest_pause_ms"] > 0 and "snapshot_ms" in save
     assert saved["restore_s"] > 0 and "zlib-1" in saved["codecs"]
+
+
+def test_bench_measures_the_learner_of_the_readmes_recipe_unless_told_another(tmp_path):
+    """README leads with a PQN recipe; a bare `edgerl bench` measured DQN. It measures the
+    recipe's learner now, and another where --set, a config file or --preset names one."""
+    from edgerl.config.presets import FIRST_RECIPE, NAMED_PRESETS
+    from edgerl.measure.bench import BenchOptions, _config
+
+    readme = (REPO / "README.md").read_text()
+    assert f"--preset {FIRST_RECIPE}" in readme.partition("## Install")[0]
+    learner = NAMED_PRESETS[FIRST_RECIPE].values["agent.algo"]
+    assert _config(BenchOptions()).agent.algo == learner != "dqn"
+    assert _config(BenchOptions(overrides=("agent.algo=dqn",))).agent.algo == "dqn"
+    (tmp_path / "ga.toml").write_text('[agent]\nalgo = "ga"\n')
+    assert _config(BenchOptions(config_file=tmp_path / "ga.toml")).agent.algo == "ga"
+    assert _config(BenchOptions(preset="pong-cpu-dqn")).agent.algo == "dqn"
+
+
+def test_a_stage_says_what_it_measures_and_then_how_long_it_took_in_all(caplog):
+    from edgerl.measure.stages import stage
+
+    with caplog.at_level("INFO"), stage("the whole loop, sync with 4 envs", 20.0):
+        pass
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        said[0] == "bench: the whole loop, sync with 4 envs: 20 s measured, after an untimed set-up"
+    )
+    assert said[1].startswith("bench: the whole loop, sync with 4 envs took ")
+    assert said[1].endswith(" s in all")
 
 
 def test_ctrl_c_prints_what_the_bench_measured_so_far_and_exits_130():

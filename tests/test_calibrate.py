@@ -15,8 +15,8 @@ from edgerl.run.calibrate import (
     candidate_config,
     candidates,
     choose,
-    measure,
 )
+from edgerl.run.recipe_speed import measure
 
 CPU = Recipe("pong-cpu", "no CUDA GPU: PQN on 2 CPU cores", {})
 
@@ -179,14 +179,21 @@ def test_a_damaged_remembered_figure_is_measured_again(tmp_path, quiet):
     assert stand_in.calls == measured_learners() * 2
 
 
-def test_figures_taken_while_other_work_kept_the_cpus_busy_are_used_not_remembered(tmp_path):
+def test_figures_taken_while_other_work_kept_the_cpus_busy_are_kept_with_that_load(
+    tmp_path, monkeypatch
+):
     """A real busy process beside the measurement (its CPU time counted, however loaded the
-    machine is): the figures choose now, and the next start measures again."""
+    machine is): the figures choose now and are remembered with that load; a later start on a
+    machine still busy uses them (measuring again at every start of a busy board found
+    nothing new), a quiet one measures again and replaces them."""
+    import json
     import subprocess
     import sys
     import time
 
     import psutil
+
+    from edgerl.run.calibrate import BUSY_TO_REMEMBER
 
     def beside_a_busy_loop(cfg, seconds):  # type: ignore[no-untyped-def]
         busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
@@ -201,7 +208,62 @@ def test_figures_taken_while_other_work_kept_the_cpus_busy_are_used_not_remember
 
     store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
     assert len(calibrate(CPU, store, measure_fn=beside_a_busy_loop)) == len(candidates(CPU))
-    assert not (tmp_path / "calibration.json").exists()
+
+    def loads() -> list[float]:
+        doc = json.loads((tmp_path / "calibration.json").read_text())
+        return [entry["busy"] for entry in doc["entries"].values()]
+
+    assert len(loads()) == len(candidates(CPU))
+    assert all(busy > BUSY_TO_REMEMBER for busy in loads())
+    stand_in = StandIn(150, 20_000)
+    monkeypatch.setattr("edgerl.hw.cpus.others_busy", lambda before, after: 1.5)  # still busy
+    assert [m.actor_steps_per_s for m in calibrate(CPU, store, measure_fn=stand_in)] == [
+        1000.0
+    ] * len(candidates(CPU))
+    assert stand_in.calls == []
+    monkeypatch.setattr("edgerl.hw.cpus.others_busy", lambda before, after: 0.0)  # quiet now
+    assert calibrate(CPU, store, measure_fn=stand_in)[0].actor_steps_per_s == 150
+    assert stand_in.calls == measured_learners()
+    assert loads() == [0.0] * len(candidates(CPU))
+    calibrate(CPU, store, measure_fn=stand_in)  # quiet figures: remembered for good
+    assert stand_in.calls == measured_learners()
+
+
+def test_measuring_runs_in_a_process_of_its_own_which_a_stop_ends_at_once(tmp_path, caplog):
+    """The real measurement in its own process (ALE builds a recipe's environments in one call
+    that holds Python's lock: a stop could not be heard in the same process): its figures come
+    back and are remembered; a stop while it measures ends it within seconds, said, and
+    nothing is remembered."""
+    import logging
+    import time
+
+    import psutil
+
+    from edgerl.run.signals import StoppedDuringSetup
+
+    caplog.set_level(logging.INFO)
+    dqn = Recipe("pong-cpu-dqn", "", {})  # 4 environments: quick to build
+    store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
+    heard: list[tuple[str, float]] = []
+    (measured,) = calibrate(dqn, store, seconds=0.5, progress=lambda *said: heard.append(said))
+    assert measured.actor_steps_per_s > 0 and measured.learner_steps_per_s > 0
+    assert (tmp_path / "calibration.json").exists()
+    assert heard and "measuring pong-cpu-dqn (1 of 1)" in heard[0][0] and heard[0][1] > 0
+
+    other = CompileDecisions(tmp_path / "other", "calibration.json", "the calibration")
+    asked = []
+
+    def stop_once_measuring() -> str | None:  # a SIGTERM some polls into the measuring
+        asked.append(time.monotonic())
+        return "SIGTERM" if len(asked) > 10 else None
+
+    started = time.monotonic()
+    with pytest.raises(StoppedDuringSetup, match="stopped by SIGTERM during start-up"):
+        calibrate(dqn, other, seconds=600, stop=stop_once_measuring)
+    assert time.monotonic() - started < 120  # not the 600 s it was to measure for
+    assert "calibration: stopped by SIGTERM while measuring pong-cpu-dqn (1 of 1)" in caplog.text
+    assert not (tmp_path / "other" / "calibration.json").exists()
+    assert not psutil.Process().children()  # the measuring process is gone
 
 
 def test_a_run_already_begun_keeps_the_recipe_it_trained_with(tmp_path):

@@ -15,6 +15,8 @@ from edgerl.config.presets import PRESETS, apply_presets
 from edgerl.errors import ConfigError
 from edgerl.learners.factory import check_keys
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def load(*overrides: str, config_file: Path | None = None, **shortcuts):
     return resolve(build_layers(config_file, overrides, shortcuts))
@@ -203,6 +205,44 @@ def test_a_gpu_preset_is_shown_anywhere_and_refused_for_training_without_a_gpu(c
     assert r.code == 2 and "Traceback" not in r.err
     assert "--preset pong-gpu is a recipe for a CUDA GPU" in r.err and "--preset pong-cpu" in r.err
     assert not run.exists()
+
+
+def test_a_preset_for_any_atari_game_wants_the_game(cli, tmp_path):
+    """`--preset atari-cpu` alone named no game: it trained Pong (resuming a pong-cpu run there
+    under its own name). The game comes from --env, or from the run directory's run."""
+    r = cli("train", "--preset", "atari-cpu")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "--preset atari-cpu is a recipe for any Atari game and names none" in r.err
+    assert "--env ALE/Breakout-v5" in r.err and "pong-cpu" in r.err
+    assert not (tmp_path / "runs").exists()
+    r = cli("config", "--preset", "atari-cpu", "--env", "ALE/Breakout-v5")
+    assert r.code == 0 and tomllib.loads(r.out)["env"]["id"] == "ALE/Breakout-v5", r.err
+    run = tmp_path / "breakout"
+    run.mkdir()
+    saved = REPO / "docs" / "runs" / "breakout-cpu-2core-pqn" / "config.toml"
+    (run / "config.toml").write_bytes(saved.read_bytes())
+    r = cli("config", "--preset", "atari-cpu", "--run-dir", run)
+    assert r.code == 0 and tomllib.loads(r.out)["env"]["id"] == "ALE/Breakout-v5", r.err
+
+
+def test_a_key_of_another_learner_is_refused_on_the_command_line(cli, tmp_path):
+    """`--set ppo.clip=0.1` on a DQN run changed nothing, silently: it is refused in one
+    sentence before anything is written; the learner that reads it takes it, and a config file
+    (often shared by several learners' runs) only has it said."""
+    run = tmp_path / "run"
+    r = cli("train", "--env", "CartPole-v1", "--set", "ppo.clip=0.1", "--run-dir", run)
+    assert r.code == 2 and "Traceback" not in r.err and not run.exists()
+    assert "--set ppo.clip does nothing with agent.algo=dqn: [ppo] holds the keys of" in r.err
+    assert "add --set agent.algo=ppo to train that learner" in r.err
+    r = cli("config", "--env", "CartPole-v1", "--set", "agent.algo=ppo", "--set", "ppo.clip=0.1")
+    assert r.code == 0 and tomllib.loads(r.out)["ppo"]["clip"] == 0.1, r.err
+    r = cli("config", "--preset", "pong-cpu", "--set", "ga.sigma=0.01")
+    assert r.code == 2 and "--set ga.sigma does nothing with agent.algo=pqn" in r.err, r.err
+    shared = tmp_path / "shared.toml"
+    shared.write_text("[ppo]\nclip = 0.1\n[pqn]\nepochs = 1\n")
+    r = cli("config", "--env", "CartPole-v1", "--config", shared, "--set", "agent.algo=pqn")
+    assert r.code == 0, r.err
+    assert "sets ppo.clip, which agent.algo=pqn does not read: it does nothing" in r.err
 
 
 @pytest.mark.parametrize(

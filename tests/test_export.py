@@ -141,6 +141,16 @@ def test_export_fails_when_onnx_runtime_disagrees(pong_run, monkeypatch):
 
 
 @pytest.mark.skipif(HAS_TRT, reason="TensorRT is installed here")
+def test_the_export_table_names_what_a_network_outputs(cli, tmp_path):
+    """PPO's network gives logits, not Q-values: its agreement says so (a DQN's says dQ)."""
+    run = tmp_path / "ppo"
+    args = ["--env", "CartPole-v1", "--set", "agent.algo=ppo", "--steps", "1024", "--quiet"]
+    assert cli("train", *args, "--run-dir", run).code == 0
+    r = cli("export", "--run-dir", run, "--onnx")
+    assert r.code == 0, r.err[-2000:]
+    assert "max |d logits|" in r.out and "dQ" not in r.out
+
+
 def test_trt_without_tensorrt_says_what_is_missing(cli, pong_run, tmp_path):
     import torch
 
@@ -154,6 +164,7 @@ def test_trt_without_tensorrt_says_what_is_missing(cli, pong_run, tmp_path):
     assert "engines must be built on the device that runs them" in r.err
     assert "--onnx works anywhere" in r.err
     assert not (tmp_path / "out").exists()  # it said so before doing any work
+    assert "exporting" not in r.err  # nor named a policy it would not export
 
 
 def test_play_an_engine_without_tensorrt(cli, tmp_path):

@@ -10,6 +10,8 @@ import select
 import struct
 import time
 
+import pytest
+
 from edgerl.report.metrics import ConsoleProgress, TrainStats, progress_fields
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -122,3 +124,19 @@ def test_the_session_summary_gives_the_learning_pace_and_the_filling_apart():
     assert "0 steps/s learning" not in result(0, 0.0, 10_000, 345.0)
     assert "29 steps/s" in result(0, 0.0, 10_000, 345.0)
     assert "steps/s filling the replay (learning had not started)" in result(800, 2.0, 0, 0.0)
+
+
+@pytest.mark.parametrize("algo", ["ga", "ppo", "dqn"])
+def test_the_progress_line_shows_epsilon_only_for_a_learner_that_explores_by_it(tmp_path, algo):
+    """The GA plays its members greedily and PPO samples its actions: "eps 0.000" on their
+    progress line said nothing true; DQN's epsilon-greedy exploration is shown."""
+    from edgerl.config import build_layers, resolve
+    from edgerl.run.train import Trainer
+
+    sets = ["hw.monitor=false", "display.enabled=false", f"agent.algo={algo}"]
+    shortcuts = {"env.id": "CartPole-v1", "train.steps": 600, "train.run_dir": str(tmp_path)}
+    cfg = resolve(build_layers(None, sets, shortcuts, use_system=False))
+    with Trainer(cfg, quiet=True) as trainer:
+        trainer.run()
+        line = progress_fields(trainer.stats)
+    assert ("| eps " in line) == (algo == "dqn"), line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -119,6 +120,32 @@ def test_empty_run_dir(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     r = cli("play", "--run-dir", "empty")
     assert r.code == 2 and "has no checkpoint yet" in r.err
+
+
+def test_a_folder_that_is_no_run_is_not_called_one_without_checkpoints(cli, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("train pong\n")
+    for command in (["play"], ["export", "--onnx"]):
+        r = cli(*command, "--run-dir", "notes")
+        assert r.code == 2 and "notes is not a run directory" in r.err, r.err
+        assert "no checkpoint yet" not in r.err and "Traceback" not in r.err
+
+
+def test_a_run_of_damaged_checkpoints_is_not_told_a_train_option(cli, cartpole_run, tmp_path):
+    """Play and export name what they take instead (--fresh is training's); the best policy,
+    kept apart, is still played."""
+    run = tmp_path / "damaged"
+    shutil.copytree(cartpole_run, run)
+    for ckpt in (run / "checkpoints").glob("ckpt-*.ckpt"):
+        data = bytearray(ckpt.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        ckpt.write_bytes(bytes(data))
+    r = cli("play", "--run-dir", run, "--last")
+    assert r.code == 2 and "failed their checks" in r.err, r.err
+    assert "--fresh" not in r.err and "--checkpoint" in r.err and "Traceback" not in r.err
+    if (run / "checkpoints" / "best.ckpt").exists():
+        r = cli("play", "--run-dir", run, "--episodes", "1", "--json")
+        assert r.code == 0 and "best-evaluated policy" in r.err, r.err[-2000:]
 
 
 def test_env_mismatch(cli, cartpole_run):

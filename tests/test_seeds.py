@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,6 +112,42 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, 
     assert "of 2; median time" in text.out or "reached 30 (the given target): 0 of 2" in text.out
 
 
+def test_seeds_are_never_hidden_inside_a_run_and_every_tool_finds_them(cli, tmp_path):
+    """README's order, a run then `--seeds`, nested the seeds inside the run, where results,
+    status and play missed them: it is refused in one sentence. Seeds in a folder of their own
+    are found by status, play, plot, serve and results, whether named or not."""
+    from edgerl.serve.runs import find_runs as served_runs
+
+    sets = ["--set", "eval.every_steps=200", "--set", "eval.episodes=1", "--quiet"]
+    single = ["train", "--env", "CartPole-v1", "--steps", "400", *sets]
+    assert cli(*single, "--run-dir", "runs/cp").code == 0
+    r = cli(*single, "--seeds", "2", "--run-dir", "runs/cp")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "runs/cp holds a run of its own" in r.err and "--run-dir runs/cp-seeds" in r.err
+    assert not list(Path("runs/cp").glob("seed-*"))
+
+    assert cli(*single, "--seeds", "2", "--run-dir", "runs/cp-seeds").code == 0
+    newest = Path("runs/cp-seeds/seed-1")
+    r = cli("status", "--run-dir", "runs/cp-seeds")
+    assert r.code == 0 and f"run {newest}:" in r.err, r.err
+    r = cli("status")
+    assert r.code == 0 and f"run {newest}:" in r.err, r.err
+    r = cli("play", "--episodes", "1", "--json")
+    assert r.code == 0 and f"run {newest}:" in r.err, r.err
+    r = cli("play", "--run-dir", "runs/cp-seeds")  # which of them: one sentence naming them
+    assert r.code == 2 and "holds the runs of `edgerl train --seeds` (seed-0, seed-1)" in r.err
+    r = cli("plot", "--terminal", "--run-dir", "runs/cp-seeds")
+    assert r.code == 0, r.err
+    assert {"cp", "cp-seeds.seed-0", "cp-seeds.seed-1"} <= set(served_runs([Path("runs")]))
+    r = cli("results", "runs", "--json", "--reps", "500")
+    assert r.code == 0, r.err
+    (doc,) = json.loads(r.out)
+    assert sorted(Path(run["path"]).name for run in doc["runs"]) == ["cp", "seed-0", "seed-1"]
+    # a plain run where the seeds are: refused, naming them, not as a folder of strangers
+    r = cli("train", "--env", "CartPole-v1", "--steps", "400", "--run-dir", "runs/cp-seeds")
+    assert r.code == 2 and "holds runs of `edgerl train --seeds` (seed-0, seed-1)" in r.err
+
+
 def test_results_says_in_one_sentence_what_is_not_a_run(cli, tmp_path):
     r = cli("results", tmp_path / "nothing")
     assert r.code != 0 and "is not a directory; give run directories" in r.err
@@ -125,6 +162,27 @@ def test_results_says_in_one_sentence_what_is_not_a_run(cli, tmp_path):
         find_runs([run])
     r = cli("results", "--within", "soon", run)
     assert r.code == 2 and "'soon' is not a duration" in r.err
+
+
+def test_results_of_a_runs_folder_leaves_out_a_run_not_evaluated_yet(cli, tmp_path):
+    """`edgerl results runs`: a game's run still filling its replay (no eval.csv yet) is left
+    out and named, the others are summed up, seeds' folders in runs/ included; only a folder
+    none of whose runs has an evaluation is refused."""
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO / "docs" / "runs" / "pong-cpu-2core", runs / "Pong-v5")
+    shutil.copytree(REPO / "docs" / "runs" / "pong-cpu-seeds", runs / "pong-seeds")
+    young = runs / "CartPole-v1"
+    young.mkdir()
+    (young / "config.toml").write_text('[env]\nid = "CartPole-v1"\n[agent]\nalgo = "dqn"\n')
+    r = cli("results", runs, "--reps", "500")
+    assert r.code == 0, r.err[-3000:]
+    assert "left out 1 run, with no greedy evaluation yet: CartPole-v1" in r.err
+    seeds = len(list((runs / "pong-seeds").glob("seed-*")))
+    assert f"ALE/Pong-v5, PQN, pong-cpu: {seeds + 1} runs" in r.out
+    only_young = tmp_path / "young-runs"
+    shutil.copytree(young, only_young / "CartPole-v1")
+    r = cli("results", only_young)
+    assert r.code != 0 and "none of the 1 run in" in r.err and "Traceback" not in r.err
 
 
 def test_without_rliable_results_says_how_to_install_it(monkeypatch):

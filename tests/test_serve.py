@@ -639,9 +639,12 @@ def test_beyond_this_machine_a_token_is_wanted(served, cli, tmp_path):
             assert request(local, path)[0] == 401, path
         for path in ("/", "/assets/app.js"):  # the page's own files: no run in them
             assert request(local, path)[0] == 200, path
-        assert (
-            request(local, "/metrics", {"Authorization": "Bearer wrong-token-0123456789"})[0] == 401
-        )
+        status, said = request(local, "/metrics", {"Authorization": "Bearer wrong-0123456789"})
+        assert status == 401 and b"is not this edgerl serve's" in said
+        status, said = request(local, "/api/runs/Pong-v5/frames?token=wrong-token-0123456789")
+        assert status == 401 and b"is not this edgerl serve's" in said
+        status, said = request(local, "/metrics")  # none shown: it is wanted
+        assert b"edgerl serve wants a token" in said and b"not this" not in said
         assert request(local, "/metrics", {"Authorization": f"Bearer {token}"})[0] == 200
         # No cookie is set or taken: a browser sends a host's cookies to every port of it,
         # where another account's server could take one and replay it here.

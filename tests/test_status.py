@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .conftest import edgerl_cmd
+from .conftest import PONG_FAST, edgerl_cmd
 
 
 def test_status_says_the_replay_fills_and_shows_the_runs_checkpoint(cli, tmp_path):
@@ -41,6 +41,19 @@ def test_status_says_the_replay_fills_and_shows_the_runs_checkpoint(cli, tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
+
+
+def test_a_run_whose_games_have_not_ended_says_why_it_shows_no_episode(cli, tmp_path):
+    """Pong after a few short sessions showed "0 episodes" and "mean return n/a" and nothing
+    else: it looked broken. It says why (games played to the end, started over by a resume)."""
+    run = tmp_path / "pong"
+    assert cli("train", *PONG_FAST, "--steps", "200", "--run-dir", run, "--quiet").code == 0
+    r = cli("status", "--run-dir", run)
+    assert r.code == 0 and "0 episodes" in r.out, r.out
+    assert "no episode has ended yet" in r.out and "every resume starts the games" in r.out
+    cartpole = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", cartpole).code == 0
+    assert "no episode has ended yet" not in cli("status", "--run-dir", cartpole).out
 
 
 def test_a_status_whose_fleet_nests_without_end_is_damaged_in_one_sentence(tmp_path):

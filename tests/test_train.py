@@ -118,6 +118,15 @@ def test_fresh_moves_the_old_run_aside(cli, tmp_path):
     assert "resuming" not in r.err
 
 
+def test_fresh_without_env_takes_the_runs_game_and_never_says_it_resumes(cli, tmp_path):
+    run = tmp_path / "cp"
+    assert cli("train", "--env", "CartPole-v1", "--steps", "200", "--run-dir", run).code == 0
+    r = cli("train", "--steps", "200", "--run-dir", run, "--fresh")
+    assert r.code == 0, r.err[-2000:]
+    assert "resuming" not in r.err and "moved the previous run to" in r.err
+    assert f"the game of the run in {run}: CartPole-v1" in r.err
+
+
 def test_a_run_resumes_with_its_own_recipe_from_its_run_directory_alone(cli, tmp_path):
     """A run trained with settings of its own (PQN here, as --preset atari-cpu makes one)
     resumes with --run-dir alone, or with its game named, as it was trained: the defaults

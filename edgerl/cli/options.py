@@ -71,7 +71,8 @@ def config_options(*shortcuts: str) -> Callable[[F], F]:
             click.option(
                 "--steps",
                 type=StepCount(),
-                help="Shortcut for --set train.steps=N (a total; 1e6, 10M and 250k work).",
+                help="Shortcut for --set train.steps=N (a total over all environments, which "
+                "step together; 1e6, 10M and 250k work).",
             )
         )
     if "run_dir" in shortcuts:
@@ -157,10 +158,12 @@ def build_config(
     quick: bool = False,
     preset: str | None = None,
     resume: bool = False,
+    stop: Callable[[], str | None] | None = None,
 ) -> Config:
     """The resolved config from the shared options; raises ConfigError (also for ``--quick``
-    with ``--preset``: both choose the game and its settings). With ``resume``, a run already
-    in the run directory lends its own recipe in place of the defaults
+    with ``--preset``: both choose the game and its settings), and StoppedDuringSetup where
+    ``stop`` gives a reason while ``--preset board`` measures the machine. With ``resume``, a
+    run already in the run directory lends its own recipe in place of the defaults
     (:func:`run_recipe_layer`)."""
     from edgerl.config import build_layers, resolve
     from edgerl.errors import ConfigError
@@ -171,7 +174,7 @@ def build_config(
         "train.run_dir": str(run_dir) if run_dir is not None else None,
         "env.seed": seed,
     }
-    layers = build_layers(config_file, overrides, shortcuts)
+    layers = asked = build_layers(config_file, overrides, shortcuts)
     _check_said_once(build_layers(None, overrides, {}, use_system=False), shortcuts)
     if quick and preset:
         raise ConfigError("--quick and --preset both choose what to train: give one of them")
@@ -180,25 +183,58 @@ def build_config(
         from edgerl.report.quick import quick_layer
         from edgerl.report.rundir import run_dir_of
         from edgerl.run.calibrate import calibrated_layer
+        from edgerl.run.families import board_layer
 
         command_line = build_layers(None, overrides, shortcuts, use_system=False)
         files = build_layers(config_file)
         if quick:
             chosen = quick_layer(resolve(layers))
         elif preset == BOARD_PRESET:  # measured here (once: remembered) unless told not to
-            unmeasured = with_game(resolve([*files, calibrated_layer(False), *command_line]))
+            said = resolve([*files, calibrated_layer(False), *command_line])
+            unmeasured = with_game(said, resume)
             run_dir = run_dir_of(unmeasured)  # a run there keeps the recipe it trained with
-            chosen = calibrated_layer(resolve(layers).hw.calibrate, run_dir=run_dir)
+            user = resolve(layers)  # a game it names is not measured as Pong
+            game = user.env.id if "env.id" in user.explicit else None
+            chosen = board_layer(user.hw.calibrate, game=game, run_dir=run_dir, stop=stop)
         else:
             chosen = named_preset_layer(str(preset))
         layers = [*files, chosen, *command_line]
-    cfg = with_game(resolve(layers))
+    cfg = with_game(resolve(layers), resume)
+    if preset is not None:
+        from edgerl.config.checks import check_preset_game
+        from edgerl.report.rundir import run_game
+
+        run_of_a_game = bool(cfg.train.run_dir) and run_game(Path(cfg.train.run_dir)) is not None
+        check_preset_game(preset, "env.id" in cfg.explicit or run_of_a_game)
     if resume and (recipe := run_recipe_layer(cfg)) is not None:
         try:
-            cfg = with_game(resolve([recipe, *layers]))
+            cfg = with_game(resolve([recipe, *layers]), resume)
         except ConfigError as e:  # a value an older edgerl allowed and this one does not
             log.warning("resuming without the run's own settings: %s", e)
+    _check_learner_keys(cfg, asked, config_file)
     return cfg
+
+
+def _check_learner_keys(cfg: Config, layers: list[Layer], config_file: Path | None) -> None:
+    """Refuse a ``--set`` of another learner's key (``--set ppo.clip=0.1`` on a DQN run: it
+    would change nothing); a ``--config`` file's are said in the log, since one file often
+    holds the settings of several learners. ``layers``: the command's own, as read (a file
+    given as ``<(...)`` is read once). Raises ConfigError."""
+    from edgerl.config.checks import check_learner_keys, unread_keys
+
+    for layer in layers:
+        if layer.source == "--set":
+            check_learner_keys(layer.values, cfg.agent.algo)
+        elif config_file is not None and layer.source == str(config_file):
+            unread = unread_keys(layer.values, cfg.agent.algo)
+            if unread:
+                log.warning(
+                    "%s sets %s, which agent.algo=%s does not read: %s in this run",
+                    config_file,
+                    ", ".join(unread),
+                    cfg.agent.algo,
+                    "it does nothing" if len(unread) == 1 else "they do nothing",
+                )
 
 
 # What a run's config.toml lends a resume: how it learns and is judged (every learner's own
@@ -245,9 +281,11 @@ def run_recipe_layer(cfg: Config) -> Layer | None:
     return Layer(source, values)
 
 
-def with_game(cfg: Config) -> Config:
+def with_game(cfg: Config, resume: bool = False) -> Config:
     """The game spelled as registered (``ALE/pong-v5`` names ``runs/Pong-v5``), and, when no
-    game was given but the run directory holds a run, that run's game: resuming needs no --env."""
+    game was given but the run directory holds a run, that run's game: resuming needs no --env
+    (said in the log as a resume where the command will ``resume``, else as the run's game:
+    ``--fresh`` moves that run aside and starts its game over)."""
     from edgerl.config import with_values
     from edgerl.envs import canonical_id
     from edgerl.report.rundir import run_env
@@ -260,7 +298,10 @@ def with_game(cfg: Config) -> Config:
         if canonical != cfg.env.id:
             values["env.id"] = canonical
     elif saved is not None and saved != cfg.env.id:
-        log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
+        if resume:
+            log.info("resuming the run in %s: its game is %s", cfg.train.run_dir, saved)
+        else:
+            log.info("the game of the run in %s: %s", cfg.train.run_dir, saved)
         values["env.id"] = saved
     game = values.get("env.id", cfg.env.id)
     kwargs = env.get("make_kwargs")  # the run's gymnasium.make arguments go with its game
@@ -275,8 +316,8 @@ def default_status_dir() -> Path:
     and ``./runs``; says which on stderr, and why. Raises RunDirError."""
     from edgerl.config import build_layers, resolve
     from edgerl.errors import RunDirError
+    from edgerl.report.finding import find_status_dirs
     from edgerl.report.rundir import service_state_dir
-    from edgerl.report.status import find_status_dirs
 
     cfg = resolve(build_layers())
     if "train.run_dir" in cfg.explicit:
@@ -294,19 +335,33 @@ def default_status_dir() -> Path:
     return found[0]
 
 
+def seeds_run(run_dir: Path) -> Path:
+    """``run_dir``, or, where it holds no run but seeds' runs (``edgerl train --seeds``'
+    ``seed-K``), the one of them most recently updated, said on stderr with why."""
+    from edgerl.report.finding import find_status_dirs
+    from edgerl.report.rundir import seed_runs_in
+
+    if not seed_runs_in(run_dir):
+        return run_dir
+    found = find_status_dirs([run_dir])
+    if not found:
+        return run_dir
+    _say_chosen(found[0], "the most recently updated status.json of its seeds", [run_dir])
+    return found[0]
+
+
 def default_policy_run() -> Path:
     """The run ``play`` and ``export`` use when given none: of the service's run and the runs
     under the service's state directory and ``./runs``, the one with the newest checkpoint;
     says which on stderr, and why. Raises CheckpointError."""
     from edgerl.errors import CheckpointError
+    from edgerl.report.finding import runs_below
     from edgerl.report.rundir import service_state_dir
     from edgerl.service.daemon import daemon_config
 
     service_run = Path(daemon_config(None, recipe=False).train.run_dir)
     roots = [service_state_dir() / "runs", Path("runs")]
-    candidates = [service_run] + [
-        p.parent for root in roots if root.is_dir() for p in root.glob("*/checkpoints")
-    ]
+    candidates = [service_run] + [run for root in roots for run in runs_below(root, "checkpoints")]
     newest = {}
     for run in candidates:
         try:

@@ -245,7 +245,7 @@ def export(
     as_json: bool,
 ) -> None:
     """Export a checkpoint to ONNX and/or a TensorRT engine, each verified against PyTorch."""
-    from edgerl.export.run import ExportRequest, render_table, run_export
+    from edgerl.export.run import ExportRequest, check_tools, render_table, run_export
     from edgerl.hw.device import latency_threads
     from edgerl.policies.sidecar import sidecar_path
 
@@ -259,6 +259,7 @@ def export(
         raise click.UsageError("give either --run-dir or --checkpoint, not both")
     if last and checkpoint is not None:
         raise click.UsageError("--last picks a run's checkpoint: give --run-dir (or nothing)")
+    check_tools(to_trt)  # before the policy is named: nothing is exported without them
     source = _export_source(run_dir, checkpoint, last)
     threads, load = latency_threads()
     request = ExportRequest(

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from edgerl.cli.app import cli, command_name
-from edgerl.cli.options import build_config, config_options, default_status_dir
+from edgerl.cli.options import build_config, config_options, default_status_dir, seeds_run
 from edgerl.service.logs import setup_logging
 
 log = logging.getLogger("edgerl")
@@ -29,9 +29,9 @@ log = logging.getLogger("edgerl")
     type=click.IntRange(min=1, max=1000),
     default=1,
     show_default=True,
-    help="Train N runs, one after another, with seeds --seed, --seed+1, ... in RUN/seed-K "
-    "(two at once on a small machine only slow each other); then `edgerl results RUN` sums "
-    "them up.",
+    help="Train N runs, one after another, with seeds --seed, --seed+1, ... in RUN/seed-K, "
+    "RUN a folder that holds no run of its own (two at once on a small machine only slow each "
+    "other); then `edgerl results RUN` sums them up.",
 )
 @click.pass_context
 def train(
@@ -57,10 +57,17 @@ def train(
             ctx, config_file, overrides, env_id, steps, run_dir, seed, quick, preset, fresh, quiet
         )
         return
-    from edgerl.report.rundir import run_dir_of
+    from edgerl.errors import RunDirError
+    from edgerl.report.rundir import holds_run, run_dir_of
 
     cfg = build_config(config_file, overrides, env_id, steps, run_dir, seed, quick, preset)
     base = run_dir_of(cfg)
+    if holds_run(base):  # its seeds inside it would be hidden by it from results and status
+        raise RunDirError(
+            f"{base} holds a run of its own: --seeds trains each seed in a seed-K folder of a "
+            "folder that holds no run, which `edgerl results` then sums up; give one with "
+            f"--run-dir, e.g. --run-dir {shlex.quote(str(base))}-seeds"
+        )
     first = cfg.env.seed
     # Each seed's run directory and seed are given as --run-dir and --seed: a --set of the same
     # keys (where the first came from) would disagree with them.
@@ -110,7 +117,16 @@ def train_one(
             from edgerl.service.session import training_session
 
             cfg = build_config(
-                config_file, overrides, env_id, steps, run_dir, seed, quick, preset, not fresh
+                config_file,
+                overrides,
+                env_id,
+                steps,
+                run_dir,
+                seed,
+                quick,
+                preset,
+                not fresh,
+                stop=lambda: stop.reason,  # --preset board's measuring ends at once
             )
             setup_logging(ctx.obj["debug"], cfg.log.level)
             if preset is not None:
@@ -198,8 +214,7 @@ def status(ctx: click.Context, run_dir: Path | None, as_json: bool) -> None:
     """
     from edgerl.report.status import describe, disk_full, liveness, read_status
 
-    if run_dir is None:
-        run_dir = default_status_dir()
+    run_dir = default_status_dir() if run_dir is None else seeds_run(run_dir)
     doc = read_status(run_dir)
     live = liveness(doc)
     if as_json:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from edgerl.cli.app import cli
-from edgerl.cli.options import default_status_dir
+from edgerl.cli.options import default_status_dir, seeds_run
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -162,7 +162,7 @@ def view(
 
     if snapshot is not None and console:
         raise click.UsageError("give either --snapshot or --console, not both")
-    run_dir = run_dir if run_dir is not None else default_status_dir()
+    run_dir = seeds_run(run_dir) if run_dir is not None else default_status_dir()
     check_readable(run_dir)
     opts = ViewOptions(
         run_dir=run_dir,
@@ -197,8 +197,11 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, by: str, terminal: boo
 
     from edgerl.display.curves import load_run
     from edgerl.display.plot import save_png, summary, text_chart
+    from edgerl.report.rundir import seed_runs_in
 
-    dirs = list(run_dirs) or [default_status_dir()]
+    given = list(run_dirs) or [default_status_dir()]
+    # a folder of seeds' runs (train --seeds) stands for them: their curves side by side
+    dirs = [run for d in given for run in ([d / n for n in seed_runs_in(d)] or [d])]
     for run_dir in dirs:
         check_readable(run_dir)
     runs = [load_run(run_dir) for run_dir in dirs]

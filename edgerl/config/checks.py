@@ -10,7 +10,9 @@ everything in order, top to bottom."""
 
 from __future__ import annotations
 
-from edgerl.config import Config
+from collections.abc import Iterable
+
+from edgerl.config import SECTIONS, Config
 from edgerl.config.fleet import parse_resource
 from edgerl.config.learners import LEARNERS, RemoteActors, learner_info
 from edgerl.config.presets import NAMED_PRESETS
@@ -26,6 +28,64 @@ def check_preset_device(name: str, cuda_usable: bool) -> None:
             f"--preset {name} is a recipe for a CUDA GPU and none is usable here; on a CPU "
             f"use --preset {' or --preset '.join(cpu_presets)}"
         )
+
+
+def check_preset_game(name: str, game_named: bool) -> None:
+    """Raises ConfigError when preset ``name`` is a recipe without a game of its own (one for
+    any Atari game) and the command names none (``game_named``: ``--env``, ``env.id`` in a
+    config, or a run directory that holds a run of a game): the default game would be trained,
+    and a run of it there resumed under this recipe's name."""
+    preset = NAMED_PRESETS.get(name)
+    if preset is None or "env.id" in preset.values or game_named:
+        return
+    with_game = sorted(n for n, p in NAMED_PRESETS.items() if p.values.get("env.id"))
+    raise ConfigError(
+        f"--preset {name} is a recipe for any Atari game and names none: give the game with "
+        f"--env, e.g. --env ALE/Breakout-v5 (the presets with a game of their own: "
+        f"{', '.join(with_game)})"
+    )
+
+
+def readers_of(key: str) -> list[str] | None:
+    """The learners (names of :data:`LEARNERS`) that read ``key`` (``section.name``) when its
+    section is a learner's own, named as ``agent.algo`` names it (``[pqn]``, ``[ppo]``,
+    ``[ga]``): that learner, and any other whose samples to target depend on the key or whose
+    rollout's length it is (a learner without a rollout key of its own takes PQN's, and is
+    counted a reader of it). None for a key of a section that is no learner's (``[agent]``,
+    ``[env]``, ``[replay]``, ...)."""
+    section = key.partition(".")[0]
+    if section not in LEARNERS or section not in SECTIONS:
+        return None
+    also = {n for n, i in LEARNERS.items() if key in (*i.sample_keys, i.rollout_key)}
+    return [section, *sorted(also - {section})]  # the learner it is named for first
+
+
+def unread_keys(keys: Iterable[str], algo: str) -> dict[str, list[str]]:
+    """Of ``keys``, those learner ``algo`` never reads (of another learner's section), each
+    with the learners that read it (:func:`readers_of`)."""
+    out = {}
+    for key in keys:
+        readers = readers_of(key)
+        if readers is not None and algo not in readers:
+            out[key] = readers
+    return out
+
+
+def check_learner_keys(sets: Iterable[str], algo: str) -> None:
+    """Raises ConfigError when a key ``--set`` on the command line (``sets``) belongs to
+    another learner than ``algo`` (``--set ppo.clip=0.1`` on a DQN run): it would change
+    nothing, and the run would be taken for one that tried it."""
+    unread = unread_keys(sets, algo)
+    if not unread:
+        return
+    key, readers = next(iter(unread.items()))
+    more = f" (and {', '.join(list(unread)[1:])})" if len(unread) > 1 else ""
+    owner = readers[0]
+    raise ConfigError(
+        f"--set {key}{more} does nothing with agent.algo={algo}: [{owner}] holds the keys of "
+        f"agent.algo={owner}; add --set agent.algo={owner} to train that learner, or leave it "
+        "out"
+    )
 
 
 def check_consistency(cfg: Config) -> None:

@@ -193,6 +193,11 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
 }
 
 
+# The recipe README leads with (two CPU cores): `edgerl bench` measures its learner unless told
+# another (--preset, --set agent.algo or a config file).
+FIRST_RECIPE = "pong-cpu"
+
+
 # --preset board: the recipe of NAMED_PRESETS this machine trains fastest (edgerl.run.calibrate,
 # which measures the machine; the service uses it when its config chooses no learner).
 BOARD_PRESET = "board"

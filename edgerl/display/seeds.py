@@ -3,10 +3,10 @@ reached the target and when, the final score beside the best, and the interquart
 with its 95% stratified-bootstrap interval (Agarwal et al. 2021, "Deep RL at the edge of the
 statistical precipice"), computed by their library, ``rliable`` (the ``results`` extra).
 
-A run is read from its own files only: ``eval.csv`` (the greedy evaluations) and
-``config.toml`` (the game, the learner, the seed and the protocol). Runs are grouped by game and
-learner; a folder that is not a run but holds runs (``edgerl train --seeds N`` writes
-``seed-K`` folders) stands for those runs.
+A run is read from its own files only (:mod:`edgerl.display.seed_runs`): ``eval.csv`` (the
+greedy evaluations) and ``config.toml`` (the game, the learner, the seed and the protocol). Runs
+are grouped by game and learner; a folder that is not a run but holds runs (``edgerl train
+--seeds N`` writes ``seed-K`` folders) stands for those runs.
 
 - **Reached**: the first evaluation whose mean return is at the target or above, within
   ``within_s`` of training time when given (k of n).
@@ -21,188 +21,27 @@ learner; a folder that is not a run but holds runs (``edgerl train --seeds N`` w
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgerl.display.seed_runs import LAST, Evaluation, SeedRun
+from edgerl.display.seed_runs import find_runs as find_runs  # where results and tests find it
+from edgerl.display.seed_runs import read_run as read_run
 from edgerl.envs.scores import atari5_median, atari5_weights, es_hour, human_normalised, reference
-from edgerl.errors import ConfigError, MissingDependencyError, RunDirError
-from edgerl.files.csvread import CsvReader, number
-from edgerl.report.rundir import run_section
+from edgerl.errors import MissingDependencyError
 from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
-LAST = 3  # evaluations in a final score, as docs/results.md reports them
 REPS = 10_000  # bootstrap resamples; rliable's default is 50,000 (use --reps for a paper)
 HUMAN_FRAMES = 18_000  # the human reference: 5 minutes of play at 60 frames a second
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    step: int
-    wall_s: float
-    mean: float
-
-
-@dataclass
-class SeedRun:
-    """One run's evaluations and what its config says of it."""
-
-    path: Path
-    game: str
-    learner: str
-    seed: int
-    evaluations: list[Evaluation]
-    recipe: str = ""  # train.recipe: the named recipe it came from, if any
-    env: dict[str, Any] = field(default_factory=dict)
-    eval: dict[str, Any] = field(default_factory=dict)
-
-    def first_at(self, target: float, within_s: float | None = None) -> Evaluation | None:
-        """The first evaluation at ``target`` or above (within ``within_s`` of training)."""
-        for e in self.evaluations:
-            if within_s is not None and e.wall_s > within_s:
-                return None
-            if e.mean >= target:
-                return e
-        return None
-
-    def final(self, last: int = LAST) -> float:
-        """The mean of the last ``last`` evaluations."""
-        return float(np.mean([e.mean for e in self.evaluations[-last:]]))
-
-    @property
-    def best(self) -> float:
-        return max(e.mean for e in self.evaluations)
-
-
-def read_run(path: Path) -> SeedRun:
-    """The run in ``path``; raises RunDirError when it is not a run with evaluations. A damaged
-    line of eval.csv is skipped and said in the log, as every reader of run files does; where
-    a session resumed from a checkpoint older than the newest rows, its rows replace the ones
-    they overlap."""
-    config = {s: run_section(path, s) for s in ("env", "agent", "eval", "train")}
-    if config["env"] is None:
-        raise RunDirError(f"{path} holds no run (no readable config.toml): give run directories")
-    reader = CsvReader(path / "eval.csv")
-    evaluations = []
-    try:
-        for cells in reader.rows():
-            row = dict(zip(reader.header or [], cells, strict=False))
-            step, wall, mean = (number(row.get(k, "")) for k in ("step", "wall_s", "return_mean"))
-            if step is None or wall is None or mean is None:
-                continue
-            while evaluations and evaluations[-1].step >= step:  # a resume from before them
-                evaluations.pop()
-            evaluations.append(Evaluation(int(step), wall, mean))
-    except OSError as e:
-        if not isinstance(e, FileNotFoundError):
-            raise RunDirError(f"{path / 'eval.csv'} cannot be read: {e.strerror or e}") from None
-    if (damage := reader.damage()) is not None:
-        log.warning("%s: %s skipped", path / "eval.csv", damage)
-    if not evaluations:
-        raise RunDirError(
-            f"{path} has no greedy evaluation yet (eval.csv): results need them; train with "
-            "eval.every_steps above 0"
-        )
-    env, agent = config["env"] or {}, config["agent"] or {}
-    seed = env.get("seed", 0)
-    return SeedRun(
-        path,
-        str(env.get("id", "?")),
-        str(agent.get("algo", "?")),
-        seed if isinstance(seed, int) else 0,
-        evaluations,
-        recipe=recipe_name(path, config),
-        env=env,
-        eval=config["eval"] or {},
-    )
-
-
-def recipe_name(path: Path, config: dict[str, dict[str, Any] | None]) -> str:
-    """The named recipe a run trained, as results name it: ``train.recipe``'s name (a
-    calibration's with the ratio it chose: ``pong-cpu pqn.epochs=1``) without the why after it,
-    then the learner and each sample setting the run changed from that recipe
-    (``agent.algo=ppo``, ``--set pqn.epochs=1``): runs whose learning differs are not named
-    alike. "" for none. ``config``: the sections of config.toml read already."""
-    from edgerl.config.presets import NAMED_PRESETS
-    from edgerl.config.targets import text_of
-
-    sections = {name: section or {} for name, section in config.items()}
-    said = str(sections.get("train", {}).get("recipe", ""))
-    name = said.split(" (", 1)[0].strip()
-    preset, *words = name.split() or [""]
-    if preset not in NAMED_PRESETS:
-        return name
-    named = {word.split("=", 1)[0] for word in words}
-    algo = str(sections.get("agent", {}).get("algo", ""))
-    own, theirs = _preset_values(preset, ""), _preset_values(preset, algo)
-    if own is None or theirs is None:  # a learner edgerl does not know
-        return name
-    changed = [] if algo == own["agent.algo"] else [f"agent.algo={algo}"]
-    for key, value_there in theirs.items():
-        if key == "agent.algo" or key in named:
-            continue
-        section, field_name = key.split(".", 1)
-        if section not in sections:
-            sections[section] = run_section(path, section) or {}
-        value = sections[section].get(field_name)
-        if value is None:
-            continue
-        with contextlib.suppress(TypeError, ValueError):  # an int for a float is no change
-            value = type(value_there)(value)
-        if text_of(value) != text_of(value_there):
-            changed.append(f"{key}={text_of(value)}")
-    return " ".join([name, *changed])
-
-
-@functools.cache
-def _preset_values(preset: str, algo: str) -> dict[str, Any] | None:
-    """The values of the settings a learner's samples depend on (and ``agent.algo``) that
-    ``--preset preset`` trains with, with ``agent.algo`` set to ``algo`` where given; None for
-    a learner edgerl does not know."""
-    from edgerl.config import Layer, build_layers, resolve
-    from edgerl.config.learners import learner_info
-    from edgerl.config.presets import apply_presets, named_preset_layer
-    from edgerl.config.targets import COMMON_KEYS
-
-    layers = [*build_layers(None, [], use_system=False), named_preset_layer(preset)]
-    if algo:
-        layers.append(Layer("the run's learner", {"agent.algo": algo}))
-    try:
-        cfg = apply_presets(resolve(layers), "frames")
-        keys = ("agent.algo", *COMMON_KEYS, *learner_info(cfg.agent.algo).sample_keys)
-    except (ConfigError, KeyError):  # a learner edgerl does not know
-        return None
-    return {key: cfg.get(key) for key in keys}
-
-
-def find_runs(paths: Iterable[Path]) -> list[SeedRun]:
-    """The runs at ``paths``: each a run directory, or a folder of them (``seed-K``); raises
-    RunDirError, naming the path, for one that is neither."""
-    runs = []
-    for path in paths:
-        if not path.is_dir():
-            raise RunDirError(f"{path} is not a directory; give run directories")
-        if (path / "config.toml").exists():
-            runs.append(read_run(path))
-            continue
-        try:
-            inside = sorted(p for p in path.iterdir() if (p / "config.toml").is_file())
-        except OSError as e:
-            raise RunDirError(f"{path} cannot be read: {e.strerror or e}") from None
-        if not inside:
-            raise RunDirError(f"{path} is neither a run directory nor a folder of them")
-        runs += [read_run(p) for p in inside]
-    return runs
 
 
 def default_target(game: str) -> tuple[float, str] | None:

@@ -323,10 +323,13 @@ class CheckpointStore:
             with contextlib.suppress(FileNotFoundError):
                 old.path.unlink()
 
-    def newest_valid(self) -> tuple[CheckpointFile, Checkpoint] | None:
+    def newest_valid(
+        self, fix: str = "move them away to start over, or use --fresh"
+    ) -> tuple[CheckpointFile, Checkpoint] | None:
         """The newest checkpoint that verifies, with its record; None if there is none at all.
 
-        Corrupt ones are logged by name and left in place. Raises CheckpointError if checkpoints
+        Corrupt ones are logged by name and left in place. Raises CheckpointError, ending in
+        ``fix`` (what the command that asked can do: training's by default), if checkpoints
         exist but none is valid, and CheckpointTooNewError for one written by a newer edgerl (an
         older one must not be taken in its place: the newer run would go on from behind it).
         """
@@ -346,7 +349,7 @@ class CheckpointStore:
         if problems:
             raise CheckpointError(
                 f"no valid checkpoint in {self.directory} ({', '.join(problems)} failed their "
-                "checks); move them away to start over, or use --fresh"
+                f"checks); {fix}"
             )
         return None
 

@@ -26,22 +26,24 @@ The measurements themselves are in :mod:`edgerl.measure.loops`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from edgerl.config import Config, build_layers, resolve
+from edgerl.config import Config, Layer, build_layers, resolve
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import BOARD_PRESET, apply_presets, named_preset_layer
+from edgerl.config.presets import (
+    BOARD_PRESET,
+    FIRST_RECIPE,
+    NAMED_PRESETS,
+    apply_presets,
+    named_preset_layer,
+)
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
@@ -64,6 +66,7 @@ from edgerl.measure.loops import (
     whole_loop,
 )
 from edgerl.measure.replay import replay_save_cost
+from edgerl.measure.stages import sigint_interrupts, stage
 from edgerl.measure.to_target import time_to_target
 from edgerl.memories.budget import bytes_per_transition
 from edgerl.report.balance import who_waits
@@ -71,7 +74,7 @@ from edgerl.run.autotune import calibrate as autotune_envs
 from edgerl.run.calibrate import calibrated_layer
 from edgerl.run.learner_alone import learner_limit
 from edgerl.run.pipeline import resolve_pipeline
-from edgerl.words import duration
+from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,10 @@ def _config(
         f"{k}={v}"
         for k, v in {**(BENCH_SETTINGS if bench_settings else {}), **(extra or {})}.items()
     ]
-    layers = build_layers(opts.config_file, use_system=False)
+    # Without a recipe, the learner of the one README leads with, under the file and --set.
+    default = {"agent.algo": NAMED_PRESETS[FIRST_RECIPE].values["agent.algo"]}
+    layers = [Layer(f"{FIRST_RECIPE}'s learner (edgerl bench's default)", default)]
+    layers += build_layers(opts.config_file, use_system=False)
     if opts.preset == BOARD_PRESET:  # what train would train here (measured once, remembered)
         said = resolve([*layers, *build_layers(None, opts.overrides, {}, False)])
         layers.append(calibrated_layer(said.hw.calibrate))
@@ -189,8 +195,8 @@ def _limit(cfg: Config, opts: BenchOptions, device: torch.device) -> dict[str, A
         f"perf.cuda_graphs={cfg.perf.cuda_graphs})"
     )
     limit_s = max(LIMIT_MIN_S, opts.seconds / 2)
-    log.info("bench: the learner alone (the learner-bound limit), %.0f s", limit_s)
-    learner = learner_limit(cfg, probe(cfg.env), device, limit_s)
+    with stage("the learner alone (the learner-bound limit)", limit_s):
+        learner = learner_limit(cfg, probe(cfg.env), device, limit_s)
     ups = learner["updates_per_s"]
     limit = learner["steps_per_s"]
     return {
@@ -268,8 +274,9 @@ def _actor(cfg: Config, opts: BenchOptions, limit: float, gpu: bool) -> list[dic
     cpus = usable_cpus()
     for n in opts.actor_envs:
         threads = cfg.env.threads or min(n, cpus)
-        log.info("bench: the actor alone, %d envs x %d threads, %.0f s", n, threads, opts.seconds)
-        a = actor_loop(cfg, n, threads, max(1.0, opts.seconds / 2))
+        window = max(1.0, opts.seconds / 2)  # the actor's, then the raw env's, in turns
+        with stage(f"the actor alone, {n} envs x {threads} threads", 2 * window):
+            a = actor_loop(cfg, n, threads, window)
         if not a.get("timed_out") and limit > 0:
             a["cpu_gpu_ratio"] = a["steps_per_s"] / limit
             a["who_waits"] = who_waits(a["cpu_gpu_ratio"], gpu)
@@ -299,8 +306,8 @@ def _loops(
             f"env.num_envs ({cfg.env.num_envs})"
         )
     for mode, n in plan:
-        log.info("bench: the whole loop, %s with %d env(s), %.0f s", mode, n, opts.seconds)
-        loop = whole_loop(cfg, mode, n, opts.seconds)
+        with stage(f"the whole loop, {mode} with {plural(n, 'env')}", opts.seconds):
+            loop = whole_loop(cfg, mode, n, opts.seconds)
         if loop.get("timed_out"):
             warnings.append(f"loop {mode} with {n} env(s) never reached learning: left out")
             continue
@@ -353,22 +360,6 @@ def pipeline_verdict(loops: list[dict[str, Any]], auto: str, device: torch.devic
         f"{said}, but this run measured {other} {ratio:.2f}x faster at {envs} ({why}); "
         f"set perf.pipeline={other} to use it on this machine"
     )
-
-
-@contextlib.contextmanager
-def sigint_interrupts() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt here even where the process started with it ignored: a
-    shell script's background job, or ``timeout -s INT`` run from one, hands its programs SIGINT
-    ignored, and Python then installs no handler of its own (``edgerl train`` installs its own
-    for the same reason). The old handler comes back after; off the main thread, nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def run_bench(opts: BenchOptions) -> dict[str, Any]:
@@ -450,8 +441,8 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)
     if memory_keeps_steps(cfg):  # a rollout is never saved
-        log.info("bench: the replay save of a checkpoint")
-        result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
+        with stage("the replay save of a checkpoint"):
+            result["replay_save"] = replay_save_cost(cfg, device, steps=cfg.replay.capacity // 4)
 
 
 # The whole bench against its timed measuring, on 2 CPU cores: `edgerl bench --seconds 5` took 73 s

@@ -22,6 +22,7 @@ from edgerl.errors import CheckpointError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointStore, load
 from edgerl.files.private import ensure_own_dir
+from edgerl.report.rundir import holds_run, seed_runs_in
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +71,35 @@ class Choice:
 
 def choose(run_dir: Path, last: bool = False) -> Choice:
     """The run's best-evaluated policy, or its newest valid checkpoint with ``last`` or when no
-    evaluation kept a best one; raises CheckpointError when the run has neither."""
+    evaluation kept a best one; raises CheckpointError when ``run_dir`` is not a run, or the
+    run has neither (or only damaged checkpoints), in a sentence that names what play and
+    export take instead."""
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} does not exist")
-    found = CheckpointStore(run_dir / "checkpoints", keep=1 << 30).newest_valid()
-    newest = found[0] if found is not None else None
+    if seeds := seed_runs_in(run_dir):
+        raise CheckpointError(
+            f"{run_dir} holds the runs of `edgerl train --seeds` ({', '.join(seeds)}), not a "
+            f"run: give one of them with --run-dir, e.g. {run_dir / seeds[0]}"
+        )
+    if not holds_run(run_dir) and not _empty(run_dir):  # an empty one: a run to come
+        raise CheckpointError(
+            f"{run_dir} is not a run directory (no config.toml, checkpoints or status.json in "
+            "it): give a run's with --run-dir, or a policy file with --checkpoint or --model"
+        )
+    store = CheckpointStore(run_dir / "checkpoints", keep=1 << 30)
+    instead = (
+        "give another run with --run-dir, a checkpoint with --checkpoint or a policy file "
+        "with --model"
+    )
     best = None if last else best_evaluation(run_dir)
     if best is not None:
+        try:  # the best is taken whatever the checkpoints are: only the hint needs the newest
+            found = store.newest_valid(fix=instead)
+        except CheckpointError:
+            found = None
         later = (
-            f"; --last takes the newest checkpoint (step {newest.step:,})"
-            if newest is not None
+            f"; --last takes the newest checkpoint (step {found[0].step:,})"
+            if found is not None
             else ""
         )
         return Choice(
@@ -88,7 +108,17 @@ def choose(run_dir: Path, last: bool = False) -> Choice:
             f"{int(best.get('step', 0)):,}, mean return {float(best['return_mean']):.1f} over "
             f"{int(best.get('episodes', 0))} evaluation episodes{later}",
         )
+    found = store.newest_valid(fix=instead)
+    newest = found[0] if found is not None else None
     if newest is None:
         raise CheckpointError(f"run directory {run_dir} has no checkpoint yet")
     why = "(--last)" if last else "(no evaluation has kept a best policy in this run)"
     return Choice(newest.path, f"the newest checkpoint of {run_dir}: {newest.path.name} {why}")
+
+
+def _empty(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing (one that cannot be read is taken as not empty)."""
+    try:
+        return next(iter(folder.iterdir()), None) is None
+    except OSError:
+        return False

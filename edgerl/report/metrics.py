@@ -31,6 +31,9 @@ class TrainStats:
     episodes: int = 0
     return_mean: float = math.nan  # over the last 100 episodes
     epsilon: float = 1.0
+    # Whether the learner explores by epsilon at all (its epsilon above 0 at the start or now):
+    # one that samples its actions (PPO) or plays its members greedily (the GA) shows none.
+    explores: bool = True
     loss: float = math.nan
     updates: int = 0
     load: dict[str, Any] = field(default_factory=dict)  # newest monitor sample, flattened
@@ -299,7 +302,8 @@ def progress_fields(stats: TrainStats) -> str:
         parts.append(f"return {stats.return_mean:.1f}")
     if not math.isnan(stats.eval_return):
         parts.append(f"eval {stats.eval_return:.1f}")
-    parts.append(f"eps {stats.epsilon:.3f}")
+    if stats.explores:
+        parts.append(f"eps {stats.epsilon:.3f}")
     if not math.isnan(stats.loss):
         parts.append(f"loss {stats.loss:.4f}")
     parts += [f"{name} {value:g}" for name, value in stats.figures.items() if math.isfinite(value)]

@@ -384,6 +384,14 @@ class RunDir:
             return  # said by the mkdir below, with the fix
         except OSError as e:
             raise RunDirError(unwritable(self.path, e)) from None
+        seeds = seed_runs_in(self.path)
+        if seeds:
+            shown = ", ".join(seeds[:3]) + (f" and {len(seeds) - 3} more" if len(seeds) > 3 else "")
+            raise RunDirError(
+                f"{self.path} holds runs of `edgerl train --seeds` ({shown}), not a run of its "
+                "own: give the same --seeds to go on with them, or another directory with "
+                "--run-dir"
+            )
         if entries:
             raise RunDirError(
                 f"{self.path} holds {entries:,}{'+' if entries == 1000 else ''} "
@@ -445,6 +453,17 @@ RUN_MARKS = ("config.toml", "checkpoints", ".lock", "status.json", "metrics.csv"
 def holds_run(path: Path) -> bool:
     """Whether ``path`` is a directory a trainer has used (a link in a mark's place counts)."""
     return path.is_dir() and any(os.path.lexists(path / mark) for mark in RUN_MARKS)
+
+
+def seed_runs_in(folder: Path) -> list[str]:
+    """The names of the runs in ``folder`` when it holds no run itself but runs in its folders
+    (``edgerl train --seeds``' ``seed-K``), else an empty list."""
+    if not folder.is_dir() or holds_run(folder):
+        return []
+    try:
+        return sorted(p.name for p in folder.iterdir() if holds_run(p))
+    except OSError:
+        return []
 
 
 def run_section(run_dir: Path, section: str) -> dict[str, Any] | None:

@@ -347,17 +347,6 @@ def read_status(run_dir: Path) -> dict[str, Any]:
     return check_status(doc, path)
 
 
-def find_status_dirs(roots: list[Path]) -> list[Path]:
-    """Run directories with a status.json below ``roots``, most recently updated first."""
-    found = []
-    for root in roots:
-        if (root / STATUS_FILE).is_file():
-            found.append(root)
-        elif root.is_dir():
-            found += [p.parent for p in root.glob(f"*/{STATUS_FILE}")]
-    return sorted(set(found), key=lambda p: (p / STATUS_FILE).stat().st_mtime, reverse=True)
-
-
 def newest_checkpoint_file(run_dir: Path) -> Path | None:
     """The run's newest checkpoint file by its sequence number (any session's), or None."""
     from edgerl.files.checkpoint_name import NAME
@@ -367,6 +356,16 @@ def newest_checkpoint_file(run_dir: Path) -> Path | None:
     except OSError:
         return None
     return max(names, key=lambda p: int(NAME.match(p.name)["seq"]), default=None)  # type: ignore[index]
+
+
+# Why a run can show no episode after many steps (an Atari game is played to its end, thousands
+# of steps, and the games in flight are not in a checkpoint): it looked broken.
+NO_EPISODE_YET = (
+    "no episode has ended yet: each environment plays its game to the end (an Atari game takes "
+    "thousands of steps), and every resume starts the games in flight over, so short sessions "
+    "of many environments may end none; evaluations (eval.csv, edgerl plot) show learning "
+    "meanwhile"
+)
 
 
 def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -> str:
@@ -417,6 +416,8 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
     if all(isinstance(v, int) for v in evaluating):  # an evaluation in progress
         step_of, done, of = evaluating
         lines.insert(2, f"evaluating step {step_of:,}: {done:,} of {of:,} episodes ended")
+    if not doc.get("episodes") and step > 0:
+        lines.insert(2, NO_EPISODE_YET)
     if filling:
         lines.insert(2, filling)
     if doc.get("checkpoint_error"):

@@ -18,30 +18,48 @@ recipe without samples to target on record (no run at its settings, or too few o
 the target for a median: a recipe that learns fast one time in three is not a fast recipe) is
 measured and shown, never chosen. The figures are remembered per machine, PyTorch, edgerl and
 recipe (``calibration.json`` in the cache directory :mod:`edgerl.learners.decisions` uses), so
-only the first start measures.
+only the first start measures. Figures taken while other work kept the CPUs busy are remembered
+with that load: used while the machine is still busy at a later start, measured again at a quiet
+one.
+
+The measuring runs in a process of its own (:mod:`edgerl.run.recipe_speed`), so that a stop
+(SIGTERM, Ctrl-C) ends it at once (:class:`~edgerl.run.signals.StoppedDuringSetup`, said in the
+log). What it measures is said as it goes (the service's ``STATUS=``, with
+``EXTEND_TIMEOUT_USEC`` so a slow board's first start is not cut by ``TimeoutStartSec=``). The
+runs on record are Pong's: a game they do not cover is never measured as Pong
+(:mod:`edgerl.run.families`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import math
 import platform
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgerl.config import Config, Layer, build_layers, resolve, with_values
+from edgerl.config import Config, Layer
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets
 from edgerl.config.targets import SamplesToTarget, ratio_points, samples_to_target
 from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.recipe import Recipe, board_recipe
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.report.balance import predict
-from edgerl.words import duration
+from edgerl.run.recipe_speed import (
+    Figures,
+    candidate_config,
+    figures_of,
+    measure_apart,
+    measure_once,
+)
+from edgerl.run.signals import StoppedDuringSetup
+from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +72,16 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 MEASURE_S = 3.0  # each half of each recipe: enough for steady figures on a quiet machine
 FILE_NAME = "calibration.json"
+# A recipe's measurement with its set-up (its environments built, its network made): 80-110 s
+# for three on a 2-core Xeon; what the start says it will take.
+TYPICAL_S = 35.0
+# What systemd is asked to allow for each recipe still to measure (EXTEND_TIMEOUT_USEC): a
+# slow board's set-up takes several times the typical.
+ALLOW_S = 180.0
+QUIET_PROBE_S = 1.0  # how long the load is looked at before remembered busy figures are used
+
+Stop = Callable[[], "str | None"]  # the reason a stop was requested (a signal's name), or None
+Progress = Callable[[str, float], None]  # (what is being done, the seconds it may still take)
 
 
 @dataclass(frozen=True)
@@ -97,13 +125,6 @@ class Measured:
             f"{self.recipe.name}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
             f"on record: {duration(predicted)}"
         )
-
-
-def candidate_config(recipe: Recipe) -> Config:
-    """The config a recipe trains with (the built-in defaults, the recipe, its learner's
-    presets)."""
-    cfg = resolve([*build_layers(None, [], use_system=False), recipe.layer()])
-    return apply_presets(cfg, "frames")
 
 
 def candidates(class_recipe: Recipe) -> list[Recipe]:
@@ -167,88 +188,165 @@ def _key(recipe: Recipe, cfg: Config, machine: dict[str, Any]) -> str:
     return f"calibration {recipe.name} " + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def measure(cfg: Config, seconds: float) -> tuple[float, float, str]:
-    """(actor env steps/s, learner-bound env steps/s, pipeline) of ``cfg`` on this machine."""
-    import copy
-
-    from edgerl.envs import probe
-    from edgerl.hw.device import configure_for_training, resolve_device
-    from edgerl.learners.factory import build_learner
-    from edgerl.run.autotune import measure_actor
-    from edgerl.run.learner_alone import learner_limit
-    from edgerl.run.pipeline import resolve_pipeline
-
-    # the update as the bench's loops measure it: compiling (perf.compile auto on a CPU) would
-    # cost 20-50 s a recipe and is kept in training only where it pays
-    cfg = with_values(cfg, {"perf.compile": "off"})
-    device = resolve_device(cfg.perf.device)
-    configure_for_training(device, cfg)
-    spec = probe(cfg.env)
-    net = copy.deepcopy(build_learner(cfg, spec, device).policy.net).eval()
-    actor = measure_actor(cfg.env, net, device, seconds)
-    limit = learner_limit(cfg, spec, device, seconds)["steps_per_s"]
-    concurrent = learner_info(cfg.agent.algo).concurrent
-    return actor, limit, resolve_pipeline(cfg.perf.pipeline, device, concurrent=concurrent)
-
-
 def calibrate(
     class_recipe: Recipe,
     store: CompileDecisions | None = None,
     seconds: float = MEASURE_S,
-    measure_fn: Any = measure,
+    measure_fn: Any = None,
     remembered_only: bool = False,
+    stop: Stop | None = None,
+    progress: Progress | None = None,
 ) -> list[Measured]:
     """Each candidate recipe of the class measured here (or remembered from an earlier
     measurement with the same machine, software and settings; ``remembered_only``: those
-    alone, nothing measured)."""
+    alone, nothing measured). ``measure_fn(cfg, seconds)`` measures in this process (None:
+    :func:`measure` in a process of its own). ``stop`` is looked at while measuring: a reason
+    it returns ends the measuring with StoppedDuringSetup; ``progress`` hears what is measured
+    and how long it may take."""
     store = store or CompileDecisions(file_name=FILE_NAME, what="the calibration")
     machine = machine_key()
-    out = []
+    known: dict[str, Figures] = {}
+    order: list[tuple[Recipe, Config]] = []
+    todo: list[tuple[Recipe, Config, str]] = []
+    quiet: bool | None = None  # whether other work leaves the CPUs alone now, once asked
     for recipe in candidates(class_recipe):
         cfg = candidate_config(recipe)
         key = _key(recipe, cfg, machine)
-        known = _figures(store.get(key))
-        if known is not None:
-            log.info("calibration: %s remembered from %s", recipe.name, store.path)
+        remembered = _remembered(store.get(key))
+        if remembered is not None:
+            figures, busy = remembered
+            if busy > BUSY_TO_REMEMBER and not remembered_only:
+                quiet = _quiet_now() if quiet is None else quiet
+                if quiet:
+                    log.info(
+                        "calibration: %s was measured while other work kept %.1f CPUs busy; "
+                        "quiet now: measured again",
+                        recipe.name,
+                        busy,
+                    )
+                    todo.append((recipe, cfg, key))
+                    order.append((recipe, cfg))
+                    continue
+                log.info(
+                    "calibration: %s remembered from %s, measured while other work kept %.1f "
+                    "CPUs busy, as it does now (a quiet start measures it again)",
+                    recipe.name,
+                    store.path,
+                    busy,
+                )
+            else:
+                log.info("calibration: %s remembered from %s", recipe.name, store.path)
+            known[recipe.name] = figures
         elif remembered_only:
             continue
         else:
-            measured = _measure_here(recipe, cfg, seconds, measure_fn)
-            if measured is None:
-                continue
-            known, busy = measured
-            if busy <= BUSY_TO_REMEMBER:
-                store.put(key, dict(zip(("actor", "learner", "pipeline"), known, strict=True)))
-            else:
-                log.warning(
-                    "calibration: other work kept %.1f CPUs busy while %s was measured: its "
-                    "figures are used now and measured again at the next start",
-                    busy,
-                    recipe.name,
-                )
-        out.append(Measured(recipe, *known, samples=samples_to_target(cfg)))
-    return out
+            todo.append((recipe, cfg, key))
+        order.append((recipe, cfg))
+    for (recipe, _, key), result in zip(
+        todo, _measure_all(todo, seconds, measure_fn, stop, progress), strict=True
+    ):
+        if result is None:
+            continue
+        figures, busy = result
+        known[recipe.name] = figures
+        actor, learner, pipeline = figures
+        store.put(key, {"actor": actor, "learner": learner, "pipeline": pipeline, "busy": busy})
+        if busy > BUSY_TO_REMEMBER:
+            log.warning(
+                "calibration: other work kept %.1f CPUs busy while %s was measured: its figures "
+                "are used, and kept with that load until a quiet start measures it again",
+                busy,
+                recipe.name,
+            )
+    return [
+        Measured(recipe, *known[recipe.name], samples=samples_to_target(cfg))
+        for recipe, cfg in order
+        if recipe.name in known
+    ]
+
+
+def _quiet_now(seconds: float = QUIET_PROBE_S) -> bool:
+    """Whether other work leaves the CPUs alone now (looked at for ``seconds``)."""
+    import time
+
+    from edgerl.hw.cpus import CpuSample, others_busy
+
+    before = CpuSample.now()
+    time.sleep(seconds)
+    busy = others_busy(before, CpuSample.now())
+    return busy is not None and busy <= BUSY_TO_REMEMBER
 
 
 BUSY_TO_REMEMBER = 0.5  # CPUs other work may keep busy while figures worth remembering are taken
 
 
-Figures = tuple[float, float, str]  # actor env steps/s, learner-bound env steps/s, pipeline
-
-
-def _figures(entry: dict[str, Any] | None) -> Figures | None:
-    """A remembered entry's figures, or None unless they are what a measurement leaves (a
-    damaged or hand-edited entry is measured again)."""
-    if entry is None:
+def _remembered(entry: dict[str, Any] | None) -> tuple[Figures, float] | None:
+    """A remembered entry's figures and the CPUs other work kept busy while they were taken
+    (none said: 0, as an older edgerl kept only quiet ones; a damaged figure: busy)."""
+    figures = figures_of(entry)
+    if figures is None or entry is None:
         return None
-    actor, learner, pipeline = entry.get("actor"), entry.get("learner"), entry.get("pipeline")
-    numbers = all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-        for x in (actor, learner)
+    busy = entry.get("busy", 0.0)
+    if isinstance(busy, bool) or not isinstance(busy, (int, float)) or not math.isfinite(busy):
+        return figures, math.inf
+    return figures, max(0.0, float(busy))
+
+
+def _measure_all(
+    todo: list[tuple[Recipe, Config, str]],
+    seconds: float,
+    measure_fn: Any,
+    stop: Stop | None,
+    progress: Progress | None,
+) -> Iterator[tuple[Figures, float] | None]:
+    """For each of ``todo`` in order: (its figures, CPUs other work kept busy meanwhile), or
+    None where it could not be measured (said). Raises StoppedDuringSetup when ``stop`` says."""
+    if not todo:
+        return
+    log.info(
+        "calibration: measuring %s here before training, about %s (remembered after): %s",
+        plural(len(todo), "recipe"),
+        duration(TYPICAL_S * len(todo)),
+        ", ".join(recipe.name for recipe, _, _ in todo),
     )
-    if not numbers or pipeline not in ("sync", "async"):
-        return None
-    return float(actor), float(learner), str(pipeline)  # type: ignore[arg-type]
+    asked = stop or (lambda: None)
+
+    def announce(i: int) -> None:
+        name, left = todo[i][0].name, len(todo) - i
+        log.info("calibration: measuring %s (%d of %d)", name, i + 1, len(todo))
+        if progress is not None:
+            progress(
+                f"calibrating before training: measuring {name} ({i + 1} of {len(todo)}), "
+                f"about {duration(TYPICAL_S * left)} left",
+                ALLOW_S * left,
+            )
+
+    if measure_fn is None:
+        recipes = [recipe for recipe, _, _ in todo]
+        check = functools.partial(_check_stop, asked, todo)
+        yield from measure_apart(recipes, seconds, check, announce)
+        return
+    for i, (recipe, cfg, _) in enumerate(todo):
+        _check_stop(asked, todo, i)
+        announce(i)
+        measured = _measure_here(recipe, cfg, seconds, measure_fn)
+        _check_stop(asked, todo, i)
+        yield measured
+
+
+def _check_stop(stop: Stop, todo: list[tuple[Recipe, Config, str]], i: int) -> None:
+    """Raise StoppedDuringSetup (said in the log) where a stop was requested while the
+    ``i``-th of ``todo`` was measured."""
+    reason = stop()
+    if reason is not None:
+        log.info(
+            "calibration: stopped by %s while measuring %s (%d of %d); nothing of it is remembered",
+            reason,
+            todo[i][0].name,
+            i + 1,
+            len(todo),
+        )
+        raise StoppedDuringSetup(reason)
 
 
 def _measure_here(
@@ -256,31 +354,12 @@ def _measure_here(
 ) -> tuple[Figures, float] | None:
     """(the figures, CPUs other work kept busy meanwhile), or None where measuring failed
     (said; the recipe is then left out, never a reason to stop)."""
-    from edgerl.hw.cpus import CpuSample, others_busy
-
-    log.info("calibration: measuring %s", recipe.name)
-    before = CpuSample.now()
     try:
-        actor, learner, pipeline = measure_fn(cfg, seconds)
+        return measure_once(cfg, seconds, measure_fn)
     except Exception as e:  # out of memory on a small board, a driver's error: not this one
         log.warning("calibration: %s could not be measured here (%s): left out", recipe.name, e)
         log.debug("calibration failure", exc_info=True)
         return None
-    finally:
-        _free_memory()
-    busy = others_busy(before, CpuSample.now()) or 0.0
-    return (actor, learner, pipeline), busy
-
-
-def _free_memory() -> None:
-    """Give back what measuring allocated (a Jetson's GPU shares the board's memory)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def choose(measured: list[Measured], class_recipe: Recipe) -> Recipe:
@@ -308,19 +387,24 @@ def calibrated_recipe(
     measure_now: bool = True,
     store: CompileDecisions | None = None,
     run_dir: Path | None = None,
+    stop: Stop | None = None,
+    progress: Progress | None = None,
 ) -> Recipe:
     """This machine's recipe, chosen by measuring (``--preset board``, the service): the
     class's own, unmeasured, where not ``calibrated`` (``hw.calibrate = false``); from the
     remembered figures alone without ``measure_now`` (a reload while training runs). A run
     already in ``run_dir`` keeps the recipe it trained with: measured again after an upgrade
-    or on other CPUs, the choice could name another learner, which its checkpoints refuse."""
+    or on other CPUs, the choice could name another learner, which its checkpoints refuse.
+    ``stop`` and ``progress`` as :func:`calibrate` takes them (StoppedDuringSetup raised)."""
     class_recipe = board_recipe()
     if run_dir is not None and (kept := recipe_of_run(run_dir, class_recipe)) is not None:
         log.info("calibration: the run in %s goes on with its recipe, %s", run_dir, kept.name)
         return kept
     if not calibrated:
         return class_recipe
-    measured = calibrate(class_recipe, store, remembered_only=not measure_now)
+    measured = calibrate(
+        class_recipe, store, remembered_only=not measure_now, stop=stop, progress=progress
+    )
     if not measured:  # nothing remembered, and no measuring now
         return class_recipe
     chosen = choose(measured, class_recipe)
@@ -361,6 +445,8 @@ def _ratio_change(preset: str, words: dict[str, str]) -> dict[str, Any]:
         return {}
 
 
-def calibrated_layer(calibrated: bool = True, run_dir: Path | None = None) -> Layer:
-    """``--preset board`` as a config layer."""
-    return calibrated_recipe(calibrated, run_dir=run_dir).layer()
+def calibrated_layer(
+    calibrated: bool = True, run_dir: Path | None = None, stop: Stop | None = None
+) -> Layer:
+    """``--preset board`` as a config layer (Pong's: :func:`board_layer` for a game named)."""
+    return calibrated_recipe(calibrated, run_dir=run_dir, stop=stop).layer()

@@ -28,7 +28,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
-from edgerl.envs import EnvSpec, Step, VecEnv, make_env
+from edgerl.envs import EnvSpec, Step, VecEnv, ale_game, make_env
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
@@ -60,7 +60,7 @@ from edgerl.run.settle import settle_config
 from edgerl.run.signals import StoppedDuringSetup
 from edgerl.run.transport import Transport
 from edgerl.stream import DisplayPublisher
-from edgerl.words import plural
+from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +185,34 @@ class Trainer:
                 raise RuntimeError("fleet.actors is set but the trainer was given no fleet")
             self.remote = self._open_fleet(cfg, spec)
         else:
-            log.info("building %s of %s", plural(cfg.env.num_envs, "environment"), cfg.env.id)
-            self._env = self._make_envs(cfg.env, spec, self._check_stop)
+            self._env = self._build_envs(cfg)
         self._check_stop()
         config_toml = cfg.to_toml().encode()
         self.side_files.attempt(
             "config.toml", lambda: write_atomic(self._rundir.config_file, config_toml)
         )
         self.display = DisplayPublisher(cfg.display, run_path, spec)
+
+    def _build_envs(self, cfg: Config) -> VecEnv:
+        """The environments, said as they are built: ALE builds an Atari game's in one call
+        that no stop interrupts (seconds for 128 on two cores), and the first progress line
+        waits for them to be reset and stepped."""
+        envs = plural(cfg.env.num_envs, "environment")
+        atari = ale_game(cfg.env.id) is not None
+        log.info(
+            "building %s of %s%s",
+            envs,
+            cfg.env.id,
+            " (ALE builds them in one call: a stop is heard as it returns)" if atari else "",
+        )
+        built = time.monotonic()
+        env = self._make_envs(cfg.env, self.spec, self._check_stop)
+        log.info(
+            "%s built in %s; resetting them and taking the first steps (then a progress line)",
+            envs,
+            duration(time.monotonic() - built),
+        )
+        return env
 
     def _check_stop(self) -> None:
         """Abandon set-up if a stop was requested (nothing to save before the first step)."""
@@ -260,7 +280,10 @@ class Trainer:
         return self.side_files.problems()
 
     def request_stop(self, reason: str) -> None:
-        """Ask the loop to stop after the current step (safe from a signal handler)."""
+        """Ask the loop to stop after the current step (safe from a signal handler); during
+        set-up, said at once (set-up ends at its next check, or after the first step)."""
+        if self._stop_reason is None and self.learning is None:
+            log.info("%s: stopping the start-up where it can", reason)
         self._stop_reason = reason
         if self.learning is not None:
             self.learning.interrupt()
@@ -421,6 +444,7 @@ class Trainer:
         s.sps = self._pace.rate(self.step, now)
         s.episodes, s.return_mean = self.episodes, self.return_mean()
         s.epsilon, s.updates = self.learner.epsilon(self.step), self.learner.updates
+        s.explores = s.epsilon > 0 or self.learner.epsilon(0) > 0
         s.learning_starts, s.fill_from = self.learner.learn_from[0], self._pace.start[1]
         s.figures = self.learner.figures()
         _, _, learned, learning_s = self._pace.phases(self.step, now)

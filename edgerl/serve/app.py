@@ -153,16 +153,29 @@ def _request_host(request: web.Request) -> str | None:
     return host.lower().strip("[]") if host else None
 
 
-def _unauthorized() -> web.Response:
+def _token_shown(request: web.Request) -> bool:
+    """Whether ``request`` shows a token where one is taken (a Bearer, or ``?token=`` on the
+    frame stream), right or wrong."""
+    bearer = request.headers.get("Authorization", "")[:7].lower() == "bearer "
+    return bearer or ("token" in request.query and FRAMES.fullmatch(request.path) is not None)
+
+
+def _unauthorized(wrong: bool = False) -> web.Response:
+    """The 401 for a request without the token, or (``wrong``) with one that is not it."""
+    where = (
+        "TOKEN is in the file given with --token-file, or in the address edgerl serve printed "
+        "at its start; in an address, a & or # in it must be written %26 or %23"
+    )
+    said = (
+        "the token this request shows is not this edgerl serve's (one started again without "
+        f"--token-file makes a new one): open the page as /?token=TOKEN ({where}), or send "
+        "the header Authorization: Bearer TOKEN\n"
+        if wrong
+        else f"edgerl serve wants a token: open the page as /?token=TOKEN ({where}), or send "
+        "the header Authorization: Bearer TOKEN\n"
+    )
     return web.Response(
-        status=401,
-        text=(
-            "edgerl serve wants a token: open the page as /?token=TOKEN (TOKEN is in the file "
-            "given with --token-file, or in the address edgerl serve printed at its start; in "
-            "an address, a & or # in it must be written %26 or %23), or send the header "
-            "Authorization: Bearer TOKEN\n"
-        ),
-        headers={"WWW-Authenticate": 'Bearer realm="edgerl"'},
+        status=401, text=said, headers={"WWW-Authenticate": 'Bearer realm="edgerl"'}
     )
 
 
@@ -193,7 +206,7 @@ def _refusal(request: web.Request, served: Served) -> web.Response | None:
     if token is not None:
         if request.path == PUBLIC[0] or request.path.startswith(PUBLIC[1]):
             return None
-        return None if _authorized(request, token) else _unauthorized()
+        return None if _authorized(request, token) else _unauthorized(_token_shown(request))
     if is_loopback(opts.host):
         if not is_loopback(_request_host(request) or ""):
             return _host_refused("this machine's own names (localhost, 127.0.0.1)")

@@ -133,23 +133,36 @@ def _holds_run(path: Path) -> bool:
         return False
 
 
+def _children(folder: Path) -> list[Path]:
+    """What ``folder`` holds, in order; nothing where it is not there (yet) or not ours."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
 def find_runs(roots: list[Path], refused: dict[Path, str] | None = None) -> dict[str, Path]:
-    """The run directories among ``roots`` (each a run directory, or a directory of them, one
-    level down) by id: the directory's name (:func:`~edgerl.words.printable`), with ``-2``,
-    ``-3``... where names repeat. Ids are stable while the directories stay: they are given in
-    the order of the paths. A run that is a link, or that others may write in, is left out
-    (see :mod:`edgerl.serve.rundir`), with why in ``refused``."""
+    """The run directories among ``roots`` (each a run directory, a directory of them, or one
+    of folders of seeds' runs: ``edgerl train --seeds``' ``seed-K``, two levels down) by id:
+    the directory's name (:func:`~edgerl.words.printable`), a seed's after its folder's
+    (``ppo-seeds.seed-0``), with ``-2``, ``-3``... where names repeat. Ids are stable while
+    the directories stay: they are given in the order of the paths. A run that is a link, or
+    that others may write in, is left out (see :mod:`edgerl.serve.rundir`), with why in
+    ``refused``."""
     found: list[Path] = []
     candidates: list[Path] = []
+    names: dict[Path, str] = {}
     for root in roots:
         if _holds_run(root):
             candidates.append(root)
             continue
-        try:
-            children = sorted(root.iterdir())  # the folder named may be a link: the user's own
-        except OSError:
-            continue  # not there (yet), or not ours to read
-        candidates += [child for child in children if _holds_run(child)]
+        for child in _children(root):  # the folder named may be a link: the user's own
+            if _holds_run(child):
+                candidates.append(child)
+            elif not child.is_symlink() and child.is_dir():  # a folder of seeds' runs
+                seeds = [seed for seed in _children(child) if _holds_run(seed)]
+                candidates += seeds
+                names |= {seed.absolute(): f"{child.name}.{seed.name}" for seed in seeds}
     for path in candidates:
         why = refusal(path)
         if why is None:
@@ -158,7 +171,7 @@ def find_runs(roots: list[Path], refused: dict[Path, str] | None = None) -> dict
             refused[path] = why
     runs: dict[str, Path] = {}
     for path in sorted(dict.fromkeys(p.absolute() for p in found)):
-        name = printable(path.name)  # one name no encoder took made /metrics a 500
+        name = printable(names.get(path, path.name))  # one no encoder took made /metrics a 500
         run_id, n = name, 2
         while run_id in runs:
             run_id, n = f"{name}-{n}", n + 1

@@ -1,9 +1,14 @@
 """The service: the Trainer plus systemd's protocol (``edgerl daemon``, run by edgerl.service).
 
-Start-up: read ``/etc/edgerl/edgerl.toml`` (or ``--config``), resume the run directory (default
-``$STATE_DIRECTORY/runs/<env>``, i.e. ``/var/lib/edgerl/runs/Pong-v5``), max the clocks
-(``hw.max_clocks`` defaults to true here), start the load monitor, take the first environment step,
-and only then send ``READY=1``. While training, from the training loop itself: ``STATUS=`` every few
+Start-up, in this order: the signal handlers (a stop or a reload is heard from the first
+moment), read ``/etc/edgerl/edgerl.toml`` (or ``--config``) and say what it will do (started by
+hand: that it is not under systemd), max the clocks (``hw.max_clocks`` defaults to true here),
+measure the machine where its config chooses no learner (:mod:`edgerl.run.calibrate`: at the
+first start, with ``STATUS=`` naming each measurement), so that it is measured at the clocks it
+trains at, then the recipe; resume the run directory (default ``$STATE_DIRECTORY/runs/<env>``,
+i.e. ``/var/lib/edgerl/runs/Pong-v5``), start the load monitor, take the first environment step,
+and only then send ``READY=1``. A stop before that ends the start within seconds, said in the
+log, clocks restored. While training, from the training loop itself: ``STATUS=`` every few
 seconds and ``WATCHDOG=1`` at half of ``$WATCHDOG_USEC``, so systemd restarts a hung loop.
 
 SIGTERM/SIGINT: ``STOPPING=1``, finish the step, write a checkpoint, restore clocks, stop the
@@ -14,42 +19,64 @@ monitor interval, metrics interval), saying which changed. A user error exits 2 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgerl.config import Config, build_layers, field_info, keys, resolve, with_values
 from edgerl.errors import EdgerlError
 from edgerl.report.hooks import Hook, Run
 from edgerl.report.metrics import TrainStats, progress_fields
 from edgerl.report.rundir import run_section, service_run_dir
-from edgerl.run.train import Trainer
 from edgerl.service.logs import set_level, setup_service_logging
 from edgerl.service.notify import Notifier, watchdog_interval_s
+
+if TYPE_CHECKING:  # torch: imported once the first words are said
+    from edgerl.hw.clocks import MaxClocks
+    from edgerl.run.calibrate import Progress, Stop
+    from edgerl.run.signals import StopRequest
+    from edgerl.run.train import Trainer
 
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 5.0
+# What systemd is asked to allow for the set-up after a measurement (EXTEND_TIMEOUT_USEC): the
+# unit's own TimeoutStartSec=, which the measurement may have used up.
+SET_UP_ALLOW_S = 600.0
 LIVE_KEYS = [k for k in keys() if field_info(k)[0].metadata.get("live")]
 
 
-def daemon_config(config_file: Path | None, recipe: bool = True, measure: bool = True) -> Config:
+def daemon_config(
+    config_file: Path | None,
+    recipe: bool = True,
+    measure: bool = True,
+    stop: Stop | None = None,
+    progress: Progress | None = None,
+) -> Config:
     """The service's config: the usual layers, with service defaults for keys nobody set. A
-    config that chooses no learner (``agent.algo``) trains this machine's recipe
-    (:mod:`edgerl.run.calibrate`: measured at the first start, remembered after) under it: what
-    the config sets wins, its game included (``recipe`` False: without it, for commands that
-    need only where the service's run is; ``measure`` False: a remembered calibration or none,
-    for a reload while training runs)."""
+    config that chooses no learner (``agent.algo``) trains this machine's recipe for its game
+    (:func:`edgerl.run.families.board_layer`: measured at the first start, remembered after;
+    a game no run on record trained: its family's, unmeasured) under it, with evaluations that
+    fit the run: what the config sets wins, its game included (``recipe`` False: without it,
+    for commands that need only where the service's run is; ``measure`` False: a remembered
+    calibration or none, for a reload while training runs; ``stop`` and ``progress`` as
+    :func:`edgerl.run.calibrate.calibrate` takes them)."""
     layers = build_layers(config_file)
     cfg = resolve(layers)
     if recipe and takes_recipe(cfg):
-        from edgerl.run.calibrate import calibrated_recipe
+        from edgerl.run.families import board_layer, fit_evaluations
 
+        said = set(cfg.explicit)
         run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else service_run_dir(cfg.env.id)
-        chosen = calibrated_recipe(cfg.hw.calibrate, measure, run_dir=run_dir)
-        cfg = resolve([chosen.layer(keep_game="env.id" in cfg.explicit), *layers])
+        game = cfg.env.id if "env.id" in said else None
+        chosen = board_layer(
+            cfg.hw.calibrate, measure, game=game, run_dir=run_dir, stop=stop, progress=progress
+        )
+        cfg = fit_evaluations(resolve([chosen, *layers]), said)
     service_defaults = {
         "hw.max_clocks": True,
         "train.run_dir": str(service_run_dir(cfg.env.id)),
@@ -167,30 +194,13 @@ class ServiceHook(Hook):
 def run(config_file: Path | None, debug: bool = False) -> int:
     """The service's main: returns the exit code (0 stopped, 2 user error, 1 crash)."""
     from edgerl.run.signals import StoppedDuringSetup, StopRequest, stop_on_signals
-    from edgerl.service.session import training_session
 
     notifier = Notifier()
     setup_service_logging(debug, "info")
-    try:
-        cfg = daemon_config(config_file)
-    except EdgerlError as e:
-        log.error("%s", e)
-        notifier.status(f"failed: {e}")
-        return e.exit_code
-    setup_service_logging(debug, cfg.log.level)
-    if not os.environ.get("INVOCATION_ID") and not os.environ.get("NOTIFY_SOCKET"):
-        log.warning(
-            "not started by systemd: edgerl daemon is what `systemctl start edgerl` runs; by "
-            "hand it trains %s for %s steps in %s as the service would, and stops with Ctrl-C "
-            "(a run of your own: edgerl train)",
-            cfg.env.id,
-            f"{cfg.train.steps:,}",
-            cfg.train.run_dir,
-        )
     hook = ServiceHook(notifier, config_file, debug)
     stop = StopRequest()
 
-    def hangup() -> None:
+    def hangup() -> None:  # heard from the first moment; the training loop reloads
         hook.reload_requested = True
 
     def request_stop(reason: str) -> None:
@@ -198,14 +208,16 @@ def run(config_file: Path | None, debug: bool = False) -> int:
         stop.set(reason)
 
     try:
-        with (
-            stop_on_signals(request_stop, hangup),
-            training_session(cfg, hooks=[hook], stop=stop) as session,
-        ):
-            stop.target = session.trainer.request_stop
-            hook.serve(session.trainer)
-            notifier.status(f"set up; taking the first step of {cfg.env.id}")
-            result = session.trainer.run()
+        with stop_on_signals(request_stop, hangup), contextlib.ExitStack() as hardware:
+            cfg = daemon_config(config_file, recipe=False)  # a user's error before anything
+            setup_service_logging(debug, cfg.log.level)
+            say_what_it_does(cfg, takes_recipe(cfg), notifier)
+            clocks = max_clocks(cfg, hardware)  # before the measuring: the clocks it trains at
+            if stop.reason is not None:
+                raise StoppedDuringSetup(stop.reason)
+            cfg = daemon_config(config_file, stop=lambda: stop.reason, progress=notifier.extend)
+            notifier.extend(f"setting up {cfg.env.id}", SET_UP_ALLOW_S)
+            return train(cfg, hook, stop, clocks)
     except StoppedDuringSetup as e:
         log.info("%s: no step was taken, nothing was lost", e)
         return 0
@@ -221,6 +233,49 @@ def run(config_file: Path | None, debug: bool = False) -> int:
         return 1
     finally:
         notifier.close()
+
+
+def say_what_it_does(cfg: Config, recipe: bool, notifier: Notifier) -> None:
+    """The first words: what the service will train and where (started by hand: a warning
+    that it is not under systemd; under it: STATUS=)."""
+    if recipe:
+        what = (
+            f"trains {cfg.env.id} with this machine's recipe (measured at its first start, "
+            f"remembered after) in {cfg.train.run_dir}"
+        )
+    else:
+        what = f"trains {cfg.env.id} for {cfg.train.steps:,} steps in {cfg.train.run_dir}"
+    if not os.environ.get("INVOCATION_ID") and not os.environ.get("NOTIFY_SOCKET"):
+        log.warning(
+            "not started by systemd: edgerl daemon is what `systemctl start edgerl` runs; by "
+            "hand it %s as the service would, and stops with Ctrl-C (a run of your own: "
+            "edgerl train)",
+            what,
+        )
+    else:
+        log.info("starting: edgerl daemon %s", what)
+    notifier.status(f"starting: {what}")
+
+
+def max_clocks(cfg: Config, stack: contextlib.ExitStack) -> MaxClocks | None:
+    """The clocks maxed for as long as ``stack`` holds them (``hw.max_clocks``), else None."""
+    from edgerl.hw.clocks import MaxClocks, state_dir_for
+
+    if not cfg.hw.max_clocks:
+        return None
+    return stack.enter_context(MaxClocks(cfg.hw, state_dir_for(cfg.hw)))
+
+
+def train(cfg: Config, hook: ServiceHook, stop: StopRequest, clocks: MaxClocks | None) -> int:
+    """Train ``cfg`` as the service: 0 once stopped or finished (raises what the session
+    raises)."""
+    from edgerl.service.session import training_session
+
+    with training_session(cfg, hooks=[hook], stop=stop, clocks=clocks) as session:
+        stop.target = session.trainer.request_stop
+        hook.serve(session.trainer)
+        hook.notifier.status(f"set up; taking the first step of {cfg.env.id}")
+        result = session.trainer.run()
     log.info(
         "stopped at step %s of %s; checkpoint %s",
         f"{result.step:,}",

@@ -69,6 +69,12 @@ class Notifier:
     def status(self, text: str) -> bool:
         return self.send(STATUS=text)
 
+    def extend(self, status: str, seconds: float) -> bool:
+        """STATUS= with EXTEND_TIMEOUT_USEC=: the next message may take ``seconds``. It can
+        only lengthen the start: systemd applies it once the start has run past its own
+        ``TimeoutStartSec=``."""
+        return self.send(STATUS=status, EXTEND_TIMEOUT_USEC=int(seconds * 1_000_000))
+
     def watchdog(self) -> bool:
         return self.send(WATCHDOG=1)
 

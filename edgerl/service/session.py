@@ -81,9 +81,11 @@ def training_session(
     quiet: bool = False,
     hooks: Sequence[Hook] = (),
     stop: StopRequest | None = None,
+    clocks: MaxClocks | None = None,
 ) -> Iterator[Session]:
-    """Yield a ready session with clocks maxed (``hw.max_clocks``), the monitor running and
-    evaluations (``eval.every_steps``) following the run.
+    """Yield a ready session with clocks maxed (``hw.max_clocks``; ``clocks``: maxed already
+    by the caller, who restores them: the service maxes them before it measures the machine),
+    the monitor running and evaluations (``eval.every_steps``) following the run.
 
     Every run keeps ``<run_dir>/status.json`` current (``finished``, ``stopped`` or ``failed``
     at the end).
@@ -108,7 +110,9 @@ def training_session(
     with run_umask(), trainer, _final_status(trainer, status), contextlib.ExitStack() as stack:
         session = Session(trainer)
         hw = trainer.cfg.hw
-        if hw.max_clocks:
+        if clocks is not None:
+            session.clocks = clocks
+        elif hw.max_clocks:
             session.clocks = stack.enter_context(MaxClocks(hw, state_dir_for(hw)))
         if hw.monitor:
             monitor = LoadMonitor(hw, trainer.run_dir, step=lambda: trainer.step, side=side)
