@@ -67,3 +67,14 @@ def test_every_link_resolves(page: Path):
 
 def test_readme_fits_on_a_few_screens():
     assert len(README.read_text().splitlines()) <= 150, "reference material belongs in docs/"
+
+
+def test_the_readme_says_how_long_make_test_takes_as_development_md_does():
+    """A newcomer reads README alone before `make test`; its duration was only in development.md."""
+    import re
+
+    development = (DOCS / "development.md").read_text()
+    found = re.search(r"the test suite \((\d+-\d+) minutes on 2 cores\)", development)
+    assert found is not None, "docs/development.md no longer says how long make test takes"
+    make_test = next(ln for ln in README.read_text().splitlines() if ln.startswith("make test"))
+    assert f"{found[1]} min on 2 cores" in make_test

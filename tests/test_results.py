@@ -300,6 +300,7 @@ PRINTED = {
         ["breakout-cpu-2core-pqn", "breakout-cpu-seeds"],
         ["--target", "30.5", "--within", "1h"],
     ),
+    "pendulum-seeds/results.txt": (["pendulum-seeds/sac"], ["--target", "-300"]),
 }
 
 
