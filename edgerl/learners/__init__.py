@@ -1,17 +1,18 @@
 """What the rest of edgerl knows of a learning algorithm: the :class:`Learner` interface.
 
 A learner owns its network (the policy that exports and plays: greedy actions are the argmax of its
-output), how its environments act while it trains (:attr:`Learner.policy`, an
-:class:`~edgerl.learners.acting.ActingPolicy`: its network, the same one that exports for DQN and
-PQN, a different member in each environment for a population learner, and how an action is picked
-from its output), its optimizer and its schedules: how much exploration at an env step, and how much
-learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's gradient updates, PQN's
-rollouts; it sees the memory, so a learner can owe work for what it holds, such as finished
-episodes). The pipeline asks it to :meth:`Learner.learn` from its memory (a replay, a rollout) what
-is due; checkpoints hold its :meth:`Learner.state_dict`. The learners are
-:class:`edgerl.learners.dqn.DQN` and :class:`edgerl.learners.pqn.PQN`, built by
-:mod:`edgerl.learners.factory`; a new one is a module with a class that has these members and a
-``build`` function, and a line in :mod:`edgerl.config.learners`.
+output, or for a game whose actions are numbers the output itself), how its environments act while
+it trains (:attr:`Learner.policy`, an :class:`~edgerl.learners.acting.ActingPolicy`: its network
+or one around it, a different member in each environment for a population learner, and how an
+action is picked from its output), its optimizer and its schedules: how much exploration at an env
+step, and how much learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's and
+SAC's gradient updates, PQN's and PPO's rollouts, the GA's generations; it sees the memory, so a
+learner can owe work for what it holds, such as finished episodes). The pipeline asks it to
+:meth:`Learner.learn` from its memory (a replay, a rollout, episodes' scores) what is due;
+checkpoints hold its :meth:`Learner.state_dict`. The learners are the modules the registry
+(:mod:`edgerl.config.learners`) names, each with a ``KIND`` (:mod:`edgerl.learners.kinds`) that
+builds it; a new one is a module with a class that has these members and a kind, and a line in
+the registry.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # the package loads no PyTorch: edgerl.learners.explore is nu
 
 
 class Learner(Protocol):
-    kind: str  # "dqn", "pqn": checkpoints record it
+    kind: str  # its registry name (agent.algo): checkpoints record it
     device: torch.device
     q: nn.Module  # the policy network: what checkpoints keep under POLICY_KEY, play and export
     updates: int  # gradient updates so far
@@ -58,7 +59,7 @@ class Learner(Protocol):
     def figures(self) -> dict[str, float]:
         """Its own figures by name, for the progress line, metrics.csv, status and ``/metrics``
         (a genetic algorithm's generation and scores; NaN while not known); the same names
-        every call. Empty for DQN and PQN."""
+        every call. Empty for a learner with none (DQN's, PQN's)."""
         ...
 
     def owed(self, step: int, memory: Memory) -> int:

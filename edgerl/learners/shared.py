@@ -1,4 +1,4 @@
-"""What DQN and PQN share: the mean loss read without stalling the GPU, linear schedules (the
+"""What the learners share: the mean loss read without stalling the GPU, linear schedules (the
 exploration rate, the learning rate), the mixed-precision region of an update and optimizer
 state loadable across devices."""
 

@@ -1,5 +1,6 @@
-"""What learners learn from: the replay (DQN) and the rollout (PQN), with the memory budget, and
-the :class:`Memory` protocol that the trainer, the pipeline and checkpoints know them by."""
+"""What learners learn from: the replay (DQN, SAC), the rollout (PQN, PPO) and episodes' scores
+(the GA), with the memory budget, and the :class:`Memory` protocol that the trainer, the
+pipeline and checkpoints know them by."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ class Memory(Protocol):
     """A learner's memory as the rest of a run sees it: the actor writes every vector step into
     it, a learner reads it (a replay's samples, a rollout in order), checkpoints keep its random
     state. :class:`~edgerl.memories.replay.buffer.ReplayBuffer` and
-    :class:`~edgerl.memories.rollout.RolloutBuffer` are the two; which one a learner learns from
-    is its line in :mod:`edgerl.config.learners`."""
+    :class:`~edgerl.memories.rollout.RolloutBuffer` are two of them; which one a learner learns
+    from is its line in :mod:`edgerl.config.learners`."""
 
     # True: learning samples what it holds and the steps stay (a replay: filled before learning
     # starts, saved beside a checkpoint where asked); False: each unit of learning takes the
