@@ -132,3 +132,17 @@ def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
         assert played.returncode == 0, played.stderr[-2000:]
         results.append(json.loads(played.stdout)["returns"])
     np.testing.assert_allclose(results[0], results[1], rtol=1e-3)
+
+
+def test_a_resume_with_other_environments_keeps_the_reward_statistics_only():
+    """A checkpoint of 4 environments' returns, resumed with 2 environments: the variance
+    goes on, each return starts again (it crashed the first rollout)."""
+    scale = RewardScale(4, 0.99)
+    done = torch.zeros(3, 4, dtype=torch.bool)
+    scale(torch.ones(3, 4), done, done)
+    resumed = RewardScale(2, 0.99)
+    resumed.load_state_dict(scale.state_dict())
+    assert torch.equal(resumed.norm.var, scale.norm.var)
+    assert torch.equal(resumed.returns, torch.zeros(2, dtype=torch.float64))
+    out = resumed(torch.ones(1, 2), done[:1, :2], done[:1, :2])
+    assert out.shape == (1, 2) and torch.isfinite(out).all()

@@ -3,7 +3,7 @@ play and export: the squashed Gaussian's log-probability against torch.distribut
 acting policy in the real actor (uniform within the bounds before learning, sampled after, a
 seeded run repeating), one update of each part on a real Pendulum replay, and a short real
 run whose policy plays greedily from its checkpoint and from the ONNX file export writes, the
-two agreeing. Whether it learns is on record (docs/runs/pendulum-cpu-sac), not timed here."""
+two agreeing. Whether it learns is on record (docs/runs/pendulum-seeds/sac), not timed here."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def test_sac_refuses_games_it_cannot_learn_with_a_sentence(cli):
 def test_a_fleet_refuses_a_continuous_game_with_a_sentence():
     cfg = sac_config()
     cfg.fleet.actors = 2
-    with pytest.raises(ConfigError, match="fleet.actors takes games of discrete actions"):
+    with pytest.raises(ConfigError, match=r"fleet\.actors takes games of discrete actions"):
         check_setup(cfg, PENDULUM)
 
 
@@ -207,3 +207,25 @@ def test_a_continuous_game_trains_sac_unless_a_learner_is_named(cli):
     assert tomllib.loads(r.out)["ppo"]["rollout_steps"] == 64  # a discrete game's as before
     r = cli("train", "--env", "Pendulum-v1", "--set", "agent.algo=dqn", "--steps", "10")
     assert r.code != 0 and "Traceback" not in r.err and "continuous action space" in r.err
+
+
+def test_a_key_of_sac_is_taken_for_a_continuous_game_that_names_no_learner(cli):
+    """The learner a continuous game trains by default is SAC: its keys are not refused as
+    another learner's (they were, checked against the default DQN before the game was known)."""
+    import tomllib
+
+    r = cli("config", "--env", "Pendulum-v1", "--set", "sac.tau=0.01")
+    assert r.code == 0, r.err
+    assert tomllib.loads(r.out)["sac"]["tau"] == 0.01
+    r = cli("config", "--env", "CartPole-v1", "--set", "sac.tau=0.01")
+    assert r.code == 2 and "does nothing with agent.algo=dqn" in r.err
+
+
+def test_what_continuous_games_do_not_have_yet_is_refused_in_a_sentence(cli):
+    cfg = sac_config()
+    cfg.perf.autotune = True
+    with pytest.raises(ConfigError, match=r"perf\.autotune measures actors"):
+        check_setup(cfg, PENDULUM)
+    r = cli("bench", "--env", "Pendulum-v1", "--seconds", "1")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "edgerl bench measures games of discrete actions" in r.err

@@ -56,6 +56,11 @@ def export_onnx(policy: Any, out: Path, sidecar: Sidecar, fp16: bool = False) ->
     """
     onnx = import_onnx()
     spec = policy.spec
+    if fp16 and spec.continuous:
+        raise ExportError(
+            f"an FP16 graph is for a policy of discrete actions for now, and {spec.id}'s are "
+            "numbers (its network normalises and squashes in fp32): export it in fp32"
+        )
     check_export_memory(policy, out)
     net = policy.fresh_network()
     net.load_state_dict(policy.state_dict_cpu())

@@ -83,6 +83,11 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
             f"perf.pipeline=async needs a learner that learns beside the actor, and "
             f"agent.algo={algo} learns in the actor's loop (set perf.pipeline to auto or sync)"
         )
+    if cfg.perf.autotune and spec.continuous:
+        raise ConfigError(
+            f"perf.autotune measures actors that pick one of a few actions, and '{spec.id}' "
+            "has continuous ones: set env.num_envs yourself (and perf.autotune to false)"
+        )
     if cfg.perf.autotune and not memory_kind(cfg).keeps_steps:
         preset = learner_info(algo).presets.get(spec.kind, {}).get("env.num_envs")
         raise ConfigError(

@@ -11,15 +11,18 @@ log-std, and the observation and reward normalisation of CleanRL's ``ppo_continu
   drawn on the host, its log-probability and the value as extras. The action is not clipped
   here: the game's environment clips what it is sent, and the rollout keeps the sample, whose
   log-probability the ratio needs.
-* :class:`RewardScale`: each environment's discounted return summed as the reference's
-  ``NormalizeReward`` does, the rewards learned from divided by its running standard deviation
-  and clipped to +-10.
+* :class:`RewardScale`: each environment's discounted return summed, the rewards learned from
+  divided by the running standard deviation of those returns and clipped to +-10, after the
+  reference's ``NormalizeReward``.
 
 Where edgerl differs from the reference: the observation statistics take in a rollout's
 observations once it has been learned (the reference takes in each observation as it comes), so
 that a rollout is learned with the statistics it was acted with and the probability ratio starts
 at 1; the reward scale is applied when a rollout is learned, step by step in the order the steps
-were taken, as the reference applies it as they come.
+were taken, as the reference applies it as they come; it keeps one variance over every
+environment's returns (the reference wraps each environment, with a variance of its own) and
+starts a return again where an episode ends, truncated too (the reference's gymnasium wrapper
+only where it terminates).
 """
 
 from __future__ import annotations
@@ -197,5 +200,9 @@ class RewardScale:
         return {"returns": self.returns.clone(), **self.norm.state_dict()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.returns = state["returns"].clone().double()
+        """The statistics a checkpoint kept; each environment's return too where the run
+        resumes with as many environments (else they start again from 0)."""
         self.norm.load_state_dict({k: v for k, v in state.items() if k != "returns"})
+        returns = state.get("returns")
+        if isinstance(returns, torch.Tensor) and returns.shape == self.returns.shape:
+            self.returns = returns.clone().double()

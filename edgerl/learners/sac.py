@@ -12,6 +12,11 @@ tuned towards a target entropy. The details follow CleanRL's ``sac_continuous_ac
   ``sac.policy_frequency`` critic updates (TD3's delay, made up in number), the policy towards
   ``alpha * log pi - min Q``, the temperature towards the target entropy ``-numbers``.
 
+Where edgerl's preset differs from the reference: the policy's learning rate follows
+``agent.lr_end`` (the vector preset's 1e-5 unless set: annealed over ``train.steps``; the
+reference keeps it constant, ``--set agent.lr_end=-1``), and the temperature starts at
+``sac.alpha`` (0.2) where the reference, tuning it, starts at 1; the runs on record used both.
+
 A unit of learning is one critic update, made every ``agent.train_freq`` env steps once
 ``agent.learning_starts`` steps have been taken with uniformly random actions (the learner's
 epsilon is 1 until then, 0 after: its exploration is the policy's own noise). The policy
@@ -193,7 +198,7 @@ class SAC:
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=sac.q_lr, eps=cfg.adam_eps)
         self.target_entropy = -float(spec.num_actions)
         self.losses = LossMeter(device)
-        self._policy_loss = math.nan
+        self._policy_loss: torch.Tensor | None = None  # read as a number by figures() only
         self.per_launch = 1
         self.cuda_graphs = False
         self.steps_per_unit = cfg.train_freq
@@ -217,7 +222,8 @@ class SAC:
 
     def figures(self) -> dict[str, float]:
         """The temperature and the policy's last loss (NaN before its first update)."""
-        return {"alpha": self.alpha, "policy_loss": self._policy_loss}
+        loss = math.nan if self._policy_loss is None else float(self._policy_loss)
+        return {"alpha": self.alpha, "policy_loss": loss}
 
     def epsilon(self, step: int) -> float:
         """1 (uniformly random actions) until learning starts, then 0: the policy's noise."""
@@ -284,7 +290,7 @@ class SAC:
             self.critics.requires_grad_(True)
         self._clip(self.q)
         self.policy_optimizer.step()
-        self._policy_loss = float(loss.detach())
+        self._policy_loss = loss.detach()  # no wait for the device here
         if self.sac.autotune:
             entropy_gap = (logp.detach() + self.target_entropy) * weights
             alpha_loss = -(self.log_alpha.exp() * entropy_gap).sum()

@@ -46,6 +46,7 @@ from edgerl.config.presets import (
 )
 from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
+from edgerl.errors import ConfigError
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
 from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
 from edgerl.learners.factory import check_keys, memory_keeps_steps, memory_kind, policy_network
@@ -153,6 +154,12 @@ def _config(
     layers += build_layers(None, [*sets, *opts.overrides], {"env.id": opts.env_id}, False)
     cfg = resolve(layers)
     spec = probe(cfg.env)
+    if spec.continuous:
+        raise ConfigError(
+            f"edgerl bench measures games of discrete actions for now, and '{spec.id}' has "
+            "continuous ones: time a run of it with edgerl train (its progress line gives env "
+            "steps/s)"
+        )
     cfg = apply_presets(cfg, spec.kind, spec.continuous)
     check_keys(cfg)
     return cfg

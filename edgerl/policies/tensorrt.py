@@ -140,6 +140,12 @@ class TensorRTPolicy:
         )
         out_dtype = self._dtype_of(trt, OUTPUTS[1])
         shape = (self.batch_max, *s.action_shape)  # an id, or a continuous action's numbers
+        built = tuple(engine.get_tensor_shape(OUTPUTS[1]))[1:]  # without the batch
+        if built != tuple(s.action_shape):
+            raise ExportError(
+                f"{path.name} outputs actions of shape {list(built)} and its description says "
+                f"{list(s.action_shape)}: the two do not belong together; export it again"
+            )
         self.d_action = torch.empty(shape, dtype=out_dtype, device=dev)
         self.stream = torch.cuda.Stream()
         self._torch = torch
