@@ -1,6 +1,6 @@
 """PPO for games whose actions are numbers (edgerl/learners/gaussian.py): the Gaussian's
 log-probability and entropy against torch.distributions', the running statistics against numpy,
-the reward scale against the reference's NormalizeReward written out by hand, the actor's noted
+the reward scale written out by hand, the actor's noted
 log-probabilities against the learner's own, and a short real Pendulum run whose policy
 normalises its observations in play and in the ONNX file export writes."""
 
@@ -56,13 +56,16 @@ def test_the_running_statistics_are_the_observations_mean_and_variance():
     torch.testing.assert_close(off(x), x)
 
 
-def test_the_reward_scale_is_the_references_normalize_reward():
-    """CleanRL's NormalizeReward, by hand: each environment's return ``r * gamma + reward``
-    (reset where its episode ended), its running variance over every step so far, each reward
-    divided by that step's standard deviation."""
+def test_the_reward_scale_divides_by_the_running_deviation_of_the_returns():
+    """The reward scale written out by hand: each environment's return ``r * gamma + reward``,
+    started again where its episode ended (terminated or truncated), one running variance over
+    every environment's returns so far, each reward divided by that step's deviation (the
+    reference's NormalizeReward keeps a variance per environment and starts again at
+    terminations only: gaussian.py says so)."""
     rng = np.random.default_rng(1)
     rewards = rng.normal(-5, 3, size=(20, 2))
-    ended = rng.random((20, 2)) < 0.15
+    ended = rng.random((20, 2)) < 0.3
+    cut = ended & (rng.random((20, 2)) < 0.5)  # some ends are truncations
     gamma, returns, seen = 0.9, np.zeros(2), []
     expected = np.empty_like(rewards)
     for t in range(20):
@@ -70,10 +73,14 @@ def test_the_reward_scale_is_the_references_normalize_reward():
         seen += list(returns)
         expected[t] = np.clip(rewards[t] / np.sqrt(np.var(seen) + 1e-8), -10, 10)
         returns[ended[t]] = 0.0
+    assert cut.any() and (ended & ~cut).any()
     scale = RewardScale(2, gamma)
-    half = torch.zeros(10, 2, dtype=torch.bool)
     got = [  # in two rollouts: the returns go on across them
-        scale(torch.from_numpy(rewards[s]).float(), torch.from_numpy(ended[s]), half)
+        scale(
+            torch.from_numpy(rewards[s]).float(),
+            torch.from_numpy(ended[s] & ~cut[s]),
+            torch.from_numpy(cut[s]),
+        )
         for s in (slice(0, 10), slice(10, 20))
     ]
     np.testing.assert_allclose(torch.cat(got).numpy(), expected, rtol=2e-3, atol=1e-5)
