@@ -6,7 +6,7 @@ it trains (:attr:`Learner.policy`, an :class:`~edgerl.learners.acting.ActingPoli
 or one around it, a different member in each environment for a population learner, and how an
 action is picked from its output), its optimizer and its schedules: how much exploration at an env
 step, and how much learning is due (:meth:`Learner.owed`, in units the learner chooses: DQN's and
-SAC's gradient updates, PQN's and PPO's rollouts, the GA's generations; it sees the memory, so a
+SAC's gradient updates, PQN's and PPO's rollouts, the GA's ended episodes; it sees the memory, so a
 learner can owe work for what it holds, such as finished episodes). The pipeline asks it to
 :meth:`Learner.learn` from its memory (a replay, a rollout, episodes' scores) what is due;
 checkpoints hold its :meth:`Learner.state_dict`. The learners are the modules the registry
