@@ -38,10 +38,14 @@ def find_status_dirs(roots: list[Path]) -> list[Path]:
     updated first."""
     found = []
     for root in roots:
-        if (root / STATUS_FILE).is_file():
-            found.append(root)
-        elif root.is_dir():
-            found += [p for p in runs_below(root, STATUS_FILE) if (p / STATUS_FILE).is_file()]
+        try:  # a folder this user may not read is passed over (its reader says why)
+            if (root / STATUS_FILE).is_file():
+                found.append(root)
+            elif root.is_dir():
+                below = runs_below(root, STATUS_FILE)
+                found += [p for p in below if (p / STATUS_FILE).is_file()]
+        except OSError:
+            continue
 
     def updated(run: Path) -> float:
         try:

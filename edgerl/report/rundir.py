@@ -452,15 +452,18 @@ RUN_MARKS = ("config.toml", "checkpoints", ".lock", "status.json", "metrics.csv"
 
 def holds_run(path: Path) -> bool:
     """Whether ``path`` is a directory a trainer has used (a link in a mark's place counts)."""
-    return path.is_dir() and any(os.path.lexists(path / mark) for mark in RUN_MARKS)
+    try:  # a folder this user may not enter holds no run it can use
+        return path.is_dir() and any(os.path.lexists(path / mark) for mark in RUN_MARKS)
+    except OSError:
+        return False
 
 
 def seed_runs_in(folder: Path) -> list[str]:
     """The names of the runs in ``folder`` when it holds no run itself but runs in its folders
     (``edgerl train --seeds``' ``seed-K``), else an empty list."""
-    if not folder.is_dir() or holds_run(folder):
-        return []
-    try:
+    try:  # a folder this user may not read (a service's run) is no folder of seeds here:
+        if not folder.is_dir() or holds_run(folder):  # its reader says why in a sentence
+            return []
         return sorted(p.name for p in folder.iterdir() if holds_run(p))
     except OSError:
         return []
