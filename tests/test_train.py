@@ -208,7 +208,7 @@ def test_a_run_directory_in_use_is_refused(cli, tmp_path):
             ["--env", "ALE/Pongg-v5"],
             "unknown environment id 'ALE/Pongg-v5'; did you mean 'ALE/Pong-v5'",
         ),
-        (["--env", "Pendulum-v1"], "continuous action space"),
+        (["--env", "Pendulum-v1", "--set", "agent.algo=dqn"], "continuous action space"),
         (["--set", "replay.capacity=100000000000"], "set replay.capacity to at most"),
         (["--config", "missing.toml"], "config file missing.toml does not exist"),
         # issue 58: an empty --run-dir trained into the current directory, a name that is not
