@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from edgerl.envs import EnvSpec
+from edgerl.learners.nets import hidden_layers
 
 OBS_CLIP = REWARD_CLIP = 10.0  # the reference's TransformObservation / TransformReward clips
 NORM_EPS = 1e-8
@@ -42,13 +43,8 @@ NORM_EPS = 1e-8
 def tanh_mlp(inputs: int, outputs: int, hidden: tuple[int, ...]) -> nn.Sequential:
     """Linear layers of widths ``hidden`` with tanh after each (the reference's), then one to
     ``outputs``."""
-    layers: list[nn.Module] = []
-    width = inputs
-    for h in hidden:
-        layers += [nn.Linear(width, h), nn.Tanh()]
-        width = h
-    layers.append(nn.Linear(width, outputs))
-    return nn.Sequential(*layers)
+    trunk, width = hidden_layers(inputs, hidden, nn.Tanh)
+    return nn.Sequential(*trunk, nn.Linear(width, outputs))
 
 
 class RunningNorm(nn.Module):

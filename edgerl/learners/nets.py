@@ -82,6 +82,20 @@ class NatureCNN(nn.Module):
         return output_layer(self.last, self.hidden(obs))
 
 
+def hidden_layers(
+    inputs: int, hidden: tuple[int, ...], activation: type[nn.Module] = nn.ReLU
+) -> tuple[nn.Sequential, int]:
+    """Linear layers of widths ``hidden``, each followed by ``activation``, from ``inputs``
+    numbers; and the last width (the actor-critic learners' trunks: SAC's ReLU, PPO's
+    Gaussian head's tanh)."""
+    layers: list[nn.Module] = []
+    width = inputs
+    for h in hidden:
+        layers += [nn.Linear(width, h), activation()]
+        width = h
+    return nn.Sequential(*layers), width
+
+
 class MLP(nn.Module):
     """A plain ReLU MLP for small vector observations (CartPole and friends)."""
 

@@ -43,6 +43,7 @@ from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.hw.device import indexed
 from edgerl.learners.dqn import Sampler, make_adam
 from edgerl.learners.kinds import Basics
+from edgerl.learners.nets import hidden_layers
 from edgerl.learners.shared import (
     FORWARD_EQUIVALENTS_OF_A_GRADIENT_STEP,
     LossMeter,
@@ -55,16 +56,6 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's bounds of the policy's log-std
 TANH_EPS = 1e-6  # keeps log(1 - tanh^2) finite where the tanh saturates
 
 
-def mlp(inputs: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
-    """Linear layers of widths ``hidden`` with ReLUs after each, and the last width."""
-    layers: list[nn.Module] = []
-    width = inputs
-    for h in hidden:
-        layers += [nn.Linear(width, h), nn.ReLU()]
-        width = h
-    return nn.Sequential(*layers), width
-
-
 class SquashedGaussian(nn.Module):
     """SAC's policy network for a game of ``spec`` (vector observations, continuous actions):
     called, the greedy action of each observation (``tanh(mean)`` within the bounds), what
@@ -75,7 +66,7 @@ class SquashedGaussian(nn.Module):
         super().__init__()
         self.game = spec  # what acting needs of it: its actions' numbers and bounds
         inputs = math.prod(spec.obs_shape)
-        self.trunk, width = mlp(inputs, hidden)
+        self.trunk, width = hidden_layers(inputs, hidden)
         self.mean = nn.Linear(width, spec.num_actions)
         self.log_std = nn.Linear(width, spec.num_actions)
         low = torch.tensor(spec.action_low, dtype=torch.float32)
@@ -159,7 +150,7 @@ class Critic(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden: tuple[int, ...]) -> None:
         super().__init__()
-        self.trunk, width = mlp(math.prod(spec.obs_shape) + spec.num_actions, hidden)
+        self.trunk, width = hidden_layers(math.prod(spec.obs_shape) + spec.num_actions, hidden)
         self.out = nn.Linear(width, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
