@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -456,3 +457,20 @@ def test_a_model_of_no_kind_edgerl_plays_is_one_sentence_not_a_checkpoint(cli, t
     assert r.code == 2 and "Traceback" not in r.err
     assert "is not a file edgerl plays (its name ends in '.onx')" in r.err
     assert "an ONNX file (.onnx)" in r.err and "checkpoint" not in r.err.split(":")[0]
+
+
+def test_a_continuous_policy_is_not_played_where_its_actions_mean_other_numbers():
+    """Same observations, same number of actions, other bounds: a torque learned within +-2
+    sent where the bounds are +-1 is another action, so playing there is refused."""
+    from types import SimpleNamespace
+
+    from edgerl.envs import probe
+    from edgerl.errors import EnvError
+    from edgerl.play.loop import check_matches
+
+    pendulum = probe("Pendulum-v1")
+    policy = SimpleNamespace(spec=pendulum)
+    check_matches(policy, SimpleNamespace(spec=pendulum))  # its own game: played
+    narrower = dataclasses.replace(pendulum, action_low=(-1.0,), action_high=(1.0,))
+    with pytest.raises(EnvError, match=r"within \(-2.0,\) and \(2.0,\)"):
+        check_matches(policy, SimpleNamespace(spec=narrower))

@@ -119,8 +119,9 @@ def test_the_actor_notes_what_the_learner_would_compute():
 
 def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
     """Pendulum with PPO's Gaussian head, observations and rewards normalised: it trains
-    (evaluated greedily), and the ONNX file export writes, which normalises as the checkpoint
-    does, plays the same episodes to the same returns."""
+    (evaluated greedily), a resume without the normalisation is refused, and the ONNX file
+    export writes, which normalises as the checkpoint does, plays the same episodes to the
+    same returns."""
     train = run_edgerl(
         "train", "--env", "Pendulum-v1", "--set", "agent.algo=ppo", "--steps", "2048",
         "--set", "ppo.rollout_steps=256", "--set", "ppo.normalize_obs=true",
@@ -130,6 +131,15 @@ def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
     assert train.returncode == 0, train.stderr[-2000:]
     run = tmp_path / "runs" / "Pendulum-v1"
     assert "greedy actions" in train.stderr and len((run / "eval.csv").read_text().split()) == 3
+    # The policy's observation statistics were made with normalisation on: resuming without is
+    # refused, not run with statistics that no longer mean anything.
+    other = run_edgerl(
+        "train", "--env", "Pendulum-v1", "--set", "agent.algo=ppo", "--steps", "4096",
+        "--set", "ppo.rollout_steps=256", "--set", "ppo.normalize_obs=false",
+        cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert other.returncode != 0 and "Traceback" not in other.stderr
+    assert "ppo.normalize_obs=True" in other.stderr and "not False" in other.stderr
     export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=tmp_path, timeout=600)
     assert export.returncode == 0, export.stderr[-2000:]
     (onnx,) = (run / "export").glob("*.onnx")

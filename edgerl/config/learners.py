@@ -70,6 +70,9 @@ class LearnerInfo:
     # trains, among the values the runs on record reached the target with; "" for none. The
     # learner then has ``set_ratio(value)``, and its checkpoints keep the value it learns at.
     ratio_key: str = ""
+    # Settings a resumed run must keep besides env.id and agent.hidden: its checkpoints hold
+    # state made under them (PPO's observation statistics and reward scale).
+    resume_keys: tuple[str, ...] = ()
 
     @property
     def concurrent(self) -> bool:
@@ -245,6 +248,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         rollout_key="ppo.rollout_steps",
         schedule=Schedule.ROLLOUT_LAG,
         presets=PPO_PRESETS,
+        resume_keys=("ppo.normalize_obs", "ppo.normalize_rewards"),
         sample_keys=(
             "env.num_envs",
             "ppo.rollout_steps",

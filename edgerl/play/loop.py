@@ -181,6 +181,16 @@ def check_matches(policy: Policy, env: VecEnv, sample: bool = False) -> None:
             f"the policy was trained on {policy.spec.id} ({policy.spec.num_actions} actions, "
             f"observations {policy.spec.obs_shape}); {env.spec.id} does not match"
         )
+    bounds = (tuple(policy.spec.action_low), tuple(policy.spec.action_high))
+    if (
+        policy.spec.continuous
+        and (tuple(env.spec.action_low), tuple(env.spec.action_high)) != bounds
+    ):
+        raise EnvError(
+            f"the policy was trained on {policy.spec.id} with actions within {bounds[0]} and "
+            f"{bounds[1]}; {env.spec.id}'s are within {tuple(env.spec.action_low)} and "
+            f"{tuple(env.spec.action_high)}, so its actions would mean something else there"
+        )
 
 
 def play(

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from edgerl.config.learners import LEARNERS
 from edgerl.envs import EnvSpec
 from edgerl.errors import CheckpointError, RunDirError
 from edgerl.files.checkpoint import (
@@ -52,7 +53,7 @@ RETRY_S = 60.0  # after a failed checkpoint (disk full), try again this soon
 FINAL_RETRY_EVERY_S = 5.0  # the last checkpoint of a session is retried this often
 # Config keys a resumed run must share with its checkpoint (they shape the network); the learner
 # (agent.algo) is checked against the checkpoint's kind.
-SHAPING_KEYS = ("env.id", "agent.hidden")
+SHAPING_KEYS = ("env.id", "agent.hidden")  # and the learner's own resume_keys
 
 
 class TrainingState(Run, Protocol):
@@ -292,7 +293,8 @@ class Checkpointer:
         run = self.run
         checkpoint.require_training_state(str(path))
         found = {"agent.algo": checkpoint.kind}
-        for key in SHAPING_KEYS:
+        own = LEARNERS[checkpoint.kind].resume_keys if checkpoint.kind in LEARNERS else ()
+        for key in (*SHAPING_KEYS, *own):
             section, name = key.split(".")
             old_section = checkpoint.config.get(section)
             found[key] = old_section.get(name) if isinstance(old_section, dict) else None
