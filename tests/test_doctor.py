@@ -207,8 +207,12 @@ def test_a_replay_that_does_not_fit_fails_with_the_capacity_that_would(cli):
     assert replay["status"] == "fail" and "set replay.capacity to at most" in replay["fix"]
 
 
-def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli):
+def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli, tmp_path):
+    # A replay's key on the command line is refused (PQN never reads it); in a file, said.
     r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "replay.capacity=2000000000")
+    assert r.code == 2 and "which learns without a replay" in r.err, r.err
+    (tmp_path / "big.toml").write_text("[replay]\ncapacity = 2000000000\n")
+    r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--config", tmp_path / "big.toml")
     memory = checks_of(r.out)["replay memory"]
     assert memory["status"] == "pass", memory  # PQN keeps no replay: its capacity is not used
     assert "a rollout of" in memory["found"] and "(no replay)" in memory["found"]
@@ -483,3 +487,15 @@ def test_deep_with_sac_learns_the_configured_continuous_game_and_exports_it(cli)
     assert "update/channels_last" not in checks
     assert checks["onnx export"]["status"] == "pass", checks["onnx export"]
     assert "max |d actions|" in checks["onnx export"]["found"]
+
+
+def test_deep_with_ppo_on_a_continuous_game_checks_its_gaussian_head(cli):
+    """PPO can learn Pong, but a Pendulum-v1 user trains its Gaussian head: the deep checks
+    learn a rollout of the configured game and export its actions (they checked PPO's
+    categorical head on Pong)."""
+    r = cli("doctor", "--deep", "--json", "--set", "env.id=Pendulum-v1", "--set", "agent.algo=ppo")
+    checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
+    assert checks["rollout"]["status"] == "pass", checks["rollout"]
+    assert "real Pendulum-v1 environments" in checks["rollout"]["found"]
+    assert checks["onnx export"]["status"] == "pass", checks["onnx export"]
+    assert "Pendulum-v1 observations: max |d actions|" in checks["onnx export"]["found"]

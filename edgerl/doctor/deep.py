@@ -32,8 +32,8 @@ from edgerl.errors import MissingDependencyError
 
 log = logging.getLogger(__name__)
 
-# The game when the configured one has no frames (the Nature CNN), for a learner that can learn
-# it (SAC learns the configured game's continuous actions).
+# The game when the configured one has neither frames (the Nature CNN) nor continuous actions (a
+# Gaussian head: checked on the configured game), for a learner that can learn it.
 DEEP_ENV = "ALE/Pong-v5"
 REPLAY_ENVS = 4
 REPLAY_STEPS = 64  # per environment: a few hundred real transitions
@@ -99,7 +99,8 @@ def _deep_spec(ctx: Context) -> Any:
     from edgerl.errors import EdgerlError
     from edgerl.learners.kinds import learner_kind
 
-    spec = ctx.spec if ctx.spec is not None and ctx.spec.has_frames else probe(DEEP_ENV)
+    own = ctx.spec is not None and (ctx.spec.has_frames or ctx.spec.continuous)
+    spec = ctx.spec if own else probe(DEEP_ENV)
     if spec is not ctx.spec and ctx.spec is not None:
         try:
             learner_kind(ctx.cfg.agent.algo).refuse_game(spec, ctx.cfg.agent.algo)
