@@ -51,6 +51,19 @@ def test_a_learner_registered_in_one_line_trains_resumes_plays_and_exports(
     plays_and_exports(cli, run)
 
 
+def test_the_bench_measures_a_registered_learner(toy_registered, cli):
+    """`edgerl bench` times the configured learner alone and in the whole loop: the toy's own
+    update, not another learner's (DQN's update modes are labelled as DQN's)."""
+    r = cli(
+        "bench", *TOY, *SMALL, "--seconds", "1", "--envs", "1", "--actor-envs", "",
+        "--loop-envs", "4",
+    )  # fmt: skip
+    assert r.code == 0, r.err[-3000:]
+    alone = next(line for line in r.out.splitlines() if line.startswith("learner alone:"))
+    assert "one-step Q" in alone and "updates/s" in alone
+    assert "loop sync" in r.out
+
+
 def test_an_unregistered_learner_is_refused_with_the_ones_there_are(cli, tmp_path):
     r = cli("train", *TOY, "--run-dir", tmp_path / "x", "--steps", "100")
     assert r.code == 2 and "agent.algo" in r.err and "dqn, pqn, ppo, sac, ga" in r.err, r.err
