@@ -231,6 +231,11 @@ SEED_TABLES = {
         18,
         2700.0,
     ),
+    "Breakout on two CPU cores, 3 seeds: `--preset atari-cpu --env ALE/Breakout-v5`": (
+        [RUNS / "breakout-cpu-2core-pqn", RUNS / "breakout-cpu-seeds"],
+        30.5,
+        3600.0,
+    ),
 }
 
 
@@ -253,12 +258,19 @@ def seed_rows(title: str) -> list[dict[str, str]]:
     return table_at(lines, "recipe", lines.index(f"### {title}"))
 
 
+def cell(row: dict[str, str], starts: str) -> tuple[str, str]:
+    """The header and the cell of ``row``'s column whose header starts with ``starts``."""
+    return next((k, v) for k, v in row.items() if k.startswith(starts))
+
+
 @pytest.mark.parametrize("title", SEED_TABLES)
 def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
-    """k of n, each seed's final score and the IQM's point estimate, as `edgerl results`
-    computes them from the committed eval.csv files (the interval is rliable's bootstrap:
-    checked to contain the point, not to the digit)."""
-    from edgerl.display.seeds import figures, find_runs, grouped
+    """k of n reached and held, the median time to the target (when the evaluation that reached
+    it ended), each seed's final score and best within the table's time, and the IQM's point
+    estimate, as `edgerl results` computes them from the committed eval.csv files; from 5 seeds
+    up with rliable's interval (a bootstrap: checked to contain the point, not to the digit),
+    from fewer with the seeds' range and no "95% CI"."""
+    from edgerl.display.seeds import MIN_RUNS, figures, find_runs, grouped
     from edgerl.words import duration
 
     folders, target, within = SEED_TABLES[title]
@@ -269,17 +281,80 @@ def test_a_seed_tables_figures_are_those_of_its_committed_runs(title):
     for row in rows:
         runs = by_learner[row["recipe"].split()[0].strip(",")]
         f = figures(runs, target=target, within_s=within, reps=1000)
-        reached = next(v for k, v in row.items() if k.startswith("reached"))
-        assert reached == f"**{f.k} of {len(runs)}**"
+        assert cell(row, "reached")[1] == f"**{f.k} of {len(runs)}**"
+        assert cell(row, "held it")[1] == f"{sum(f.held)} of {len(runs)}"
         median = f.to_dict()["median_wall_s_to_target"]  # as `edgerl results` writes it
         assert row["median time to it (steps)"].startswith(f"{duration(median)} (")
-        shown = [float(v) for v in row["final score per seed (last 3 evaluations)"].split(", ")]
+        shown = [float(v) for v in cell(row, "final score per seed")[1].split(", ")]
         assert shown == pytest.approx(f.finals, abs=0.05)
-        point, low, high = re.fullmatch(
-            r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", row["IQM of the final scores [95% CI]"]
-        ).groups()
-        assert float(point) == pytest.approx(f.iqm[0], abs=0.05)
-        assert float(low) <= float(point) <= float(high)
+        best = cell(row, "best")[1]
+        if best.endswith(" each"):
+            assert f.bests == [number(best.split()[0])] * len(runs)
+        else:
+            assert [number(b) for b in best.split(", ")] == pytest.approx(f.bests, abs=0.05)
+        header, iqm = cell(row, "IQM of the final scores")
+        if len(runs) >= MIN_RUNS:
+            point, low, high = re.fullmatch(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", iqm).groups()
+            assert "95% CI" in header and float(low) <= float(point) <= float(high)
+        else:
+            found = re.match(r"(-?[\d.]+) \(range (-?[\d.]+)(?:-| to )(-?[\d.]+)[;)]", iqm)
+            assert found, f"{iqm!r} is not 'IQM (range LOW-HIGH)'"
+            point, low, high = found.groups()
+            assert "95% CI" not in header + iqm and "range" in header
+            assert (float(low), float(high)) == pytest.approx(f.iqm.spread, abs=0.05)
+        assert float(point) == pytest.approx(f.iqm.point, abs=0.05)
+
+
+PONG_SEEDS = "Pong on two CPU cores, 4 seeds: `--preset pong-cpu`"
+
+
+def test_results_within_an_hour_takes_each_final_from_the_evaluations_inside_it(cli):
+    """`edgerl results --within 1h` of pong-cpu's four seeds: seed 1 trained 84 minutes, and
+    its final is the mean of its last three evaluations that ended inside the hour (17.5), not
+    of those at 74-84 minutes (20.2), so it reached 18 but did not hold it; four runs give no
+    95% interval but their range; the time to 18 is when its evaluation ended."""
+    from edgerl.words import duration
+
+    r = cli("results", *SEED_TABLES[PONG_SEEDS][0], "--target", "18", "--within", "1h")
+    assert r.code == 0, r.err
+    evals = evaluations(RUNS / "pong-cpu-seeds" / "seed-1")
+    ended = [e for e in evals if float(e["wall_s"]) + float(e["eval_s"]) <= 3600]
+    assert len(ended) < len(evals)  # it trained past the hour
+    inside = sum(float(e["return_mean"]) for e in ended[-3:]) / 3
+    after = sum(float(e["return_mean"]) for e in evals[-3:]) / 3
+    assert (round(inside, 1), round(after, 1)) == (17.5, 20.2)
+    assert "per seed 19.2, 17.5, 19.2, 20.9" in r.out
+    assert "IQM 19.2, range 17.5-20.9 (4 runs: no interval from fewer than 5)" in r.out
+    assert "95% CI" not in r.out
+    assert "4 of 4 reached it (one evaluation at it or above), 3 of 4 held it" in r.out
+    hit = next(e for e in ended if float(e["return_mean"]) >= 18)
+    began, done = float(hit["wall_s"]), float(hit["wall_s"]) + float(hit["eval_s"])
+    assert f"step {int(hit['step']):,}: {duration(began)} to {duration(done)}" in r.out
+
+
+README = REPO / "README.md"
+
+
+def test_readmes_pong_cpu_headline_is_what_results_prints_within_the_hour():
+    """README's "4 of 4 seeds within an hour" sentence: reached and held, the median time to 18
+    (whole minutes) and each seed's final in the hour, as `edgerl results --within 1h` of the
+    four seeds computes them."""
+    text = " ".join(README.read_text().split())
+    found = re.search(
+        r"\(`--preset pong-cpu`\): \*\*(\d+) of (\d+) seeds within an hour\*\*, (\d+) of (\d+) "
+        r"held it \(median (\d+) minutes; finals in the hour ([\d., ]+) on a Xeon, ([\d.]+) on an "
+        r"EPYC\)",
+        text,
+    )
+    assert found, "README's pong-cpu headline is not in the form this test reads"
+    from edgerl.display.seeds import figures, find_runs
+
+    f = figures(find_runs(SEED_TABLES[PONG_SEEDS][0]), target=18, within_s=3600.0)
+    n = len(f.runs)
+    assert found.groups()[:4] == (str(f.k), str(n), str(sum(f.held)), str(n))
+    assert int(found[5]) == round(f.median_s_to_target / 60)
+    finals = [float(v) for v in found[6].split(", ")] + [float(found[7])]
+    assert finals == pytest.approx(f.finals, abs=0.05)
 
 
 # What `edgerl results` printed for each seed section: its runs (under docs/runs/) and options.

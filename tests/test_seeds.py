@@ -37,14 +37,66 @@ def test_reached_is_the_first_evaluation_at_the_target_and_final_is_the_last_thr
     assert [r.best for r in runs] == [500, 500, 50]
     within = figures(runs, target=500, within_s=30.0, reps=1000)  # 40 s for seed 1: too late
     assert within.k == 1
-    point, low, high = f.iqm
-    assert low <= point <= high and min(f.finals) <= point <= max(f.finals)
+    assert f.held == [False, False, False]  # seed 0 reached 500 and fell: reached, not held
+    assert f.iqm.spread == pytest.approx((40.0, 1030 / 3)) and f.iqm.ci95 is None  # the range
+
+
+def test_within_counts_only_the_evaluations_that_ended_inside_it_for_every_figure():
+    """`--within T`: an evaluation counts when its result came within T (it began at wall_s
+    and played eval_s while training went on), for reaching, holding, the final and the best."""
+    evals = [
+        Evaluation(1000 * (i + 1), 100.0 * (i + 1), m, 20.0)
+        for i, m in enumerate([100, 500, 400, 300, 500, 500, 500])
+    ]  # ended at 120, 220, ..., 720 s
+    late = SeedRun(Path("late"), "CartPole-v1", "dqn", 0, evals)
+    f = figures([late], target=450, within_s=430.0, reps=1000)  # the one of 400 s ended at 420
+    assert f.finals == [400.0] and f.bests == [500.0] and f.held == [False]
+    assert f.reached[0] is not None and f.reached[0].step == 2000 and f.k == 1
+    assert f.median_s_to_target == 220.0  # when the evaluation that reached it ended
+    assert f.to_dict()["runs"][0]["last_step"] == 4000
+    assert figures([late], target=450, within_s=410.0, reps=1000).finals == [
+        pytest.approx(1000 / 3)
+    ]
+    whole = figures([late], target=450, reps=1000)
+    assert whole.finals == [500.0] and whole.held == [True]
+    with pytest.raises(RunDirError, match="no evaluation that ended within 1 min 40 s"):
+        figures([late], target=450, within_s=100.0, reps=1000)
+
+
+def test_no_interval_from_fewer_than_five_runs_the_range_said_instead():
+    """A percentile bootstrap of 3 runs' IQM is [min, max], of 4 the middle two's range: below
+    5 runs `edgerl results` prints the range and says it is one; from 5 up rliable's interval."""
+    from edgerl.display.seeds import describe
+
+    four = [seed_run(0, [18.5, 17.0, 17.0])]  # reached 18 and fell: final 17.5
+    four += [seed_run(i + 1, [v] * 3) for i, v in enumerate([19.2, 19.2, 20.9])]
+    said = describe(figures(four, target=18, reps=1000))
+    assert "95% CI" not in said
+    assert "IQM 19.2, range 17.5-20.9 (4 runs: no interval from fewer than 5)" in said
+    assert "4 of 4 reached it (one evaluation at it or above), 3 of 4 held it" in said
+    one = describe(figures(four[:1], target=18, reps=1000))
+    assert "IQM 17.5 (1 run: no interval from fewer than 5)" in one and "95% CI" not in one
+    five = figures([*four, seed_run(4, [21.0] * 3)], target=18, reps=1000)
+    assert five.iqm.ci95 is not None and "[95% CI " in describe(five)
+    low, high = five.iqm.ci95
+    assert low <= five.iqm.point <= high and five.to_dict()["final_iqm"]["range"] == [17.5, 21.0]
+
+
+def test_the_iqm_is_rliables_to_the_last_bit():
+    from rliable import metrics
+
+    from edgerl.display.seeds import iqm
+
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1), (3, 1), (4, 1), (5, 1), (7, 3), (10, 5)]:
+        scores = rng.normal(size=shape) * 100
+        assert iqm(scores) == metrics.aggregate_iqm(scores)
 
 
 def test_the_iqm_is_rliables_the_mean_of_the_middle_half():
     runs = [seed_run(i, [v, v, v]) for i, v in enumerate([1.0, 2.0, 3.0, 100.0])]
     f = figures(runs, target=1000, reps=1000)
-    assert f.iqm[0] == pytest.approx(2.5)  # the outer quarters (1 and 100) left out
+    assert f.iqm.point == pytest.approx(2.5)  # the outer quarters (1 and 100) left out
     assert f.human is None  # CartPole has no human reference
 
 
@@ -104,12 +156,16 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, 
         first = next((i for i, m in enumerate(means) if m >= 30), None)
         assert (seed_doc["reached_step"] is None) == (first is None)
     assert doc["reached"] == sum(s["reached_step"] is not None for s in doc["runs"])
-    low, high = doc["final_iqm"]["ci95"]
-    assert low <= doc["final_iqm"]["point"] <= high
+    assert doc["final_iqm"]["ci95"] is None  # two runs: no interval, their range
+    low, high = doc["final_iqm"]["range"]
+    assert low == min(s["final"] for s in doc["runs"]) and high == max(
+        s["final"] for s in doc["runs"]
+    )
     assert picture.stat().st_size > 10_000 and picture.read_bytes()[:4] == b"\x89PNG"
     text = cli("results", run, "--target", "30", "--reps", "500")
     assert "CartPole-v1, DQN: 2 runs (seeds 3, 4)" in text.out
-    assert "of 2; median time" in text.out or "reached 30 (the given target): 0 of 2" in text.out
+    assert "target 30 (the given target): " in text.out and "of 2 held it" in text.out
+    assert "95% CI" not in text.out and "(2 runs: no interval from fewer than 5)" in text.out
 
 
 def test_seeds_are_never_hidden_inside_a_run_and_every_tool_finds_them(cli, tmp_path):
@@ -236,6 +292,10 @@ def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from
     seed1 = atari5_median({f"ALE/{g}-v5": 2 * h if h > 0 else 0.0 for g, h in humans.items()})
     (said,) = [line for line in lines if "Atari-5" in line]
     assert f"score of 0.85, {seed1:.2f} (2 seeds;" in said
+    (over,) = [line for line in lines if "over 5 games x 2 seeds" in line]
+    assert "95% CI" not in over and "(2 seeds a game: no interval from fewer than 5)" in over
+    (one_seed,) = across_games(grouped(runs[:5]), 3, 1000)[:1]  # one run a game: no "CI 0.61, 0.61"
+    assert "95% CI" not in one_seed and "(1 seed a game: no interval" in one_seed
     assert not any("Atari-5" in line for line in across_games(grouped(runs[1:5]), 3, 1000))
 
     qbert = describe(figures(groups[("ALE/Qbert-v5", "pqn")], reps=1000))

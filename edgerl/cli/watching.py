@@ -349,7 +349,8 @@ def serve_roots() -> list[Path]:
     "within_s",
     default=None,
     callback=lambda _ctx, _param, v: None if v is None else duration_option(v),
-    help="Count a run as reaching the target only within this training time (90s, 40m, 1h).",
+    help="Count only the evaluations that ended within this training time (90s, 40m, 1h): "
+    "for reaching the target, the final and best scores.",
 )
 @click.option(
     "--last",
@@ -361,9 +362,10 @@ def serve_roots() -> list[Path]:
 @click.option(
     "--reps",
     type=click.IntRange(min=100),
-    default=10_000,
+    default=50_000,
     show_default=True,
-    help="Bootstrap resamples of the 95% intervals (rliable's default is 50,000).",
+    help="Bootstrap resamples of the 95% intervals (rliable's default); from fewer than 5 "
+    "runs no interval is given, the range instead.",
 )
 @picture_options(
     "Also draw the sample-efficiency curves (IQM over the seeds with its 95% band) into this "
@@ -381,9 +383,10 @@ def results(
     by: str,
     as_json: bool,
 ) -> None:
-    """Several runs of a recipe (seeds) as the field sums them up: k of n at the target, the
-    median time to it, final and best scores, the IQM with its 95% stratified-bootstrap
-    interval (rliable). RUN_DIRS: run directories, or folders of them (train --seeds)."""
+    """Several runs of a recipe (seeds) as the field sums them up: k of n that reached the
+    target and k of n that held it (final score), the median time to it, final and best
+    scores, the IQM with its 95% stratified-bootstrap interval (rliable) from 5 runs up, the
+    range from fewer. RUN_DIRS: run directories, or folders of them (train --seeds)."""
     from edgerl.display.seeds import (
         across_games,
         describe,
@@ -399,7 +402,7 @@ def results(
         click.echo(json.dumps([f.to_dict() for f in found], indent=1))
     else:
         click.echo("\n".join(describe(f, last) for f in found))
-        for line in across_games(groups, last, reps):
+        for line in across_games(groups, last, reps, within_s):
             click.echo(line)
     if output is not None:
         save_picture(groups, output, by, reps)

@@ -20,7 +20,7 @@ from edgerl.errors import ConfigError, RunDirError
 from edgerl.files.csvread import CsvReader, number
 from edgerl.report.finding import runs_below
 from edgerl.report.rundir import run_section
-from edgerl.words import plural
+from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,14 @@ LAST = 3  # evaluations in a final score, as docs/results.md reports them
 @dataclass(frozen=True)
 class Evaluation:
     step: int
-    wall_s: float
+    wall_s: float  # training time when it began (the weights of ``step``)
     mean: float
+    eval_s: float = 0.0  # how long it played (0 where eval.csv does not say)
+
+    @property
+    def ended_s(self) -> float:
+        """Training time when its result came: training goes on while an evaluation plays."""
+        return self.wall_s + self.eval_s
 
 
 @dataclass
@@ -47,22 +53,38 @@ class SeedRun:
     env: dict[str, Any] = field(default_factory=dict)
     eval: dict[str, Any] = field(default_factory=dict)
 
-    def first_at(self, target: float, within_s: float | None = None) -> Evaluation | None:
-        """The first evaluation at ``target`` or above (within ``within_s`` of training)."""
-        for e in self.evaluations:
-            if within_s is not None and e.wall_s > within_s:
-                return None
-            if e.mean >= target:
-                return e
-        return None
+    def within(self, within_s: float | None = None) -> list[Evaluation]:
+        """Its evaluations whose result came within ``within_s`` of training time (all for
+        None); raises RunDirError, in one sentence, where none did."""
+        if within_s is None:
+            return self.evaluations
+        inside = [e for e in self.evaluations if e.ended_s <= within_s]
+        if not inside:
+            first = self.evaluations[0].ended_s
+            raise RunDirError(
+                f"{self.path} has no evaluation that ended within {duration(within_s)} of "
+                f"training (its first ended at {duration(first)}): give a longer --within"
+            )
+        return inside
 
-    def final(self, last: int = LAST) -> float:
-        """The mean of the last ``last`` evaluations."""
-        return float(np.mean([e.mean for e in self.evaluations[-last:]]))
+    def first_at(self, target: float, within_s: float | None = None) -> Evaluation | None:
+        """The first evaluation at ``target`` or above whose result came within ``within_s``
+        of training; raises RunDirError where no evaluation ended within it."""
+        return next((e for e in self.within(within_s) if e.mean >= target), None)
+
+    def final(self, last: int = LAST, within_s: float | None = None) -> float:
+        """The mean of the last ``last`` evaluations whose result came within ``within_s`` of
+        training (of its last ones for None); raises RunDirError where none did."""
+        return float(np.mean([e.mean for e in self.within(within_s)[-last:]]))
+
+    def best_within(self, within_s: float | None = None) -> float:
+        """Its best evaluation among those whose result came within ``within_s`` of training;
+        raises RunDirError where none did."""
+        return max(e.mean for e in self.within(within_s))
 
     @property
     def best(self) -> float:
-        return max(e.mean for e in self.evaluations)
+        return self.best_within()
 
 
 class NotEvaluatedYet(RunDirError):
@@ -88,7 +110,8 @@ def read_run(path: Path) -> SeedRun:
                 continue
             while evaluations and evaluations[-1].step >= step:  # a resume from before them
                 evaluations.pop()
-            evaluations.append(Evaluation(int(step), wall, mean))
+            played = number(row.get("eval_s", ""))  # a file from before the column: 0
+            evaluations.append(Evaluation(int(step), wall, mean, max(played or 0.0, 0.0)))
     except OSError as e:
         if not isinstance(e, FileNotFoundError):
             raise RunDirError(f"{path / 'eval.csv'} cannot be read: {e.strerror or e}") from None

@@ -1,19 +1,25 @@
 """Several runs of one recipe, summed up as the field does (``edgerl results``): how many seeds
-reached the target and when, the final score beside the best, and the interquartile mean (IQM)
-with its 95% stratified-bootstrap interval (Agarwal et al. 2021, "Deep RL at the edge of the
-statistical precipice"), computed by their library, ``rliable`` (the ``results`` extra).
+reached the target and when, how many held it, the final score beside the best, and the
+interquartile mean (IQM) with its 95% stratified-bootstrap interval (Agarwal et al. 2021, "Deep
+RL at the edge of the statistical precipice"), computed by their library, ``rliable`` (the
+``results`` extra), from 5 runs up; from fewer, the range of the runs instead.
 
 A run is read from its own files only (:mod:`edgerl.display.seed_runs`): ``eval.csv`` (the
 greedy evaluations) and ``config.toml`` (the game, the learner, the seed and the protocol). Runs
 are grouped by game and learner; a folder that is not a run but holds runs (``edgerl train
 --seeds N`` writes ``seed-K`` folders) stands for those runs.
 
-- **Reached**: the first evaluation whose mean return is at the target or above, within
-  ``within_s`` of training time when given (k of n).
+- **Within** ``within_s`` of training time, when given: only the evaluations whose result came
+  within it (began and ended: training goes on while one plays) count, for every figure below.
+- **Reached**: the first evaluation whose mean return is at the target or above (k of n); its
+  time is when that evaluation ended, the time it began said beside it.
+- **Held**: the run's final score is at the target or above.
 - **Final score**: the mean of a run's last ``last`` evaluations, whatever came before; the
   **best** is its best evaluation, shown beside it, never instead of it.
 - **IQM** of the final scores over the seeds (one game: a bootstrap over the seeds; several
-  games of one learner: over human-normalised scores, stratified by game).
+  games of one learner: over human-normalised scores, stratified by game). From fewer than
+  :data:`MIN_RUNS` runs no interval is given: a percentile bootstrap of 3 runs' IQM is their
+  [min, max], of 4 the middle two's range, an interval in name only; the range is said instead.
 - **Against the field**: OpenAI ES's score after an hour on 720 CPUs where the game has one,
   and, for a learner with runs of all five Atari-5 games, the 57-game median their final scores
   predict (Aitchison et al.'s regression), seed by seed.
@@ -40,7 +46,8 @@ from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
-REPS = 10_000  # bootstrap resamples; rliable's default is 50,000 (use --reps for a paper)
+REPS = 50_000  # bootstrap resamples: rliable's default
+MIN_RUNS = 5  # fewer runs than this: no interval, the range of the runs instead
 HUMAN_FRAMES = 18_000  # the human reference: 5 minutes of play at 60 frames a second
 
 
@@ -59,13 +66,23 @@ def default_target(game: str) -> tuple[float, str] | None:
     return (float(threshold), "gymnasium's reward threshold") if threshold is not None else None
 
 
-def _rliable() -> tuple[Any, Any]:
+def _rliable() -> Any:
     try:
-        from rliable import library, metrics
+        from rliable import library
     except ImportError:
         raise MissingDependencyError("rliable", "results", "edgerl results") from None
     logging.getLogger("absl").setLevel(logging.WARNING)  # "Calculating estimates for ..."
-    return library, metrics
+    return library
+
+
+def iqm(scores: np.ndarray) -> float:
+    """The interquartile mean of all of ``scores``: rliable's ``aggregate_iqm`` (SciPy's
+    ``trim_mean(scores, 0.25, axis=None)``) step for step, the same float, without SciPy's
+    checks, which cost most of a bootstrap of 50,000 resamples."""
+    a = np.ravel(np.asarray(scores, dtype=float))
+    low = int(0.25 * a.size)
+    high = a.size - low
+    return float(np.mean(np.partition(a, (low, high - 1))[low:high]))
 
 
 def _estimates(library: Any, scores: np.ndarray, func: Any, reps: int) -> tuple[Any, Any]:
@@ -79,13 +96,60 @@ def _estimates(library: Any, scores: np.ndarray, func: Any, reps: int) -> tuple[
     return point["r"], interval["r"]
 
 
-def iqm_interval(scores: np.ndarray, reps: int = REPS) -> tuple[float, float, float]:
-    """The IQM of ``scores`` (runs x tasks) and its 95% stratified-bootstrap interval, by
-    rliable (seeded: the same figures every time)."""
-    library, metrics = _rliable()
-    func = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
-    point, interval = _estimates(library, scores, func, reps)
-    return float(point[0]), float(interval[0, 0]), float(interval[1, 0])
+@dataclass(frozen=True)
+class Estimate:
+    """An IQM over runs and how far to trust it: rliable's 95% interval from :data:`MIN_RUNS`
+    runs up (``ci95``), and always the range of the runs' own IQMs (``spread``)."""
+
+    point: float
+    runs: int
+    spread: tuple[float, float]
+    ci95: tuple[float, float] | None
+
+    def said(self, digits: int, runs: str = "") -> str:
+        """``IQM 19.7 [95% CI 19.2, 20.9]``, or from fewer runs ``IQM 19.2, range 17.5-20.9
+        (4 runs: no interval from fewer than 5)``; ``runs`` names them (``2 seeds a game``)."""
+        said = f"IQM {self.point:.{digits}f}"
+        if self.ci95 is not None:
+            low, high = self.ci95
+            return said + f" [95% CI {low:.{digits}f}, {high:.{digits}f}]"
+        if self.runs > 1:
+            said += f", range {span(*self.spread, digits)}"
+        return (
+            said + f" ({runs or plural(self.runs, 'run')}: no interval from fewer than {MIN_RUNS})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "point": self.point,
+            "runs": self.runs,
+            "ci95": None if self.ci95 is None else list(self.ci95),
+            "range": list(self.spread),
+        }
+
+
+def span(low: float, high: float, digits: int) -> str:
+    """``17.5-20.9``, or ``-5.4 to 17.7`` where a minus sign would read as the dash."""
+    sep = " to " if min(low, high) < 0 else "-"
+    return f"{low:.{digits}f}{sep}{high:.{digits}f}"
+
+
+def iqm_estimate(scores: np.ndarray, reps: int = REPS) -> Estimate:
+    """The IQM of ``scores`` (runs x tasks), the range of each run's own IQM over the tasks,
+    and from :data:`MIN_RUNS` runs up its 95% stratified-bootstrap interval, by rliable
+    (seeded: the same figures every time). Raises MissingDependencyError without rliable."""
+    library = _rliable()
+    per_run = [iqm(row) for row in scores]
+    estimate = Estimate(iqm(scores), len(scores), (min(per_run), max(per_run)), None)
+    if len(scores) < MIN_RUNS:
+        return estimate
+    _, interval = _estimates(library, scores, lambda x: np.array([iqm(x)]), reps)
+    return Estimate(
+        estimate.point,
+        estimate.runs,
+        estimate.spread,
+        (float(interval[0, 0]), float(interval[1, 0])),
+    )
 
 
 @dataclass
@@ -99,16 +163,30 @@ class Figures:
     target_is: str
     within_s: float | None
     reached: list[Evaluation | None]
-    finals: list[float]
-    iqm: tuple[float, float, float]
-    human: tuple[float, float, float] | None  # the IQM of human-normalised finals
+    finals: list[float]  # each run's, from its evaluations within within_s
+    bests: list[float]  # each run's best evaluation within within_s
+    iqm: Estimate
+    human: Estimate | None  # the IQM of human-normalised finals
 
     @property
     def k(self) -> int:
+        """Runs that reached the target: one evaluation at it or above."""
         return sum(r is not None for r in self.reached)
 
+    @property
+    def held(self) -> list[bool]:
+        """Whether each run held the target: its final score at it or above."""
+        return [self.target is not None and f >= self.target for f in self.finals]
+
+    @property
+    def median_s_to_target(self) -> float | None:
+        """The median training time, over the runs that reached the target, at which the
+        evaluation that reached it ended (its result known); None where none did."""
+        times = [r.ended_s for r in self.reached if r is not None]
+        return float(np.median(times)) if times else None
+
     def to_dict(self) -> dict[str, Any]:
-        times = [r.wall_s for r in self.reached if r is not None]
+        rows = zip(self.runs, self.reached, self.finals, self.held, self.bests, strict=True)
         return {
             "game": self.game,
             "learner": self.learner,
@@ -119,19 +197,21 @@ class Figures:
                     "path": str(run.path),
                     "seed": run.seed,
                     "reached_step": None if hit is None else hit.step,
-                    "reached_wall_s": None if hit is None else hit.wall_s,
+                    "reached_wall_s": None if hit is None else hit.wall_s,  # when it began
+                    "reached_ended_s": None if hit is None else hit.ended_s,
                     "final": final,
-                    "best": run.best,
-                    "last_step": run.evaluations[-1].step,
+                    "held": held,
+                    "best": best,
+                    "last_step": run.within(self.within_s)[-1].step,
                 }
-                for run, hit, final in zip(self.runs, self.reached, self.finals, strict=True)
+                for run, hit, final, held, best in rows
             ],
             "reached": self.k,
-            "median_wall_s_to_target": float(np.median(times)) if times else None,
-            "final_iqm": {"point": self.iqm[0], "ci95": list(self.iqm[1:])},
-            "human_normalised_final_iqm": None
-            if self.human is None
-            else {"point": self.human[0], "ci95": list(self.human[1:])},
+            "held": sum(self.held),
+            # when the evaluation that reached the target ended (the result known)
+            "median_wall_s_to_target": self.median_s_to_target,
+            "final_iqm": self.iqm.to_dict(),
+            "human_normalised_final_iqm": None if self.human is None else self.human.to_dict(),
             "es_hour": es_hour(self.game),
             "protocol": protocol(self.runs[0]),
         }
@@ -144,20 +224,33 @@ def figures(
     last: int = LAST,
     reps: int = REPS,
 ) -> Figures:
-    """The figures of ``runs`` (one game and learner)."""
+    """The figures of ``runs`` (one game and learner), each from the evaluations whose result
+    came within ``within_s`` of training (all for None). Raises RunDirError for a run none of
+    whose evaluations ended within it, MissingDependencyError without rliable."""
     game = runs[0].game
     target_is = "the given target"
     if target is None and (found := default_target(game)) is not None:
         target, target_is = found
     reached = [None if target is None else r.first_at(target, within_s) for r in runs]
-    finals = [r.final(last) for r in runs]
-    iqm = iqm_interval(np.array(finals)[:, None], reps)
+    finals = [r.final(last, within_s) for r in runs]
+    bests = [r.best_within(within_s) for r in runs]
+    estimate = iqm_estimate(np.array(finals)[:, None], reps)
     human = None
     normalised = [human_normalised(game, f) for f in finals]
     if all(h is not None for h in normalised):
-        human = iqm_interval(np.array(normalised, dtype=float)[:, None], reps)
+        human = iqm_estimate(np.array(normalised, dtype=float)[:, None], reps)
     return Figures(
-        game, runs[0].learner, list(runs), target, target_is, within_s, reached, finals, iqm, human
+        game,
+        runs[0].learner,
+        list(runs),
+        target,
+        target_is,
+        within_s,
+        reached,
+        finals,
+        bests,
+        estimate,
+        human,
     )
 
 
@@ -173,9 +266,13 @@ def grouped(runs: Iterable[SeedRun]) -> dict[Group, list[SeedRun]]:
     return {k: sorted(v, key=lambda r: (r.seed, str(r.path))) for k, v in groups.items()}
 
 
-def across_games(groups: dict[Group, list[SeedRun]], last: int, reps: int) -> list[str]:
+def across_games(
+    groups: dict[Group, list[SeedRun]], last: int, reps: int, within_s: float | None = None
+) -> list[str]:
     """For each learner with runs of two Atari games or more: the IQM of the human-normalised
-    final scores over games and seeds, stratified by game (as many seeds of each: the lowest)."""
+    final scores (within ``within_s`` of training) over games and seeds, stratified by game (as
+    many seeds of each: the lowest); from fewer than :data:`MIN_RUNS` seeds a game, the range of
+    the seeds' own IQMs over the games instead of an interval."""
     lines = []
     for learner in sorted({k[1] for k in groups}):
         games = [k for k in groups if k[1] == learner and reference(k[0]) is not None]
@@ -183,29 +280,35 @@ def across_games(groups: dict[Group, list[SeedRun]], last: int, reps: int) -> li
             continue
         n = min(len(groups[k]) for k in games)
         scores = np.array(
-            [[human_normalised(k[0], groups[k][i].final(last)) for k in games] for i in range(n)],
+            [
+                [human_normalised(k[0], groups[k][i].final(last, within_s)) for k in games]
+                for i in range(n)
+            ],
             dtype=float,
         )
-        point, low, high = iqm_interval(scores, reps)
+        estimate = iqm_estimate(scores, reps)
         lines.append(
             f"{learner.upper()} over {plural(len(games), 'game')} x {plural(n, 'seed')}: "
-            f"human-normalised final IQM {point:.2f} [95% CI {low:.2f}, {high:.2f}]"
+            f"human-normalised final {estimate.said(2, plural(n, 'seed') + ' a game')}"
         )
-        if (predicted := atari5_line(learner, groups, last)) is not None:
+        if (predicted := atari5_line(learner, groups, last, within_s)) is not None:
             lines.append(predicted)
     return lines
 
 
-def atari5_line(learner: str, groups: dict[Group, list[SeedRun]], last: int) -> str | None:
-    """The 57-game median that the learner's final scores on the five Atari-5 games predict,
-    seed by seed (the i-th seed of each game together, as many as the game with fewest), or
-    None where a game of the five has no run."""
+def atari5_line(
+    learner: str, groups: dict[Group, list[SeedRun]], last: int, within_s: float | None = None
+) -> str | None:
+    """The 57-game median that the learner's final scores (within ``within_s`` of training) on
+    the five Atari-5 games predict, seed by seed (the i-th seed of each game together, as many
+    as the game with fewest), or None where a game of the five has no run."""
     five = {k[0]: groups[k] for k in groups if k[1] == learner and k[0] in atari5_games()}
     if len(five) < len(atari5_weights()):
         return None
     n = min(len(runs) for runs in five.values())
     predicted = [
-        atari5_median({g: runs[i].final(last) for g, runs in five.items()}) for i in range(n)
+        atari5_median({g: runs[i].final(last, within_s) for g, runs in five.items()})
+        for i in range(n)
     ]
     per_seed = ", ".join(f"{p:.2f}" for p in predicted if p is not None)  # None: not five
     return (
@@ -251,27 +354,29 @@ def describe(f: Figures, last: int = LAST) -> str:
     named = sorted({r.recipe for r in f.runs if r.recipe})
     recipe = "".join(f", {n}" for n in named)
     lines = [f"{f.game}, {f.learner.upper()}{recipe}: {plural(len(f.runs), 'run')} ({seeds})"]
+    n = len(f.runs)
+    within = "" if f.within_s is None else f" within {duration(f.within_s)}"
     if f.target is None:
         lines.append("  no target: give one with --target")
     else:
-        within = "" if f.within_s is None else f" within {duration(f.within_s)}"
         hits = [r for r in f.reached if r is not None]
-        line = f"  reached {f.target:g} ({f.target_is}){within}: {f.k} of {len(f.runs)}"
-        if hits:
-            times = sorted(h.wall_s for h in hits)
-            line += f"; median time to it {duration(float(np.median(times)))}"
-            line += " (" + ", ".join(f"step {h.step:,} at {duration(h.wall_s)}" for h in hits) + ")"
+        line = (
+            f"  target {f.target:g} ({f.target_is}){within}: {f.k} of {n} reached it (one "
+            f"evaluation at it or above), {sum(f.held)} of {n} held it (final score at it or above)"
+        )
+        if (median := f.median_s_to_target) is not None:
+            line += f"; median time to it {duration(median)}, when the evaluation that reached it "
+            line += "ended (" + ", ".join(f"step {h.step:,}: {began_ended(h)}" for h in hits) + ")"
         lines.append(line)
     per_seed = ", ".join(f"{v:.1f}" for v in f.finals)
-    point, low, high = f.iqm
+    ended = "" if f.within_s is None else f" that ended{within}"
     lines.append(
-        f"  final score (mean of the last {plural(last, 'evaluation')}): IQM {point:.1f} "
-        f"[95% CI {low:.1f}, {high:.1f}]; per seed {per_seed}"
+        f"  final score (mean of the last {plural(last, 'evaluation')}{ended}): "
+        f"{f.iqm.said(1)}; per seed {per_seed}"
     )
-    lines.append("  best evaluation, per seed: " + ", ".join(f"{r.best:.1f}" for r in f.runs))
+    lines.append(f"  best evaluation{within}, per seed: " + ", ".join(f"{b:.1f}" for b in f.bests))
     if f.human is not None:
-        point, low, high = f.human
-        lines.append(f"  human-normalised final: IQM {point:.2f} [95% CI {low:.2f}, {high:.2f}]")
+        lines.append(f"  human-normalised final: {f.human.said(2)}")
     if (es := es_hour(f.game)) is not None:
         above = sum(final > es for final in f.finals)
         lines.append(
@@ -280,6 +385,11 @@ def describe(f: Figures, last: int = LAST) -> str:
         )
     lines.append(f"  protocol: {protocol(f.runs[0])}")
     return "\n".join(lines)
+
+
+def began_ended(e: Evaluation) -> str:
+    """``40 min 35 s to 41 min 7 s``: when an evaluation began and ended, in training time."""
+    return f"{duration(e.wall_s)} to {duration(e.ended_s)}"
 
 
 def curve(runs: Sequence[SeedRun], by: str) -> tuple[np.ndarray, np.ndarray]:
@@ -306,7 +416,7 @@ def save_picture(groups: dict[Group, list[SeedRun]], path: Path, by: str, reps: 
     seed's own curve whole, thin."""
     from edgerl.display.plot import pyplot, save_figure
 
-    library, metrics = _rliable()
+    library = _rliable()
     plt = pyplot("edgerl results' picture")
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for (game, learner), runs in groups.items():
@@ -319,7 +429,7 @@ def save_picture(groups: dict[Group, list[SeedRun]], path: Path, by: str, reps: 
             point, interval = _estimates(
                 library,
                 values[:, None, :],
-                lambda s: np.array([metrics.aggregate_iqm(s[..., j]) for j in range(s.shape[-1])]),
+                lambda s: np.array([iqm(s[..., j]) for j in range(s.shape[-1])]),
                 max(200, reps // 10),  # one estimate per evaluation: fewer resamples each
             )
             (line,) = ax.plot(x, point, lw=2, label=f"{label}: IQM, 95% CI")
