@@ -245,6 +245,36 @@ def test_a_key_of_another_learner_is_refused_on_the_command_line(cli, tmp_path):
     assert "sets ppo.clip, which agent.algo=pqn does not read: it does nothing" in r.err
 
 
+def test_a_key_of_a_memory_the_learner_lacks_is_refused_on_the_command_line(cli, tmp_path):
+    """`--set replay.capacity=1000` on a learner without a replay (PQN, PPO, the GA), and `--set
+    pqn.rollout_steps=8` on one without a rollout (DQN, SAC: every learner was counted a reader
+    of PQN's rollout key), changed nothing, silently: they are refused as another learner's keys
+    are, the learners that read them take them, and a config file's are said in the log."""
+    run = tmp_path / "run"
+    pqn = ["--env", "CartPole-v1", "--set", "agent.algo=pqn"]
+    r = cli("train", *pqn, "--set", "replay.capacity=1000", "--steps", "100", "--run-dir", run)
+    assert r.code == 2 and "Traceback" not in r.err and not run.exists()
+    said = "--set replay.capacity does nothing with agent.algo=pqn, which learns without a replay"
+    assert said in r.err and "[replay] holds the keys of the replay of agent.algo=dqn" in r.err
+    for algo in ("ppo", "ga"):
+        sets = ["--set", f"agent.algo={algo}", "--set", "replay.persist=false"]
+        r = cli("config", "--env", "CartPole-v1", *sets)
+        assert r.code == 2 and f"--set replay.persist does nothing with agent.algo={algo}" in r.err
+    for game, algo in (("CartPole-v1", "dqn"), ("Pendulum-v1", "sac")):
+        r = cli("config", "--env", game, "--set", "pqn.rollout_steps=8")
+        assert r.code == 2 and "Traceback" not in r.err, r.err
+        assert f"--set pqn.rollout_steps does nothing with agent.algo={algo}: [pqn]" in r.err
+        r = cli("config", "--env", game, "--set", "replay.capacity=100000")
+        assert r.code == 0 and tomllib.loads(r.out)["replay"]["capacity"] == 100_000, r.err
+    r = cli("config", *pqn, "--set", "pqn.rollout_steps=8")
+    assert r.code == 0 and tomllib.loads(r.out)["pqn"]["rollout_steps"] == 8, r.err
+    shared = tmp_path / "shared.toml"
+    shared.write_text("[replay]\ncapacity = 1000\n")
+    r = cli("config", *pqn, "--config", shared)
+    assert r.code == 0, r.err
+    assert "sets replay.capacity, which agent.algo=pqn does not read: it does nothing" in r.err
+
+
 @pytest.mark.parametrize(
     ("given", "steps"),
     [("1e6", 1_000_000), ("10M", 10_000_000), ("250k", 250_000), ("1_000", 1000)],

@@ -126,15 +126,22 @@ def test_the_session_summary_gives_the_learning_pace_and_the_filling_apart():
     assert "steps/s filling the replay (learning had not started)" in result(800, 2.0, 0, 0.0)
 
 
-@pytest.mark.parametrize("algo", ["ga", "ppo", "dqn"])
-def test_the_progress_line_shows_epsilon_only_for_a_learner_that_explores_by_it(tmp_path, algo):
-    """The GA plays its members greedily and PPO samples its actions: "eps 0.000" on their
+@pytest.mark.parametrize(
+    ("algo", "game"),
+    [("ga", "CartPole-v1"), ("ppo", "CartPole-v1"), ("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")],
+)
+def test_the_progress_line_shows_epsilon_only_for_a_learner_that_explores_by_it(
+    tmp_path, algo, game
+):
+    """The GA plays its members greedily, PPO samples its actions and SAC's policy draws its
+    own noise once learning starts (its epsilon is 1 before, 0 after): "eps 0.000" on their
     progress line said nothing true; DQN's epsilon-greedy exploration is shown."""
     from edgerl.config import build_layers, resolve
     from edgerl.run.train import Trainer
 
     sets = ["hw.monitor=false", "display.enabled=false", f"agent.algo={algo}"]
-    shortcuts = {"env.id": "CartPole-v1", "train.steps": 600, "train.run_dir": str(tmp_path)}
+    sets += ["agent.learning_starts=200", "agent.batch_size=32", "agent.hidden=[32, 32]"]
+    shortcuts = {"env.id": game, "train.steps": 600, "train.run_dir": str(tmp_path)}
     cfg = resolve(build_layers(None, sets, shortcuts, use_system=False))
     with Trainer(cfg, quiet=True) as trainer:
         trainer.run()

@@ -56,6 +56,25 @@ def test_a_run_whose_games_have_not_ended_says_why_it_shows_no_episode(cli, tmp_
     assert "no episode has ended yet" not in cli("status", "--run-dir", cartpole).out
 
 
+@pytest.mark.parametrize(
+    ("algo", "game"), [("sac", "Pendulum-v1"), ("ppo", "CartPole-v1"), ("dqn", "CartPole-v1")]
+)
+def test_status_shows_epsilon_only_for_a_learner_that_explores_by_it(cli, tmp_path, algo, game):
+    """SAC explores by its policy's noise once learning starts and PPO by sampling its actions:
+    "epsilon 0.0" in their status (a 0 in status.json, so on the web page and in /metrics) said
+    nothing true. Their status.json holds null there and `edgerl status` no epsilon; DQN's
+    epsilon-greedy exploration is shown."""
+    run = tmp_path / "run"
+    sets = ["--set", f"agent.algo={algo}", "--set", "agent.learning_starts=200"]
+    sets += ["--set", "agent.batch_size=32", "--set", "agent.hidden=[32, 32]"]
+    r = cli("train", "--env", game, *sets, "--steps", "400", "--run-dir", run, "--quiet")
+    assert r.code == 0, r.err[-2000:]
+    doc = json.loads((run / "status.json").read_text())
+    assert (doc["epsilon"] is None) == (algo != "dqn"), doc["epsilon"]
+    r = cli("status", "--run-dir", run)
+    assert r.code == 0 and (", epsilon " in r.out) == (algo == "dqn"), r.out
+
+
 def test_a_status_whose_fleet_nests_without_end_is_damaged_in_one_sentence(tmp_path):
     """A fleet 600 levels deep (a hostile or broken status.json) is named as damaged by the
     reader that the web page and `edgerl status` share, before anything walks it."""

@@ -233,10 +233,11 @@ def training_learner(cfg: Config) -> str:
 
 
 def _check_learner_keys(cfg: Config, layers: list[Layer], config_file: Path | None) -> None:
-    """Refuse a ``--set`` of another learner's key (``--set ppo.clip=0.1`` on a DQN run: it
-    would change nothing); a ``--config`` file's are said in the log, since one file often
-    holds the settings of several learners. ``layers``: the command's own, as read (a file
-    given as ``<(...)`` is read once). Raises ConfigError."""
+    """Refuse a ``--set`` of a key the learner never reads (another learner's, ``--set
+    ppo.clip=0.1`` on a DQN run, or a memory's it learns without, ``--set replay.capacity=1000``
+    on a PQN run: it would change nothing); a ``--config`` file's are said in the log, since one
+    file often holds the settings of several learners. ``layers``: the command's own, as read
+    (a file given as ``<(...)`` is read once). Raises ConfigError."""
     from edgerl.config.checks import check_learner_keys, unread_keys
 
     algo: str | None = None  # the learner that will train, asked only where a key needs it

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from edgerl.config import SECTIONS, Config
 from edgerl.config.fleet import parse_resource
-from edgerl.config.learners import LEARNERS, RemoteActors, learner_info
+from edgerl.config.learners import LEARNERS, MEMORY_SECTIONS, RemoteActors, learner_info
 from edgerl.config.presets import NAMED_PRESETS
 from edgerl.config.sections import MAX_HIDDEN
 from edgerl.errors import ConfigError
@@ -49,20 +49,23 @@ def check_preset_game(name: str, game_named: bool) -> None:
 def readers_of(key: str) -> list[str] | None:
     """The learners (names of :data:`LEARNERS`) that read ``key`` (``section.name``) when its
     section is a learner's own, named as ``agent.algo`` names it (``[pqn]``, ``[ppo]``,
-    ``[ga]``): that learner, and any other whose samples to target depend on the key or whose
-    rollout's length it is (a learner without a rollout key of its own takes PQN's, and is
-    counted a reader of it). None for a key of a section that is no learner's (``[agent]``,
-    ``[env]``, ``[replay]``, ...)."""
+    ``[ga]``), or a memory's (``[replay]``): the learner it is named for (first), any whose
+    samples to target depend on the key, and any whose memory is made from it
+    (:meth:`~edgerl.config.learners.LearnerInfo.memory_reads`: a replay learner's ``[replay]``,
+    the rollout's length of a rollout learner without a rollout key of its own, PQN's). None
+    for a key of a section every learner reads (``[agent]``, ``[env]``, ``[train]``, ...)."""
     section = key.partition(".")[0]
-    if section not in LEARNERS or section not in SECTIONS:
+    if section not in SECTIONS or section not in (*LEARNERS, *MEMORY_SECTIONS.values()):
         return None
-    also = {n for n, i in LEARNERS.items() if key in (*i.sample_keys, i.rollout_key)}
+    also = {n for n, i in LEARNERS.items() if key in i.sample_keys or i.memory_reads(key)}
+    if section not in LEARNERS:
+        return [n for n in LEARNERS if n in also]  # in the registry's order
     return [section, *sorted(also - {section})]  # the learner it is named for first
 
 
 def unread_keys(keys: Iterable[str], algo: str) -> dict[str, list[str]]:
-    """Of ``keys``, those learner ``algo`` never reads (of another learner's section), each
-    with the learners that read it (:func:`readers_of`)."""
+    """Of ``keys``, those learner ``algo`` never reads (of another learner's section, or of a
+    memory it learns without), each with the learners that read it (:func:`readers_of`)."""
     out = {}
     for key in keys:
         readers = readers_of(key)
@@ -72,19 +75,28 @@ def unread_keys(keys: Iterable[str], algo: str) -> dict[str, list[str]]:
 
 
 def check_learner_keys(sets: Iterable[str], algo: str) -> None:
-    """Raises ConfigError when a key ``--set`` on the command line (``sets``) belongs to
-    another learner than ``algo`` (``--set ppo.clip=0.1`` on a DQN run): it would change
-    nothing, and the run would be taken for one that tried it."""
+    """Raises ConfigError when a key ``--set`` on the command line (``sets``) is one learner
+    ``algo`` never reads: of another learner's section (``--set ppo.clip=0.1`` on a DQN run),
+    or of a memory it learns without (``--set replay.capacity=1000`` on a PQN run). It would
+    change nothing, and the run would be taken for one that tried it."""
     unread = unread_keys(sets, algo)
     if not unread:
         return
     key, readers = next(iter(unread.items()))
     more = f" (and {', '.join(list(unread)[1:])})" if len(unread) > 1 else ""
-    owner = readers[0]
+    section = key.partition(".")[0]
+    train = f"add --set agent.algo={readers[0]} to train that learner, or leave it out"
+    if section in LEARNERS:
+        raise ConfigError(
+            f"--set {key}{more} does nothing with agent.algo={algo}: [{section}] holds the keys "
+            f"of agent.algo={section}; {train}"
+        )
+    if len(readers) != 1:
+        train = train.replace("that learner", "one of them") if readers else "leave it out"
+    learners = " and ".join(f"agent.algo={n}" for n in readers) or "no learner"
     raise ConfigError(
-        f"--set {key}{more} does nothing with agent.algo={algo}: [{owner}] holds the keys of "
-        f"agent.algo={owner}; add --set agent.algo={owner} to train that learner, or leave it "
-        "out"
+        f"--set {key}{more} does nothing with agent.algo={algo}, which learns without a "
+        f"{section}: [{section}] holds the keys of the {section} of {learners}; {train}"
     )
 
 

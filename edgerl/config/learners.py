@@ -47,6 +47,15 @@ class RemoteActors(Enum):
     MEMBERS = "members"  # the scores of its members' episodes, played from their seeds
 
 
+# What each kind of memory (edgerl.memories.kinds.MEMORY_KINDS) is made from besides the
+# environments, for LearnerInfo.memory_reads: the keys of a section of its own (a replay's
+# [replay]), its learner's rollout_key (a rollout's length), or none of either (the episodes'
+# scores). A learner never reads the keys its memory is not made from.
+MEMORY_SECTIONS: dict[str, str] = {"replay": "replay"}
+ROLLOUT_MEMORIES = frozenset({"rollout"})
+PLAIN_MEMORIES = frozenset({"episodes"})
+
+
 @dataclass(frozen=True)
 class LearnerInfo:
     """What edgerl needs to know of a learner besides its code."""
@@ -78,6 +87,20 @@ class LearnerInfo:
     def concurrent(self) -> bool:
         """Whether it may learn beside the actor at all (the async pipeline)."""
         return self.schedule.concurrent
+
+    def memory_reads(self, key: str) -> bool:
+        """Whether its memory is made from ``key`` (``section.name``): a replay from the keys of
+        ``[replay]``, a rollout from :attr:`rollout_key` (PQN's where it has none of its own),
+        the episodes' scores from none of them. A kind of memory not named above may be made
+        from any of them (none of them is refused as one it does not read)."""
+        section = key.partition(".")[0]
+        if self.memory in MEMORY_SECTIONS:
+            return section == MEMORY_SECTIONS[self.memory]
+        if self.memory in ROLLOUT_MEMORIES:
+            return key == self.rollout_key
+        if self.memory in PLAIN_MEMORIES:
+            return False
+        return key == self.rollout_key or section in MEMORY_SECTIONS.values()
 
 
 # PQN's presets. Frames: the reference's Atari settings (purejaxql's pqn_atari.yaml): 128

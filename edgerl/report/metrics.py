@@ -31,8 +31,9 @@ class TrainStats:
     episodes: int = 0
     return_mean: float = math.nan  # over the last 100 episodes
     epsilon: float = 1.0
-    # Whether the learner explores by epsilon at all (its epsilon above 0 at the start or now):
-    # one that samples its actions (PPO) or plays its members greedily (the GA) shows none.
+    # Whether the learner explores by epsilon (its kind's explores_by_epsilon): one whose
+    # exploration is its own (a policy's noise, sampled actions, members played greedily)
+    # shows none.
     explores: bool = True
     loss: float = math.nan
     updates: int = 0

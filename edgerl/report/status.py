@@ -2,11 +2,12 @@
 
 Written by every training run (``edgerl train`` and the service) and read by ``edgerl status`` and
 ``edgerl view``. Fields: ``state`` (starting, training, stopping, finished, stopped, failed),
-``step``, ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon``, ``updates``,
-``started_at``, ``updated_at`` (ISO times), ``updated_unix``, ``checkpoint`` (newest path),
-``checkpoint_error``, ``load`` (the newest monitor record), ``eval_return`` and ``eval_step`` (the
-newest evaluation, see :mod:`edgerl.report.evaluate`), ``evaluating_step``, ``_done`` and
-``_episodes`` (one in progress), ``clocks``, ``env``, ``run_dir``, ``pid``,
+``step``, ``total_steps``, ``sps``, ``episodes``, ``return_mean``, ``epsilon`` (null for a
+learner that does not explore by epsilon), ``updates``, ``started_at``, ``updated_at`` (ISO
+times), ``updated_unix``, ``checkpoint`` (newest path), ``checkpoint_error``, ``load`` (the newest
+monitor record), ``eval_return`` and ``eval_step`` (the newest evaluation, see
+:mod:`edgerl.report.evaluate`), ``evaluating_step``, ``_done`` and ``_episodes`` (one in
+progress), ``clocks``, ``env``, ``run_dir``, ``pid``,
 ``message``, ``write_problems`` (side files that cannot be written now, see
 :mod:`edgerl.files.sidefiles`), ``fleet`` (with ``fleet.actors``: each remote actor's state, node
 and transitions, see :mod:`edgerl.fleet.transport`), ``figures`` (the learner's own figures by
@@ -94,7 +95,8 @@ class StatusWriter(Hook):
                 if math.isfinite(stats.eval_return)
                 else math.nan
             ),
-            "epsilon": round(run.epsilon(), 4),
+            # null for a learner that does not explore by epsilon: a 0 there said nothing true
+            "epsilon": round(run.epsilon(), 4) if stats.explores else None,
             "updates": run.updates,
             "started_at": _iso(self.started),
             "updated_at": _iso(now),
@@ -386,11 +388,13 @@ def describe(doc: dict[str, Any], live: Liveness, run_dir: Path | None = None) -
             f"filling replay {min(step - fill_from, needed):,}/{needed:,}: learning starts at "
             f"step {starts:,}"
         )
+    # null for a learner whose exploration is not epsilon's (a policy's noise, sampled actions)
+    epsilon = "" if doc.get("epsilon") is None else f"epsilon {doc['epsilon']}, "
     lines = [
         f"{doc.get('env')} in {doc.get('run_dir')}: {live.reason}",
         f"step {step:,}/{doc.get('total_steps') or 0:,}, {doc.get('sps') or 0:,.0f} "
         f"steps/s, {plural(doc.get('episodes') or 0, 'episode')}, mean return "
-        f"{'n/a' if ret is None else f'{ret:.2f}'}, epsilon {doc.get('epsilon')}, "
+        f"{'n/a' if ret is None else f'{ret:.2f}'}, {epsilon}"
         f"{plural(doc.get('updates') or 0, 'update')}",
         f"started {doc.get('started_at')}, clocks {doc.get('clocks')}",
         f"load: {doc.get('load_line') or 'n/a'}",

@@ -168,8 +168,10 @@ class Trainer:
         # A replay fills its memory in the background from here.
         self.memory = build_memory(cfg, spec, self.device, settled.available, fleet_envs(cfg))
         self.learner = build_learner(cfg, spec, self.device)
+        kind = learner_kind(cfg.agent.algo)
         # What its memory is written of the game's rewards (a score, or the clipped ones).
-        self.learning_rewards = learner_kind(cfg.agent.algo).learning_rewards
+        self.learning_rewards = kind.learning_rewards
+        self.stats.explores = kind.explores_by_epsilon  # its epsilon shown, or none
         if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
@@ -444,7 +446,6 @@ class Trainer:
         s.sps = self._pace.rate(self.step, now)
         s.episodes, s.return_mean = self.episodes, self.return_mean()
         s.epsilon, s.updates = self.learner.epsilon(self.step), self.learner.updates
-        s.explores = s.epsilon > 0 or self.learner.epsilon(0) > 0
         s.learning_starts, s.fill_from = self.learner.learn_from[0], self._pace.start[1]
         s.figures = self.learner.figures()
         _, _, learned, learning_s = self._pace.phases(self.step, now)

@@ -218,7 +218,8 @@ function drawSummary(doc) {
     ["newest evaluation", s.eval_return === null ? "–" : `${number(s.eval_return)} at ${compact(s.eval_step)}` +
       (s.eval_human_normalised === null || s.eval_human_normalised === undefined ? "" : ` (${number(s.eval_human_normalised, 2)} human-normalised)`)],
     ["best evaluation", best ? `${number(best.return_mean)} at ${compact(best.step)}` : "–"],
-    ["epsilon", number(s.epsilon, 3)],
+    // null for a learner that does not explore by epsilon (a policy's noise, sampled actions)
+    ...(s.epsilon === null || s.epsilon === undefined ? [] : [["epsilon", number(s.epsilon, 3)]]),
     ["updates", number(s.updates, 0)],
     // The learner's own figures (a genetic algorithm's generation and scores).
     ...Object.entries(s.figures || {}).map(([name, v]) => [name.replace(/_/g, " "), v === null ? "–" : number(v)]),
