@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from .conftest import REPO, edgerl_cmd
 from .helpers import CUDA
@@ -108,6 +109,16 @@ def test_bench_json(cli):
     assert compute["matmul_peak_gflops"] > 0 and compute["update_gflops"] > 0
     assert compute["update_share_of_peak"] == pytest.approx(
         compute["update_gflops"] / compute["matmul_peak_gflops"], rel=0.02, abs=0.002
+    )
+    # A peak for each precision the hardware runs (bf16 where the CPU or GPU has it), the
+    # update's share of the best of them beside.
+    from edgerl.measure.compute import hardware_precisions
+
+    peaks = compute["matmul_peaks_gflops"]
+    assert set(peaks) == set(hardware_precisions(torch.device("cuda" if CUDA else "cpu")))
+    assert peaks["fp32"] == compute["matmul_peak_gflops"]
+    assert compute["update_share_of_best_peak"] == pytest.approx(
+        compute["update_gflops"] / max(peaks.values()), rel=0.02, abs=0.002
     )
     assert doc["loops"][0]["vs_sync_1_env"] == 1.0
     assert doc["auto_pipeline"] == ("async" if CUDA else "sync")

@@ -280,3 +280,27 @@ def test_training_set_up_applies_and_logs_the_thread_choice(caplog):
         assert "PyTorch runs 64 threads" in caplog.text  # named at start, as a warning
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("capture", "flags"),
+    [("xeon-amx.txt", ("amx_bf16", "avx512_bf16")), ("orin_a78ae.txt", ())],
+)
+def test_bf16_on_a_cpu_only_where_it_is_in_hardware(tmp_path, monkeypatch, capture, flags):
+    """perf.amp=bf16 on a CPU: given where /proc/cpuinfo names bf16 arithmetic (an AMX Xeon),
+    refused in one sentence where it does not (an Orin's Cortex-A78AE); auto stays fp32."""
+    from pathlib import Path
+
+    from edgerl.hw.platform import cpu_bf16_flags
+
+    (tmp_path / "proc").mkdir()
+    source = Path(__file__).parent / "fixtures" / "cpuinfo" / capture
+    (tmp_path / "proc" / "cpuinfo").write_bytes(source.read_bytes())
+    monkeypatch.setenv("EDGERL_HW_ROOT", str(tmp_path))
+    assert cpu_bf16_flags() == flags
+    assert resolve_amp("auto", CPU) is None
+    if flags:
+        assert resolve_amp("bf16", CPU) is torch.bfloat16
+    else:
+        with pytest.raises(ConfigError, match=r"needs bf16 arithmetic in hardware"):
+            resolve_amp("bf16", CPU)

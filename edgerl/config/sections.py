@@ -364,7 +364,8 @@ class PerfConfig:
     amp: str = setting(
         "auto",
         "mixed precision: auto (on a Jetson bf16 from Orin, fp16 before; off on "
-        "discrete GPUs and CPUs), off, fp16, bf16",
+        "discrete GPUs and CPUs), off, fp16, bf16 (on a CPU too where it does bf16 in "
+        "hardware: AMX or AVX-512 BF16)",
         choices=("auto", "off", "fp16", "bf16"),
     )
     cuda_graphs: str = setting(

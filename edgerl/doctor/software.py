@@ -181,7 +181,16 @@ def check_precision(ctx: Context) -> Check:
     amp_name = str(amp).removeprefix("torch.") if amp is not None else None
     data = {"device": str(device), "amp": amp_name, "cuda_graphs": graphs}
     if device.type != "cuda":
-        found = "CPU: fp32, channels_last convolutions, no CUDA graph (perf.amp/cuda_graphs=auto)"
+        from edgerl.hw.platform import cpu_bf16_flags
+
+        flags = cpu_bf16_flags()
+        data["cpu_bf16"] = list(flags)
+        found = "CPU: fp32, channels_last convolutions, no CUDA graph (perf.amp/cuda_graphs=auto); "
+        found += (
+            f"bf16 in hardware ({', '.join(flags)}): perf.amp=bf16 uses it"
+            if flags
+            else "no bf16 in hardware (fp32 only)"
+        )
         return Check("precision", "pass", found, data=data)
     cap = torch.cuda.get_device_capability(device)
     if amp is None and not integrated_gpu(device):

@@ -22,6 +22,7 @@ import torch
 from edgerl.config import Config
 from edgerl.errors import ConfigError, DeviceError
 from edgerl.hw.cpus import CpuLoad, cpu_load, usable_cpus
+from edgerl.hw.platform import cpu_bf16_flags
 from edgerl.hw.versions import check_torch
 
 log = logging.getLogger(__name__)
@@ -251,8 +252,18 @@ def resolve_amp(
         return None
     if device.type != "cuda":
         if setting == "auto":
-            return None  # CPUs without native bf16 run autocast slower than fp32
-        raise ConfigError(f"perf.amp={setting} needs a CUDA GPU; use perf.amp=auto or off")
+            # fp32 until seeds show bf16 learns as well (CPUs without bf16 in hardware run
+            # autocast slower than fp32; with AMX the Nature CNN's update ran about 1.6x).
+            return None
+        if setting == "bf16":
+            if cpu_bf16_flags():
+                return torch.bfloat16
+            raise ConfigError(
+                "perf.amp=bf16 on a CPU needs bf16 arithmetic in hardware (x86's amx_bf16 or "
+                "avx512_bf16, Arm's bf16 among /proc/cpuinfo's flags), and this CPU has none: "
+                "use perf.amp=off"
+            )
+        raise ConfigError(f"perf.amp={setting} needs a CUDA GPU; use perf.amp=bf16, auto or off")
     cap = capability or torch.cuda.get_device_capability(device)
     bf16_ok = cap >= (8, 0)
     if setting == "bf16":

@@ -30,6 +30,21 @@ def _read(path: Path) -> str | None:
         return None
 
 
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")  # x86's AMX and AVX-512 ones, Arm's
+
+
+def cpu_bf16_flags(root: Path | None = None) -> tuple[str, ...]:
+    """The flags of /proc/cpuinfo (x86's ``flags``, Arm's ``Features``) that say the CPU does
+    bf16 arithmetic in hardware, of :data:`CPU_BF16_FLAGS`; () where none or unreadable."""
+    text = _read(hw_path("/proc/cpuinfo", root)) or ""
+    found: set[str] = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            found.update(value.split())
+    return tuple(flag for flag in CPU_BF16_FLAGS if flag in found)
+
+
 def parse_l4t_release(text: str) -> str | None:
     """``# R36 (release), REVISION: 4.4, ...`` -> ``36.4.4``; None if it does not look like one."""
     m = L4T_RELEASE.match(text.strip())

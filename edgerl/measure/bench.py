@@ -54,6 +54,7 @@ from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
     forward_gflops,
     forwards_per_env_step,
+    hardware_precisions,
     learning_forwards_per_update,
     macs_per_forward,
     matmul_peak_gflops,
@@ -258,8 +259,12 @@ def _compute(
     reused = not overlaps_emulation(cfg.env, spec.has_frames, device)
     per_step = forwards_per_env_step(cfg, values_reused=reused)
     update_gflops = updates_per_s * learning_forwards_per_update(cfg) * 2 * macs / 1e9
-    log.info("bench: this machine's peak (matrix product, forward pass)")
-    peak = matmul_peak_gflops(device, stage_s)
+    log.info("bench: this machine's peak (matrix product in each precision, forward pass)")
+    peaks = {
+        name: round(matmul_peak_gflops(device, stage_s, dtype), 1)
+        for name, dtype in hardware_precisions(device).items()
+    }
+    peak, best = peaks["fp32"], max(peaks.values())
     return {
         "macs_per_forward": macs,
         "forwards_per_env_step": {k: round(v, 4) for k, v in per_step.items()},
@@ -268,6 +273,8 @@ def _compute(
         "update_gflops": round(update_gflops, 1),
         "matmul_peak_gflops": round(peak, 1),
         "update_share_of_peak": round(update_gflops / peak, 3) if peak > 0 else None,
+        "matmul_peaks_gflops": peaks,  # each precision in hardware here, fp32 included
+        "update_share_of_best_peak": round(update_gflops / best, 3) if best > 0 else None,
         "forward_gflops": round(
             forward_gflops(net, spec.obs_shape, spec.obs_dtype, macs, stage_s), 1
         ),

@@ -71,13 +71,31 @@ def learning_forwards_per_update(cfg: Config) -> float:
     return learner_kind(cfg.agent.algo).forwards_per_update(cfg)
 
 
-def matmul_peak_gflops(device: torch.device, seconds: float) -> float:
-    """GFLOP/s of a large fp32 matrix product on ``device`` with this process's threads: the
-    best this machine's cores (or GPU, without reduced precision) do."""
+def matmul_peak_gflops(
+    device: torch.device, seconds: float, dtype: torch.dtype = torch.float32
+) -> float:
+    """GFLOP/s of a large matrix product of ``dtype`` on ``device`` with this process's
+    threads: the best this machine's cores (or GPU) do in that precision."""
     n = PEAK_MATMUL_SIZE
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     return _gflops(lambda: a @ b, 2.0 * n**3, device, seconds)
+
+
+def hardware_precisions(device: torch.device) -> dict[str, torch.dtype]:
+    """The precisions whose matrix products ``device`` runs in hardware, by ``perf.amp``'s
+    names: fp32 always; bf16 on a CPU with AMX or AVX-512 BF16 (or Arm's bf16), and on a GPU
+    of compute capability 8.0 or newer."""
+    found = {"fp32": torch.float32}
+    if device.type == "cuda":
+        bf16 = torch.cuda.get_device_capability(device) >= (8, 0)
+    else:
+        from edgerl.hw.platform import cpu_bf16_flags
+
+        bf16 = bool(cpu_bf16_flags())
+    if bf16:
+        found["bf16"] = torch.bfloat16
+    return found
 
 
 def forward_gflops(
