@@ -259,3 +259,50 @@ def test_a_pong_fleet_learns_and_shows_its_first_environment(tmp_path):
         frame = reader.latest()
         assert reader.writes > 50 and frame is not None and frame.pixels.shape == (84, 84)
         reader.close()
+
+
+def test_sac_learns_from_remote_actors_that_act_with_its_own_noise(tmp_path):
+    """A game whose actions are numbers through the fleet: the actors' batches carry float32
+    vectors within the bounds (refused otherwise, in one sentence), the learner makes exactly
+    the updates they owe, and the actors act by the policy's noise, not Ape-X's random
+    actions (every environment's rate is SAC's: 1 while the replay fills, then 0); the
+    weights the actors load are the learner's policy network's."""
+    sets = [
+        "agent.algo=sac",
+        "fleet.actors=2",
+        "env.num_envs=1",
+        "fleet.batch_steps=16",
+        "fleet.weights_every=20",
+        "agent.learning_starts=300",
+        "agent.batch_size=32",
+        "agent.hidden=[32,32]",
+        "train.checkpoint_every_s=3600",
+    ]
+    cfg = config(tmp_path, "Pendulum-v1", *sets, steps=800)
+    spec = probe(cfg.env.id)
+    fleets: list[InProcessFleet] = []
+
+    def open_fleet(cfg, spec):
+        fleets.append(InProcessFleet(cfg, spec))
+        return fleets[-1]
+
+    with Trainer(cfg, fleet=open_fleet, quiet=True) as trainer:
+        trainer.run()
+        assert trainer.step == 800 and trainer.learner.updates == 800 - 300
+        policy = {k: v.detach().numpy() for k, v in trainer.learner.q.state_dict().items()}
+    fleet = fleets[0]
+    assert np.array_equal(fleet.epsilons, np.zeros(2))  # its own noise, no Ape-X rates
+    actor = fleet.actors[0]
+    assert fleet.published[-1] > 0 and set(fleet.weights) == set(policy)
+    chunk = actor.collect(8, np.zeros(1), fleet.weights, fleet.version)
+    loaded = actor.weighted.state_dict()  # what the actor acts with: the learner's weights
+    assert all(np.array_equal(loaded[k].numpy(), fleet.weights[k]) for k in fleet.weights)
+    assert chunk.actions.shape == (8, 1, 1) and chunk.actions.dtype == np.float32
+    assert chunk_problem(chunk, spec, 8, 1, version=fleet.version) is None
+    outside = chunk.actions.copy()
+    outside[0, 0, 0] = 2.5  # Pendulum's torque is within [-2, 2]
+    problem = chunk_problem(chunk._replace(actions=outside), spec, 8, 1, version=fleet.version)
+    assert problem is not None and "outside the game's bounds" in problem
+    as_ids = chunk.actions.astype(np.int64)
+    problem = chunk_problem(chunk._replace(actions=as_ids), spec, 8, 1, version=fleet.version)
+    assert problem is not None and "not float32" in problem

@@ -294,6 +294,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         "edgerl.learners.sac",
         memory="replay",
         schedule=Schedule.SAMPLES,
+        remote=RemoteActors.STEPS,  # its actors' steps, as DQN's (edgerl.run.remote)
         presets=SAC_PRESETS,
         sample_keys=(
             "env.num_envs",

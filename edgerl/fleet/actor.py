@@ -46,8 +46,9 @@ class RemoteActor:
         self.device = torch.device("cuda" if use_gpu else "cpu")
         # Ray gives an actor as many threads as CPUs it reserved; a small forward pass needs one.
         torch.set_num_threads(max(1, int(cfg.fleet.cpus_per_actor)))
-        policy = remote_acting_policy(cfg, self.spec)
+        weighted, policy = remote_acting_policy(cfg, self.spec)
         self.net = policy.net.to(self.device).eval().requires_grad_(False)
+        self.weighted = weighted.to(self.device)  # the learner's weights load into it
         self.env = make_env(actor_env_config(cfg, self.device), self.spec)
         self.num_envs = self.env.num_envs
         self.rng = np.random.default_rng(seed)
@@ -79,7 +80,7 @@ class RemoteActor:
             # The arrays are the object store's, read-only; load_state_dict only reads them.
             warnings.filterwarnings("ignore", "The given NumPy array is not writable")
             state = {k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()}
-            self.net.load_state_dict(state)
+            self.weighted.load_state_dict(state)
         self.version = version
 
     def collect(
@@ -99,7 +100,8 @@ class RemoteActor:
         first = item(self.obs).copy() if self.started else None
         self.started = False
         items = np.empty((steps, n, *self.spec.item_shape), dtype=self.spec.obs_dtype)
-        actions = np.empty((steps, n), dtype=np.int64)
+        s = self.spec  # action ids, or a continuous game's float32 numbers
+        actions = np.empty((steps, n, *s.action_shape), np.float32 if s.continuous else np.int64)
         rewards = np.empty((steps, n), dtype=np.float32)
         terminated = np.empty((steps, n), dtype=bool)
         truncated = np.empty((steps, n), dtype=bool)

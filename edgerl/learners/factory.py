@@ -52,10 +52,13 @@ def policy_network(cfg: Config, spec: EnvSpec) -> nn.Module:
     return learner_kind(cfg.agent.algo).network(spec, cfg.agent.hidden)
 
 
-def remote_acting_policy(cfg: Config, spec: EnvSpec) -> ActingPolicy:
-    """A fresh network of ``cfg``'s learner for ``spec`` and the policy its environments act
-    with (its kind's), for a fleet's remote actor to act as the learner's own environments do."""
-    return learner_kind(cfg.agent.algo).acting_policy(policy_network(cfg, spec))
+def remote_acting_policy(cfg: Config, spec: EnvSpec) -> tuple[nn.Module, ActingPolicy]:
+    """A fresh network of ``cfg``'s learner for ``spec`` (what the learner's weights load into)
+    and the policy its environments act with (its kind's, which may wrap the network: SAC's
+    acts on its mean and log-std), for a fleet's remote actor to act as the learner's own
+    environments do."""
+    net = policy_network(cfg, spec)
+    return net, learner_kind(cfg.agent.algo).acting_policy(net)
 
 
 def check_keys(cfg: Config) -> None:
@@ -72,11 +75,6 @@ def check_setup(cfg: Config, spec: EnvSpec) -> None:
     rules first, then how it learns beside the environments."""
     algo = cfg.agent.algo
     learner_kind(algo).refuse_game(spec, algo)  # a game whose actions it cannot learn
-    if spec.continuous and cfg.fleet.actors:
-        raise ConfigError(
-            f"fleet.actors takes games of discrete actions for now, and '{spec.id}' has "
-            "continuous ones: train it on this machine (set fleet.actors to 0)"
-        )
     memory_kind(cfg).refuse(cfg)
     if cfg.perf.pipeline == "async" and not learner_info(algo).concurrent:
         raise ConfigError(

@@ -83,6 +83,27 @@ def apex_epsilons(n: int, base: float, alpha: float) -> np.ndarray:
     return base ** (1.0 + alpha * np.arange(n) / (n - 1))
 
 
+def actions_problem(actions: np.ndarray, spec: EnvSpec) -> str | None:
+    """Why a batch's ``actions`` cannot be the game's: action ids of another type or outside
+    its actions, or a continuous game's numbers that are not float32, not finite or outside
+    its bounds (beyond float32 rounding)."""
+    if not spec.continuous:
+        if actions.dtype.kind not in "iu":
+            return "its actions are not whole numbers"
+        if actions.size and (actions.min() < 0 or actions.max() >= spec.num_actions):
+            return f"it holds actions outside 0-{spec.num_actions - 1}"
+        return None
+    if actions.dtype != np.float32:
+        return f"its actions are {actions.dtype}, not float32"
+    if not np.isfinite(actions).all():
+        return "it holds actions that are not finite"
+    low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+    slack = 1e-5 * np.maximum(1.0, high - low)
+    if actions.size and ((actions < low - slack).any() or (actions > high + slack).any()):
+        return f"it holds actions outside the game's bounds {spec.action_low}-{spec.action_high}"
+    return None
+
+
 def chunk_problem(
     chunk: Any, spec: EnvSpec, steps_asked: int, num_envs: int, version: int
 ) -> str | None:
@@ -98,7 +119,7 @@ def chunk_problem(
     item = spec.item_shape
     expected = {
         "items": (None, num_envs, *item),
-        "actions": (None, num_envs),
+        "actions": (None, num_envs, *spec.action_shape),
         "rewards": (None, num_envs),
         "terminated": (None, num_envs),
         "truncated": (None, num_envs),
@@ -119,10 +140,10 @@ def chunk_problem(
     for name, dtype in kinds.items():
         if getattr(chunk, name).dtype != np.dtype(dtype):
             return f"its {name} are {getattr(chunk, name).dtype}, not {dtype}"
-    if chunk.actions.dtype.kind not in "iu" or chunk.rewards.dtype.kind != "f":
-        return "its actions are not whole numbers or its rewards not numbers"
-    if steps and (chunk.actions.min() < 0 or chunk.actions.max() >= spec.num_actions):
-        return f"it holds actions outside 0-{spec.num_actions - 1}"
+    if chunk.rewards.dtype.kind != "f":
+        return "its rewards are not numbers"
+    if (problem := actions_problem(chunk.actions, spec)) is not None:
+        return problem
     if not np.isfinite(chunk.rewards).all():
         return "it holds rewards that are not finite (NaN or infinite)"
     if spec.obs_dtype != "uint8" and not np.isfinite(chunk.items).all():
