@@ -195,6 +195,28 @@ def test_cartpole_learns_with_two_remote_actors_and_goes_on_when_a_node_is_lost(
     assert json.loads(play.stdout)["return_mean"] >= 150
 
 
+@pytest.mark.slow
+def test_sac_on_a_continuous_game_learns_from_actors_on_other_nodes(ray_cluster, tmp_path):
+    """Actions that are numbers over Ray: two actors send float32 action vectors, which the
+    learner checks and writes, and it makes exactly the updates the steps owe."""
+    run = tmp_path / "run"
+    cmd = edgerl_cmd(
+        "train", "--env", "Pendulum-v1", "--quiet", *FLEET,
+        "--set", f"fleet.address={ray_cluster.address}", "--set", "agent.algo=sac",
+        "--set", "agent.learning_starts=500", "--set", "agent.batch_size=32",
+        "--set", "agent.hidden=[32, 32]", "--set", "eval.every_steps=0",
+        "--steps", "1500", "--run-dir", str(run),
+    )  # fmt: skip
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **ray_cluster.env}, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "damaged batch" not in done.stderr  # no batch of theirs refused
+    rows = (run / "metrics.csv").read_text().splitlines()
+    last = dict(zip(rows[0].split(","), rows[-1].split(","), strict=True))
+    assert int(last["step"]) == 1500 and int(last["updates"]) == 1500 - 500
+
+
 def generation(run: Path) -> int:
     return int((status(run).get("figures") or {}).get("generation", 0))
 
