@@ -7,7 +7,8 @@
 # (/etc/edgerl) and runs (/var/lib/edgerl). The unit of the web page (edgerl-serve.service) is
 # installed with its token, not enabled. --fleet makes the board part of a fleet (docs/fleet.md):
 # Ray in the venv, the Ray node's unit (not enabled), its role file and a fleet token, and the
-# learner's drop-in.
+# learner's drop-in. Off a Jetson PyTorch's build is chosen before the download as `make run`
+# chooses it (scripts/install_torch.sh; TORCH=spec and TORCH_INDEX=URL as the Makefile's).
 set -euo pipefail
 
 usage() {
@@ -129,9 +130,13 @@ install_venv() {
         run "$VENV/bin/python" "$SRC/scripts/jetpack_pip.py" --quiet \
             --constraints "$OPT/constraints.txt" --extras "jetson,$EXTRAS" "$SRC"
     else
-        say "not a Jetson: a plain venv with torch from PyPI"
+        # PyTorch's build chosen before the download, as `make run` chooses it: the CPU build
+        # (190 MB) where no NVIDIA GPU is here, PyPI's CUDA build (several GB) where one is;
+        # TORCH_INDEX=URL takes it from that index. No --quiet: the downloads show progress.
+        say "not a Jetson: a plain venv, PyTorch's build chosen for this machine"
         run "$PYTHON" -m venv "$VENV"
-        run "$VENV/bin/pip" install --quiet "${SRC}[$EXTRAS]"
+        run bash "$SRC/scripts/install_torch.sh" "$VENV/bin" "${TORCH:-torch}" "${TORCH_INDEX:-auto}"
+        run "$VENV/bin/pip" install "${SRC}[$EXTRAS]"
     fi
 }
 

@@ -312,6 +312,27 @@ def test_dockerfile_and_install_script_install_the_same_way(tmp_path: Path):
     assert "pip install" not in r.stdout  # nothing else installs with pip on a Jetson
 
 
+def test_off_a_jetson_the_install_script_chooses_torchs_build_as_make_run_does(tmp_path: Path):
+    """A PC's service venv gets PyTorch from scripts/install_torch.sh (the CPU build where no
+    NVIDIA GPU is here), before edgerl, and pip shows its progress (it was PyPI's CUDA build,
+    several GB, with --quiet)."""
+    r = subprocess.run(
+        ["bash", str(REPO / "scripts" / "install.sh"), "--prefix", str(tmp_path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "EDGERL_HW_ROOT": str(tmp_path / "no-board")},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    venv = tmp_path / "opt" / "edgerl" / "venv"
+    lines = r.stdout.splitlines()
+    torch = f"+ bash {REPO}/scripts/install_torch.sh {venv}/bin torch auto"
+    edgerl = f"+ {venv}/bin/pip install {REPO}[web]"
+    assert torch in lines and edgerl in lines
+    assert lines.index(torch) < lines.index(edgerl)
+    assert not any("pip install --quiet" in line for line in lines)
+
+
 # -- a desktop or laptop: the Makefile ---------------------------------------------------------
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
