@@ -33,7 +33,7 @@ def pong_like_network(seed: int = 0) -> NatureCNN:
 
 def bf16_learner(net: torch.nn.Module) -> DQN:
     """A learner doing its update under CPU bf16 autocast, as a GPU learner does under
-    ``perf.amp=bf16`` (the CPU path refuses AMP by choice, not because it cannot)."""
+    ``perf.amp=bf16`` (and a CPU learner where the CPU does bf16 in hardware)."""
     learner = DQN(net, AgentConfig(), CPU, FULL)
     learner.amp = torch.bfloat16
     return learner

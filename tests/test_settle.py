@@ -37,8 +37,8 @@ def test_a_precision_the_device_cannot_do_is_refused_before_anything_is_written(
     r = cli("train", "--env", "CartPole-v1", "--steps", "300", "--run-dir", run)
     assert r.code == 0, r.err
     before = sorted(p.name for p in run.iterdir())
-    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--fresh", "--set", "perf.amp=bf16")
-    assert r.code == 2 and "perf.amp=bf16 needs a CUDA GPU" in r.err
+    r = cli("train", "--env", "CartPole-v1", "--run-dir", run, "--fresh", "--set", "perf.amp=fp16")
+    assert r.code == 2 and "perf.amp=fp16 needs a CUDA GPU" in r.err
     assert sorted(p.name for p in run.iterdir()) == before  # not moved aside
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
