@@ -365,8 +365,11 @@ def describe(f: Figures, last: int = LAST) -> str:
             f"evaluation at it or above), {sum(f.held)} of {n} held it (final score at it or above)"
         )
         if (median := f.median_s_to_target) is not None:
-            line += f"; median time to it {duration(median)}, when the evaluation that reached it "
-            line += "ended (" + ", ".join(f"step {h.step:,}: {began_ended(h)}" for h in hits) + ")"
+            # over the runs that reached it: said so where some did not
+            among = "" if f.k == n else f" (of the {f.k} that reached it only)"
+            line += f"; median time to it {duration(median)}{among}, when the evaluation that "
+            steps = ", ".join(f"step {h.step:,}: {began_ended(h)}" for h in hits)
+            line += f"reached it ended ({steps})"
         lines.append(line)
     per_seed = ", ".join(f"{v:.1f}" for v in f.finals)
     ended = "" if f.within_s is None else f" that ended{within}"
