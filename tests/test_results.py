@@ -376,6 +376,8 @@ PRINTED = {
         ["--target", "30.5", "--within", "1h"],
     ),
     "pendulum-seeds/results.txt": (["pendulum-seeds/sac"], ["--target", "-300"]),
+    "halfcheetah-ppo-seeds/results.txt": (["halfcheetah-ppo-seeds"], []),
+    "hopper-ppo-seeds/results.txt": (["hopper-ppo-seeds"], []),
 }
 
 
