@@ -15,6 +15,7 @@ estimate; the first layer's gradient for the input, which nobody needs, is not s
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -84,17 +85,14 @@ def matmul_peak_gflops(
 
 def hardware_precisions(device: torch.device) -> dict[str, torch.dtype]:
     """The precisions whose matrix products ``device`` runs in hardware, by ``perf.amp``'s
-    names: fp32 always; bf16 on a CPU with AMX or AVX-512 BF16 (or Arm's bf16), and on a GPU
-    of compute capability 8.0 or newer."""
-    found = {"fp32": torch.float32}
-    if device.type == "cuda":
-        bf16 = torch.cuda.get_device_capability(device) >= (8, 0)
-    else:
-        from edgerl.hw.platform import cpu_bf16_flags
+    names: fp32 always, bf16 where ``perf.amp=bf16`` is allowed there (a CPU with AMX or
+    AVX-512 BF16, or Arm's bf16; a GPU of compute capability 8.0 or newer)."""
+    from edgerl.errors import ConfigError
+    from edgerl.hw.device import resolve_amp
 
-        bf16 = bool(cpu_bf16_flags())
-    if bf16:
-        found["bf16"] = torch.bfloat16
+    found = {"fp32": torch.float32}
+    with contextlib.suppress(ConfigError):  # raised where bf16 is not in the hardware
+        found["bf16"] = resolve_amp("bf16", device) or torch.bfloat16
     return found
 
 
