@@ -19,12 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-import psutil
 import pytest
 
-from edgerl.config import EnvConfig
-from edgerl.envs import make_env, probe
+from edgerl.envs import probe
 from edgerl.errors import EnvMemoryError
 from edgerl.files.atomic import TEMP_NAME
 from edgerl.files.checkpoint import list_checkpoints, load
@@ -428,18 +425,38 @@ def test_the_env_memory_plan_names_the_largest_number_that_fits():
     [("ALE/Pong-v5", 24, ATARI_ENV_BYTES), ("CartPole-v1", 3000, VECTOR_ENV_BYTES)],
 )
 def test_the_per_env_memory_constant_covers_what_environments_really_take(env_id, n, per_env):
-    spec = probe(env_id)
-    proc = psutil.Process()
-    before = proc.memory_info().rss
-    env = make_env(EnvConfig(id=env_id, num_envs=n, threads=2), spec)
-    try:
-        env.reset(seed=0)
-        for _ in range(3):
-            env.send(np.zeros(n, dtype=np.int64))
-            env.recv()
-        grown = proc.memory_info().rss - before
-    finally:
-        env.close()
+    # Measured in a fresh interpreter: in this one, memory an earlier test left for the collector
+    # can be given back while the environments are built, and the growth read came out negative.
+    script = textwrap.dedent(
+        f"""
+        import gc, json
+        import numpy as np, psutil
+        from edgerl.config import EnvConfig
+        from edgerl.envs import make_env, probe
+        spec = probe({env_id!r})
+        gc.collect()
+        proc = psutil.Process()
+        before = proc.memory_info().rss
+        env = make_env(EnvConfig(id={env_id!r}, num_envs={n}, threads=2), spec)
+        try:
+            env.reset(seed=0)
+            for _ in range(3):
+                env.send(np.zeros({n}, dtype=np.int64))
+                env.recv()
+            print(json.dumps(proc.memory_info().rss - before))
+        finally:
+            env.close()
+        """
+    )
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert r.returncode == 0, r.stderr
+    grown = json.loads(r.stdout.strip().splitlines()[-1])
     assert 0 < grown <= n * per_env, f"{grown / n:,.0f} bytes per env"
 
 
