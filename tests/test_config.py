@@ -275,6 +275,36 @@ def test_a_key_of_a_memory_the_learner_lacks_is_refused_on_the_command_line(cli,
     assert "sets replay.capacity, which agent.algo=pqn does not read: it does nothing" in r.err
 
 
+def test_epsilon_keys_are_refused_for_a_learner_that_does_not_explore_by_epsilon(cli, tmp_path):
+    """`--set agent.eps_start=0.5` on a PPO run changed nothing, silently (PPO samples its
+    actions, SAC adds its policy's noise, the GA plays members greedily): refused in one
+    sentence naming the learners that read it; DQN and PQN take it."""
+    run = tmp_path / "run"
+    for game, algo in (("CartPole-v1", "ppo"), ("CartPole-v1", "ga"), ("Pendulum-v1", "sac")):
+        sets = ["--set", f"agent.algo={algo}", "--set", "agent.eps_decay_steps=1000"]
+        r = cli("train", "--env", game, *sets, "--steps", "100", "--run-dir", run)
+        assert r.code == 2 and "Traceback" not in r.err and not run.exists(), r.err
+        assert r.err.strip().count("\n") == 0, r.err
+        said = f"--set agent.eps_decay_steps does nothing with agent.algo={algo}, which explores"
+        assert said in r.err and "read by agent.algo=dqn and agent.algo=pqn" in r.err, r.err
+    # a continuous game naming no learner trains SAC: refused for it too
+    r = cli("config", "--env", "Pendulum-v1", "--set", "agent.eps_end=0.1")
+    assert r.code == 2 and "with agent.algo=sac" in r.err, r.err
+    for algo in ("dqn", "pqn"):
+        r = cli(
+            "config",
+            "--env",
+            "CartPole-v1",
+            "--set",
+            f"agent.algo={algo}",
+            "--set",
+            "agent.eps_end=0.1",
+        )
+        assert r.code == 0 and tomllib.loads(r.out)["agent"]["eps_end"] == 0.1, r.err
+    r = cli("doctor", "--json", "--set", "agent.algo=ppo", "--set", "agent.eps_start=0.5")
+    assert r.code == 1 and "agent.eps_start does nothing with agent.algo=ppo" in r.out
+
+
 @pytest.mark.parametrize(
     ("given", "steps"),
     [("1e6", 1_000_000), ("10M", 10_000_000), ("250k", 250_000), ("1_000", 1000)],

@@ -251,6 +251,16 @@ def test_a_broken_config_is_a_line_and_the_rest_still_runs(cli):
     assert checks["torch"]["status"] == "pass"
 
 
+def test_a_key_the_learner_never_reads_fails_as_train_refuses_it(cli):
+    r = cli("doctor", "--json", "--set", "ppo.clip=0.1")
+    assert r.code == 1
+    config = checks_of(r.out)["config"]
+    assert config["status"] == "fail"
+    assert "--set ppo.clip does nothing with agent.algo=dqn" in config["found"]
+    r = cli("doctor", "--json", "--set", "agent.algo=ppo", "--set", "ppo.clip=0.1")
+    assert checks_of(r.out)["config"]["status"] == "pass"
+
+
 def _groups() -> tuple[str | None, str | None]:
     """A group this process is in, and one it is not in (by id or by name)."""
     mine = {os.getgid(), *os.getgroups()}

@@ -211,54 +211,11 @@ def build_config(
             cfg = with_game(resolve([recipe, *layers]), resume)
         except ConfigError as e:  # a value an older edgerl allowed and this one does not
             log.warning("resuming without the run's own settings: %s", e)
-    _check_learner_keys(cfg, asked, config_file)
+    from edgerl.config.checks import check_learner_layers
+    from edgerl.envs import training_learner
+
+    check_learner_layers(cfg, asked, config_file, lambda: training_learner(cfg))
     return cfg
-
-
-def training_learner(cfg: Config) -> str:
-    """The learner ``cfg`` will train: ``agent.algo`` where it is set, else the one the game's
-    presets give (a game of continuous actions trains
-    :data:`~edgerl.config.presets.CONTINUOUS_LEARNER`); the game is probed only then."""
-    if "agent.algo" in cfg.explicit:
-        return cfg.agent.algo
-    from edgerl.config.presets import CONTINUOUS_LEARNER
-    from edgerl.envs import probe
-    from edgerl.errors import EdgerlError
-
-    try:
-        continuous = probe(cfg.env).continuous
-    except EdgerlError:  # an unknown game is said where it is built, in its own sentence
-        return cfg.agent.algo
-    return CONTINUOUS_LEARNER if continuous else cfg.agent.algo
-
-
-def _check_learner_keys(cfg: Config, layers: list[Layer], config_file: Path | None) -> None:
-    """Refuse a ``--set`` of a key the learner never reads (another learner's, ``--set
-    ppo.clip=0.1`` on a DQN run, or a memory's it learns without, ``--set replay.capacity=1000``
-    on a PQN run: it would change nothing); a ``--config`` file's are said in the log, since one
-    file often holds the settings of several learners. ``layers``: the command's own, as read
-    (a file given as ``<(...)`` is read once). Raises ConfigError."""
-    from edgerl.config.checks import check_learner_keys, unread_keys
-
-    algo: str | None = None  # the learner that will train, asked only where a key needs it
-    for layer in layers:
-        values = layer.values
-        if layer.source == "--set" and unread_keys(values, cfg.agent.algo):
-            algo = algo or training_learner(cfg)
-            check_learner_keys(values, algo)
-        elif config_file is not None and layer.source == str(config_file):
-            if not unread_keys(values, cfg.agent.algo):
-                continue
-            algo = algo or training_learner(cfg)
-            unread = unread_keys(values, algo)
-            if unread:
-                log.warning(
-                    "%s sets %s, which agent.algo=%s does not read: %s in this run",
-                    config_file,
-                    ", ".join(unread),
-                    algo,
-                    "it does nothing" if len(unread) == 1 else "they do nothing",
-                )
 
 
 # What a run's config.toml lends a resume: how it learns and is judged (every learner's own

@@ -10,14 +10,24 @@ everything in order, top to bottom."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
-from edgerl.config import SECTIONS, Config
+from edgerl.config import SECTIONS, Config, Layer
 from edgerl.config.fleet import parse_resource
-from edgerl.config.learners import LEARNERS, MEMORY_SECTIONS, RemoteActors, learner_info
+from edgerl.config.learners import (
+    EPSILON_KEYS,
+    LEARNERS,
+    MEMORY_SECTIONS,
+    RemoteActors,
+    learner_info,
+)
 from edgerl.config.presets import NAMED_PRESETS
 from edgerl.config.sections import MAX_HIDDEN
 from edgerl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def check_preset_device(name: str, cuda_usable: bool) -> None:
@@ -52,8 +62,11 @@ def readers_of(key: str) -> list[str] | None:
     ``[ga]``), or a memory's (``[replay]``): the learner it is named for (first), any whose
     samples to target depend on the key, and any whose memory is made from it
     (:meth:`~edgerl.config.learners.LearnerInfo.memory_reads`: a replay learner's ``[replay]``,
-    the rollout's length of a rollout learner without a rollout key of its own, PQN's). None
-    for a key of a section every learner reads (``[agent]``, ``[env]``, ``[train]``, ...)."""
+    the rollout's length of a rollout learner without a rollout key of its own, PQN's); for
+    ``agent.eps_*``, the learners that explore by epsilon. None for another key of a section
+    every learner reads (``[agent]``, ``[env]``, ``[train]``, ...)."""
+    if key in EPSILON_KEYS:
+        return [n for n, i in LEARNERS.items() if i.explores_by_epsilon]
     section = key.partition(".")[0]
     if section not in SECTIONS or section not in (*LEARNERS, *MEMORY_SECTIONS.values()):
         return None
@@ -86,6 +99,12 @@ def check_learner_keys(sets: Iterable[str], algo: str) -> None:
     more = f" (and {', '.join(list(unread)[1:])})" if len(unread) > 1 else ""
     section = key.partition(".")[0]
     train = f"add --set agent.algo={readers[0]} to train that learner, or leave it out"
+    if key in EPSILON_KEYS:
+        learners = " and ".join(f"agent.algo={n}" for n in readers)
+        raise ConfigError(
+            f"--set {key}{more} does nothing with agent.algo={algo}, which explores its own "
+            f"way, not by epsilon: agent.eps_* are read by {learners}; leave it out"
+        )
     if section in LEARNERS:
         raise ConfigError(
             f"--set {key}{more} does nothing with agent.algo={algo}: [{section}] holds the keys "
@@ -98,6 +117,39 @@ def check_learner_keys(sets: Iterable[str], algo: str) -> None:
         f"--set {key}{more} does nothing with agent.algo={algo}, which learns without a "
         f"{section}: [{section}] holds the keys of the {section} of {learners}; {train}"
     )
+
+
+def check_learner_layers(
+    cfg: Config, layers: list[Layer], config_file: Path | None, learner: Callable[[], str]
+) -> None:
+    """Refuse a ``--set`` of a key the learner never reads (another learner's, ``--set
+    ppo.clip=0.1`` on a DQN run, or a memory's it learns without, ``--set replay.capacity=1000``
+    on a PQN run: it would change nothing); a ``--config`` file's are said in the log, since one
+    file often holds the settings of several learners. ``layers``: the command's own, as read
+    (a file given as ``<(...)`` is read once); ``learner()`` names the learner that will train
+    (:func:`edgerl.envs.training_learner`: the game is probed only where a key needs it).
+    Raises ConfigError."""
+    algo: str | None = None  # the learner that will train, asked only where a key needs it
+    for layer in layers:
+        values = layer.values
+        if layer.source == "--set" and any(readers_of(k) is not None for k in values):
+            # Asked of the learner that trains, which a continuous game naming none makes SAC
+            # (a DQN key such as agent.eps_end is not SAC's).
+            algo = algo or learner()
+            check_learner_keys(values, algo)
+        elif config_file is not None and layer.source == str(config_file):
+            if not unread_keys(values, cfg.agent.algo):
+                continue
+            algo = algo or learner()
+            unread = unread_keys(values, algo)
+            if unread:
+                log.warning(
+                    "%s sets %s, which agent.algo=%s does not read: %s in this run",
+                    config_file,
+                    ", ".join(unread),
+                    algo,
+                    "it does nothing" if len(unread) == 1 else "they do nothing",
+                )
 
 
 def check_consistency(cfg: Config) -> None:

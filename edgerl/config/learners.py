@@ -52,6 +52,8 @@ class RemoteActors(Enum):
 # [replay]), its learner's rollout_key (a rollout's length), or none of either (the episodes'
 # scores). A learner never reads the keys its memory is not made from.
 MEMORY_SECTIONS: dict[str, str] = {"replay": "replay"}
+# The keys of [agent] that only a learner exploring by epsilon reads (its explores_by_epsilon).
+EPSILON_KEYS = ("agent.eps_start", "agent.eps_end", "agent.eps_decay_steps")
 ROLLOUT_MEMORIES = frozenset({"rollout"})
 PLAIN_MEMORIES = frozenset({"episodes"})
 
@@ -82,6 +84,11 @@ class LearnerInfo:
     # Settings a resumed run must keep besides env.id and agent.hidden: its checkpoints hold
     # state made under them (PPO's observation statistics and reward scale).
     resume_keys: tuple[str, ...] = ()
+    # It explores by epsilon (agent.eps_*: its learner's ``epsilon(step)`` is the chance of a
+    # random action; the progress line and status.json show it); else its exploration is its
+    # own (a policy's noise, sampled actions, members played greedily), no epsilon is shown,
+    # and a --set of agent.eps_* is refused as a key it never reads.
+    explores_by_epsilon: bool = False
 
     @property
     def concurrent(self) -> bool:
@@ -229,6 +236,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         memory="replay",
         schedule=Schedule.SAMPLES,
         remote=RemoteActors.STEPS,
+        explores_by_epsilon=True,
         sample_keys=(
             "env.num_envs",
             "agent.batch_size",
@@ -251,6 +259,7 @@ LEARNERS: dict[str, LearnerInfo] = {
         schedule=Schedule.ROLLOUT_LAG,
         presets=PQN_PRESETS,
         ratio_key="pqn.epochs",
+        explores_by_epsilon=True,
         sample_keys=(
             "env.num_envs",
             "pqn.rollout_steps",

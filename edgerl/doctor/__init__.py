@@ -65,8 +65,13 @@ def load_config(opts: DoctorOptions) -> tuple[Context, Check]:
     from edgerl.config import Config, build_layers, resolve
 
     try:
+        from edgerl.config.checks import check_learner_layers
+        from edgerl.envs import training_learner
+
         layers = build_layers(opts.config_file, opts.overrides)
         cfg = resolve(layers)
+        # A key the learner never reads (--set ppo.clip=0.1 with DQN) is refused as train does.
+        check_learner_layers(cfg, layers, opts.config_file, lambda: training_learner(cfg))
     except EdgerlError as e:
         found = f"{e}; the other checks use the built-in defaults"
         return Context(Config()), Check("config", "fail", found, "fix the file or --set named")

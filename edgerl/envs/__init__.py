@@ -48,6 +48,7 @@ from edgerl.envs.actions import (
     random_actions,
     refuse_continuous,
     shown_action,
+    training_learner,
     with_random_vectors,
 )
 from edgerl.envs.ale import AleVecEnv, ale_game, canonical_id, known_ids, rom_exists, unknown_id
@@ -90,6 +91,7 @@ __all__ = [
     "refuse_continuous",
     "short_env_name",
     "shown_action",
+    "training_learner",
     "with_random_vectors",
 ]
 

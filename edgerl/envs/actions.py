@@ -2,7 +2,8 @@
 vector of bounded numbers (a one-dimensional ``Box`` with finite bounds: Pendulum's torque,
 MuJoCo's joint torques, CarRacing's steering, gas and brake); :func:`game_actions` reads them
 from the space and refuses any other with a sentence; :func:`refuse_continuous` is the sentence
-for a learner that picks one of a few actions, given a continuous game.
+for a learner that picks one of a few actions, given a continuous game; :func:`training_learner`
+the learner a config trains (SAC for a continuous game naming none).
 
 :class:`ToGame` is what a vector env does with the actions it is sent: a discrete game's go as
 int64; a continuous game's, float32 ``(num_envs, numbers)``, are clipped to their bounds, as
@@ -13,12 +14,15 @@ it (a Gaussian policy's log-probability is its sample's, not the clipped action'
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from edgerl.envs.spec import MAX_ACTIONS, MAX_BOUND, EnvSpec
-from edgerl.errors import EnvError
+from edgerl.errors import EdgerlError, EnvError
+
+if TYPE_CHECKING:
+    from edgerl.config import Config
 
 
 class GameActions(NamedTuple):
@@ -166,3 +170,19 @@ def shown_action(spec: EnvSpec, action: Any) -> int:
     """What a frame's overlay names as the action taken: a discrete game's id; -1 for a
     continuous game's vector, whose numbers the overlay shows as the policy's figures."""
     return -1 if spec.continuous else int(action)
+
+
+def training_learner(cfg: Config) -> str:
+    """The learner ``cfg`` will train: ``agent.algo`` where it is set, else the one the game's
+    presets give (a game of continuous actions trains
+    :data:`~edgerl.config.presets.CONTINUOUS_LEARNER`); the game is probed only then."""
+    if "agent.algo" in cfg.explicit:
+        return cfg.agent.algo
+    from edgerl.config.presets import CONTINUOUS_LEARNER
+    from edgerl.envs import probe
+
+    try:
+        continuous = probe(cfg.env).continuous
+    except EdgerlError:  # an unknown game is said where it is built, in its own sentence
+        return cfg.agent.algo
+    return CONTINUOUS_LEARNER if continuous else cfg.agent.algo

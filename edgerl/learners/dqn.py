@@ -344,7 +344,6 @@ class DQNKind(Basics):
     made fast before training."""
 
     update_modes = True
-    explores_by_epsilon = True
 
     def build(self, net: nn.Module, cfg: Config, device: torch.device) -> DQN:
         return DQN(net, cfg.agent, device, cfg.perf, total_steps=cfg.train.steps)

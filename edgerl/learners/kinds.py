@@ -48,10 +48,6 @@ class LearnerKind(Protocol):
     # of logits: a policy that samples as it learns), not the largest. A continuous game's are
     # played greedily whatever this says: its network outputs the action itself.
     samples_when_played: bool
-    # It explores by epsilon (its ``epsilon(step)`` is the chance of a random action, the
-    # trainer's progress line and status.json show it); else its exploration is its own (a
-    # policy's noise, sampled actions, members played greedily) and no epsilon is shown.
-    explores_by_epsilon: bool
 
     def refuse_game(self, spec: EnvSpec, algo: str) -> None:
         """Raise EnvError (one sentence) where it cannot learn ``spec``'s game (called
@@ -119,8 +115,6 @@ class Basics:
     continuous_actions = False
     update_modes = False
     samples_when_played = False
-    # Said by each learner that explores by epsilon: one that shows none says nothing untrue.
-    explores_by_epsilon = False
     layer_norm = False
 
     def refuse_game(self, spec: EnvSpec, algo: str) -> None:

@@ -350,7 +350,6 @@ class PQNKind(Basics):
     on."""
 
     layer_norm = True
-    explores_by_epsilon = True
 
     def acting_policy(self, net: nn.Module) -> EpsilonGreedy:
         """Epsilon-greedy on ``net``, keeping each row's greedy value (the rollout's

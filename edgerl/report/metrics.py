@@ -31,7 +31,7 @@ class TrainStats:
     episodes: int = 0
     return_mean: float = math.nan  # over the last 100 episodes
     epsilon: float = 1.0
-    # Whether the learner explores by epsilon (its kind's explores_by_epsilon): one whose
+    # Whether the learner explores by epsilon (its registry line's explores_by_epsilon): one whose
     # exploration is its own (a policy's noise, sampled actions, members played greedily)
     # shows none.
     explores: bool = True

@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from edgerl.config.learners import RemoteActors
+from edgerl.config.learners import RemoteActors, learner_info
 from edgerl.envs import Step, shown_action
-from edgerl.learners.kinds import learner_kind
 from edgerl.learners.shared import epsilons_at
 from edgerl.report.hooks import TICK_EVERY_S
 from edgerl.run.acting import ActingRun
@@ -81,7 +80,7 @@ def exploration(run: ActingRun, apex: np.ndarray) -> np.ndarray:
     fills), then Ape-X's fixed rates where ``fleet.exploration = "apex"``. A learner that does
     not explore by epsilon (SAC: its policy's own noise) gives every environment its own rate,
     1 while the replay fills and 0 after, whatever ``fleet.exploration`` says."""
-    if not learner_kind(run.cfg.agent.algo).explores_by_epsilon:
+    if not learner_info(run.cfg.agent.algo).explores_by_epsilon:
         return np.full(len(apex), run.learner.epsilon(run.step))
     fixed = apex if run.cfg.fleet.exploration == "apex" else None
     return epsilons_at(run.cfg.agent, run.step, run.learner.learn_from[0], len(apex), fixed)

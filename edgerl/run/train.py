@@ -28,6 +28,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.config.fleet import fleet_envs
+from edgerl.config.learners import learner_info
 from edgerl.envs import EnvSpec, Step, VecEnv, ale_game, make_env
 from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
@@ -171,7 +172,7 @@ class Trainer:
         kind = learner_kind(cfg.agent.algo)
         # What its memory is written of the game's rewards (a score, or the clipped ones).
         self.learning_rewards = kind.learning_rewards
-        self.stats.explores = kind.explores_by_epsilon  # its epsilon shown, or none
+        self.stats.explores = learner_info(cfg.agent.algo).explores_by_epsilon  # epsilon shown
         if cfg.replay.persist and self.memory.keeps_steps:
             store = ReplayStore(self._rundir.path / "replay", self.memory)
             if store.check_disk(explicit="replay.persist" in cfg.explicit):
