@@ -168,6 +168,24 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, 
     assert "95% CI" not in text.out and "(2 runs: no interval from fewer than 5)" in text.out
 
 
+def test_the_pictures_band_is_an_interval_from_five_seeds_and_the_range_below():
+    """`results -o` drew a "95% CI" band from 2-4 seeds, where the bootstrap gives about their
+    range: below 5 seeds the band is the seeds' range, and its legend says so."""
+    from edgerl.display.seeds import MIN_RUNS, _rliable, curve_band, iqm
+
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(MIN_RUNS, 6))
+    few = values[: MIN_RUNS - 1]
+    point, band, said = curve_band(_rliable(), few, 500)
+    assert said == f"range (no interval from fewer than {MIN_RUNS} seeds)"
+    assert np.array_equal(band[0], few.min(axis=0)) and np.array_equal(band[1], few.max(axis=0))
+    assert point == pytest.approx([iqm(few[:, j]) for j in range(6)])
+    point, band, said = curve_band(_rliable(), values, 500)
+    assert said == "95% CI" and point == pytest.approx([iqm(values[:, j]) for j in range(6)])
+    assert (band[0] <= point).all() and (point <= band[1]).all()
+    assert not np.array_equal(band[0], values.min(axis=0))  # a bootstrap, not the range
+
+
 def test_seeds_are_never_hidden_inside_a_run_and_every_tool_finds_them(cli, tmp_path):
     """README's order, a run then `--seeds`, nested the seeds inside the run, where results,
     status and play missed them: it is refused in one sentence. Seeds in a folder of their own

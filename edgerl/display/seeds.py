@@ -413,10 +413,29 @@ def curve(runs: Sequence[SeedRun], by: str) -> tuple[np.ndarray, np.ndarray]:
     return grid, values
 
 
+def curve_band(library: Any, values: np.ndarray, reps: int) -> tuple[Any, Any, str]:
+    """The IQM over seeds (rows of ``values``) at each evaluation (columns), the band around
+    it (low and high rows) and what the band is: rliable's 95% stratified-bootstrap interval
+    from :data:`MIN_RUNS` seeds up, else the seeds' own range (a bootstrap of a few seeds' IQM
+    gives little more than that range, and would be called an interval)."""
+    if len(values) < MIN_RUNS:
+        point = np.array([iqm(values[:, j]) for j in range(values.shape[1])])
+        band = np.stack([values.min(axis=0), values.max(axis=0)])
+        return point, band, f"range (no interval from fewer than {MIN_RUNS} seeds)"
+    point, interval = _estimates(
+        library,
+        values[:, None, :],
+        lambda s: np.array([iqm(s[..., j]) for j in range(s.shape[-1])]),
+        max(200, reps // 10),  # one estimate per evaluation: fewer resamples each
+    )
+    return point, interval, "95% CI"
+
+
 def save_picture(groups: dict[Group, list[SeedRun]], path: Path, by: str, reps: int) -> None:
     """The sample-efficiency curves: each group's IQM over its seeds at every evaluation up to
-    the shortest seed's last, the 95% stratified-bootstrap band around it (rliable), and each
-    seed's own curve whole, thin."""
+    the shortest seed's last, the band around it (rliable's 95% stratified-bootstrap interval
+    from :data:`MIN_RUNS` seeds up; from fewer, the seeds' own range, and the legend says
+    which), and each seed's own curve whole, thin."""
     from edgerl.display.plot import pyplot, save_figure
 
     library = _rliable()
@@ -429,13 +448,8 @@ def save_picture(groups: dict[Group, list[SeedRun]], path: Path, by: str, reps: 
         x = grid / 60 if by == "time" else grid
         label = f"{game} {learner.upper()} ({plural(len(runs), 'seed')})"
         if len(grid):
-            point, interval = _estimates(
-                library,
-                values[:, None, :],
-                lambda s: np.array([iqm(s[..., j]) for j in range(s.shape[-1])]),
-                max(200, reps // 10),  # one estimate per evaluation: fewer resamples each
-            )
-            (line,) = ax.plot(x, point, lw=2, label=f"{label}: IQM, 95% CI")
+            point, interval, band = curve_band(library, values, reps)
+            (line,) = ax.plot(x, point, lw=2, label=f"{label}: IQM, {band}")
             ax.fill_between(x, interval[0], interval[1], alpha=0.2, color=line.get_color())
             for run in runs:  # each seed whole, beyond the shortest one too
                 seed_x = [e.step if by == "steps" else e.wall_s / 60 for e in run.evaluations]
