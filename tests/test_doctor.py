@@ -207,12 +207,18 @@ def test_a_replay_that_does_not_fit_fails_with_the_capacity_that_would(cli):
     assert replay["status"] == "fail" and "set replay.capacity to at most" in replay["fix"]
 
 
-def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli):
-    r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "replay.capacity=2000000000")
+def test_with_pqn_the_memory_line_is_the_rollout_not_a_replay(cli, tmp_path):
+    # PQN keeps no replay: a config file's capacity is not used (a --set of it is refused, as
+    # train refuses it: the config line fails)
+    config = tmp_path / "edgerl.toml"
+    config.write_text("[agent]\nalgo = 'pqn'\n[replay]\ncapacity = 2000000000\n")
+    r = cli("doctor", "--json", "--config", config)
     memory = checks_of(r.out)["replay memory"]
-    assert memory["status"] == "pass", memory  # PQN keeps no replay: its capacity is not used
+    assert memory["status"] == "pass", memory
     assert "a rollout of" in memory["found"] and "(no replay)" in memory["found"]
     assert memory["data"]["algo"] == "pqn"
+    r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "replay.capacity=2000000000")
+    assert checks_of(r.out)["config"]["status"] == "fail"
     r = cli("doctor", "--json", "--set", "agent.algo=pqn", "--set", "pqn.rollout_steps=10000")
     memory = checks_of(r.out)["replay memory"]
     assert memory["status"] == "fail" and "lower env.num_envs" in memory["fix"], memory
