@@ -378,6 +378,7 @@ PRINTED = {
     "pendulum-seeds/results.txt": (["pendulum-seeds/sac"], ["--target", "-300"]),
     "halfcheetah-ppo-seeds/results.txt": (["halfcheetah-ppo-seeds"], []),
     "hopper-ppo-seeds/results.txt": (["hopper-ppo-seeds"], []),
+    "halfcheetah-sac-seeds/results.txt": (["halfcheetah-sac-seeds"], []),
 }
 
 
