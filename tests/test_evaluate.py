@@ -288,6 +288,28 @@ def test_auto_evaluates_runs_of_50000_steps_or_more_twenty_times():
     assert period("train.steps=1000", "eval.every_steps=250") == 250
 
 
+def test_the_last_evaluation_is_kept_however_long_it_plays(cli, tmp_path, monkeypatch):
+    """A HalfCheetah run's evaluation of its last step was cut by a 30 s cap at the run's end
+    on a busy core (it needed 50 s): the end waits for it."""
+    from edgerl.report import evaluate as evaluate_module
+
+    real = evaluate_module.play_together
+
+    def slow(policy, options):
+        time.sleep(2.0)  # longer than the old cap, shortened here to 0.5 s
+        return real(policy, options)
+
+    monkeypatch.setattr(evaluate_module, "play_together", slow)
+    monkeypatch.setattr(evaluate_module, "FINAL_WAIT_S", 0.5, raising=False)
+    run = tmp_path / "run"
+    r = train(cli, run, 400, "eval.every_steps=400", "eval.episodes=1")
+    assert r.code == 0, r.err[-3000:]
+    assert "waiting for the evaluation of step 400 (a stop ends it)" in r.err
+    assert "stopped with training" not in r.err
+    with (run / "eval.csv").open(newline="") as f:
+        assert [row["step"] for row in csv.DictReader(f)] == ["400"]
+
+
 def test_an_evaluation_that_fails_is_one_log_line_and_training_goes_on(cli, tmp_path, monkeypatch):
     import edgerl.report.evaluate
 

@@ -80,9 +80,6 @@ EVAL_COLUMNS = [
 AUTO_MIN_STEPS = 50_000  # eval.every_steps = -1: shorter runs are not evaluated
 AUTO_EVALUATIONS = 20  # ... longer ones about this many times
 STOP_WAIT_S = 5.0  # a stop waits at most this long for the evaluation thread to end
-# A run that reaches train.steps waits this long in all for evaluations in progress (usually the one
-# of its last step): with the service's watchdog pinged every 60 s, well within its 120 s.
-FINAL_WAIT_S = 30.0
 # Evaluation episodes are seeded apart from training's (env.seed + step at each session start).
 SEED_OFFSET = 1_000_000_000
 # An evaluation says how far it is in the log this often (Breakout's first took 4.5 minutes, in
@@ -289,7 +286,6 @@ class Evaluator(Hook):
         self._running_step = -1
         self._closed = False
         self._written = False  # no eval.csv until there is a row for it
-        self._final_deadline: float | None = None
         self.env_id = ""  # the run's game (on_start)
         # The evaluation in progress: (the step of its weights, episodes ended, of how many)
         self.progress: tuple[int, int, int] | None = None
@@ -333,21 +329,19 @@ class Evaluator(Hook):
         self.on_tick(run, run.stats)  # the end's progress line and status show the newest
 
     def _wait(self, run: Run) -> None:
-        """Wait for the running evaluation to end, or a stop: the run's end waits at most
-        :data:`FINAL_WAIT_S` in all."""
+        """Wait for the running evaluation to end, or a stop: a run that has trained all its
+        steps keeps its last evaluation (the final score is the mean of the last ones), however
+        long it plays on a busy machine; the hooks' on_wait keep the service's watchdog fed,
+        and a stop (Ctrl-C, the service's stop) ends it at once."""
         if not self.running:
             return
-        if self._final_deadline is None:
-            self._final_deadline = time.monotonic() + FINAL_WAIT_S
-        deadline = self._final_deadline
         log.info(
-            "waiting up to %.0f s for the evaluation of step %s",
-            max(0.0, deadline - time.monotonic()),
-            f"{self._running_step:,}",
+            "waiting for the evaluation of step %s (a stop ends it)", f"{self._running_step:,}"
         )
-        while self.running and not run.stop_requested and time.monotonic() < deadline:
+        while self.running and not run.stop_requested:
             assert self._thread is not None
-            self._thread.join(0.1)
+            self._thread.join(0.2)
+            run.waiting()
 
     # -- the evaluation thread ---------------------------------------------------------------
 

@@ -75,6 +75,11 @@ class Run(Protocol):
         state: ``edgerl.policies.torch.TorchPolicy`` plays it."""
         ...
 
+    def waiting(self) -> None:
+        """Called by a hook while the run's end waits for its work (the last evaluation), a
+        few times a second: every hook's :meth:`Hook.on_wait`."""
+        ...
+
 
 class Hook:
     """Something that follows a training run; every method is optional (a no-op here)."""
@@ -96,6 +101,10 @@ class Hook:
 
     def on_reconfigure(self, run: Run, cfg: Config) -> None:
         """Called when live settings changed (the service's reload); ``cfg`` is the new config."""
+
+    def on_wait(self, run: Run) -> None:
+        """Called a few times a second while the run's end waits for another hook's work (the
+        evaluation of the last step): keep alive what must be (the service's watchdog)."""
 
     def on_end(self, run: Run) -> None:
         """Called when the loop has ended, before the final checkpoint is written."""

@@ -142,11 +142,19 @@ class ServiceHook(Hook):
         self.notifier.ready(f"training {run.cfg.env.id} from step {run.step:,}")
         log.info("ready: training %s, run directory %s", run.cfg.env.id, run.run_dir)
 
-    def on_tick(self, run: Run, stats: TrainStats) -> None:
-        now = time.monotonic()
+    def _watchdog(self, now: float) -> None:
         if self.watchdog_s is not None and now - self._last_watchdog >= self.watchdog_s:
             self.notifier.watchdog()
             self._last_watchdog = now
+
+    def on_wait(self, run: Run) -> None:
+        """The run's end waits for its last evaluation, however long it plays: systemd is
+        told the loop is alive meanwhile."""
+        self._watchdog(time.monotonic())
+
+    def on_tick(self, run: Run, stats: TrainStats) -> None:
+        now = time.monotonic()
+        self._watchdog(now)
         if now - self._last_status >= STATUS_EVERY_S:
             self.notifier.status(self.status_line(run, stats))
             self._last_status = now
