@@ -1,6 +1,7 @@
 """The learning balance (edgerl.report.balance.LearningRatio): the learner's ratio (PQN's epochs)
-moved one value at a time toward the least predicted time to target, only among the values the
-runs on record reached it with; held still where it may not move; in a real run, logged, in
+moved one value at a time toward the least predicted time to target, only among the values at
+which at least MIN_REACHING runs on record reached it in the run's pipeline and precision (the
+calibration's rule); held still where it may not move; in a real run, logged, in
 metrics.csv, kept by the checkpoint and a resume; and the calibration weighing the same values."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 
 from edgerl.config import build_layers, resolve, with_values
 from edgerl.config import targets as targets_module
-from edgerl.config.targets import SampleRun, ratio_points, settings_of
+from edgerl.config.targets import MIN_REACHING, SampleRun, ratio_points, settings_of
 from edgerl.report import balance
 from edgerl.report.balance import LearningRatio
 from edgerl.run.train import Trainer
@@ -104,20 +105,31 @@ def cartpole(tmp_path, *sets: str, steps: int = 40_000):
     return apply_presets(cfg, "vector")
 
 
-def on_record(monkeypatch, cfg, reached: dict[int, int]) -> None:
-    """Stand-in runs on record: ``cfg`` trained at each epochs value, reaching the target at
-    the step given (0: never)."""
+def on_record(
+    monkeypatch,  # type: ignore[no-untyped-def]
+    cfg,
+    reached: dict[int, int],
+    runs: int = MIN_REACHING,
+    pipeline: str = "sync",
+    precision: str = "fp32",
+) -> None:
+    """Stand-in runs on record: ``runs`` runs of ``cfg`` at each epochs value, in ``pipeline``
+    at ``precision``, each reaching the target at the step given (0: never)."""
     rows = tuple(
         SampleRun(
             cfg.env.id,
             "pqn",
             475.0,
             settings_of(with_values(cfg, {"pqn.epochs": epochs})),
-            f"stand-in-{epochs}",
+            pipeline,
+            precision,
+            10_000,
+            f"stand-in-{epochs}-{i}",
             step,
             max(step, 100_000),
         )
         for epochs, step in reached.items()
+        for i in range(runs)
     )
     monkeypatch.setattr(targets_module, "sample_runs", lambda: rows)
 
@@ -126,10 +138,22 @@ def test_only_values_that_reached_the_target_on_record_are_offered(tmp_path, mon
     cfg = cartpole(tmp_path)
     assert cfg.pqn.epochs == 4  # the vector preset's
     on_record(monkeypatch, cfg, {1: 50_000, 2: 0, 4: 40_000, 8: 30_000})
-    assert {v: p.steps for v, p in ratio_points(cfg).items()} == {1: 50_000, 4: 40_000, 8: 30_000}
+    points = ratio_points(cfg, "sync", "fp32")
+    assert {v: p.steps for v, p in points.items()} == {1: 50_000, 4: 40_000, 8: 30_000}
     other = with_values(cfg, {"pqn.lam": 0.5})  # another setting: those runs say nothing
-    assert ratio_points(other) == {}
-    assert ratio_points(with_values(cfg, {"agent.algo": "dqn"})) == {}  # no ratio key
+    assert ratio_points(other, "sync", "fp32") == {}
+    assert ratio_points(with_values(cfg, {"agent.algo": "dqn"}), "sync", "fp32") == {}  # no key
+    # another pipeline or precision: those runs say nothing either
+    assert ratio_points(cfg, "async", "fp32") == {} and ratio_points(cfg, "sync", "bf16") == {}
+
+
+def test_values_backed_by_fewer_than_three_runs_at_the_target_are_not_offered(
+    tmp_path, monkeypatch
+):
+    """Two runs at the target give a median, not a value to move to: the calibration's rule."""
+    cfg = cartpole(tmp_path)
+    on_record(monkeypatch, cfg, {1: 50_000, 4: 40_000}, runs=MIN_REACHING - 1)
+    assert ratio_points(cfg, "sync", "fp32") == {}
 
 
 def epochs_column(run_dir) -> list[float]:
@@ -162,7 +186,7 @@ def test_a_run_moves_its_epochs_says_so_and_a_resume_keeps_them(tmp_path, monkey
         assert trainer.learner.ratio == 1
         assert any(m.startswith("pqn.epochs 4 -> 1: ") for m in trainer.stats.balance_moves)
         held = with_values(cfg, {"perf.deterministic": True})
-        assert balance.watch(held, trainer.learning, False, 0).ratio is None
+        assert balance.watch(held, trainer.learning, False, 0, precision="fp32").ratio is None
         updates, rollouts = trainer.learner.updates, trainer.learner.rollouts
     assert "may move among 1 (40,000 env steps to target), 4 (40,000" in caplog.text
     epochs = epochs_column(tmp_path)

@@ -5,24 +5,34 @@ a config finds the runs that share its settings and no others."""
 from __future__ import annotations
 
 import csv
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from edgerl.config import Config
-from edgerl.config.learners import learner_info
+from edgerl.config.learners import learner_info, pipeline_mode
 from edgerl.config.parse import tomllib
 from edgerl.config.targets import (
     COMMON_KEYS,
+    MIN_REACHING,
     SampleRun,
     median_steps,
     sample_runs,
     samples_to_target,
+    settings_of,
     text_of,
 )
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
 PONG_TARGET = 18.0
+
+
+# perf.amp=auto made bf16 on a discrete GPU until commit 5063f2f made it fp32 there; this run of
+# pong-gpu came before (docs/results.md, "bf16 against fp32 at equal steps": its fp32 twin is
+# pong-h200-pqn-fp32, set perf.amp=off) and keeps no train.log to say so.
+AUTO_WAS_BF16 = {"pong-h200-pqn"}
 
 
 def recorded(run: Path) -> SampleRun | None:
@@ -49,15 +59,54 @@ def recorded(run: Path) -> SampleRun | None:
         if trained is None:
             return None  # a sample of no one value
         settings[ratio_key] = trained
+    name = str(run.relative_to(RUNS))
+    pipeline, precision = trained_with(run, value, algo, auto_bf16=name in AUTO_WAS_BF16)
     return SampleRun(
         env_id="ALE/Pong-v5",
         algo=algo,
         target=PONG_TARGET,
         settings=" ".join(f"{k}={text_of(v)}" for k, v in settings.items()),
-        run=str(run.relative_to(RUNS)),
+        pipeline=pipeline,
+        precision=precision,
+        eval_every=int(value("eval.every_steps")),  # type: ignore[call-overload]
+        run=name,
         reached_at=reached[0] if reached else 0,
         evaluated_to=int(evals[-1]["step"]),
     )
+
+
+def trained_with(
+    run: Path, value: Callable[[str], object], algo: str, auto_bf16: bool = False
+) -> tuple[str, str]:
+    """(pipeline, precision) a run trained with, from its config.toml as the trainer resolves
+    ``perf.pipeline`` and ``perf.amp`` on its device: a GPU where it says ``perf.device = cuda``
+    or its metrics.csv has the GPU's busy share (NVML's, empty on a machine without one).
+    ``auto_bf16``: perf.amp=auto as it resolved on a discrete GPU before it became fp32 there.
+    Where the run kept its train.log, the log's ``learning:`` line must say the same."""
+    with (run / "metrics.csv").open(newline="") as f:
+        gpu_sampled = any(row.get("gr3d") for row in csv.DictReader(f))
+    device = str(value("perf.device"))
+    device = device if device in ("cpu", "cuda") else "cuda" if gpu_sampled else "cpu"
+    pipeline = pipeline_mode(str(value("perf.pipeline")), device, algo)
+    amp = str(value("perf.amp"))
+    if amp == "auto":  # Atari frames: fp32 on a CPU and (now) on a discrete GPU
+        amp = "bf16" if auto_bf16 and device == "cuda" else "off"
+    precision = {"off": "fp32", "bf16": "bf16", "fp16": "fp16"}[amp]
+    log = run / "train.log"
+    said = LEARNING_LINE.search(log.read_text()) if log.is_file() else None
+    if said is not None:
+        amp_said = re.search(r"amp (\w+)", said["rest"])
+        logged_amp = LOGGED_AMP[amp_said[1]] if amp_said else "fp32"
+        logged = (said["pipeline"], said["device"], logged_amp)
+        assert logged == (pipeline, device, precision), (run, logged)
+    return pipeline, precision
+
+
+# train.log's "learning: async pipeline, update on cuda, PQN, channels_last, amp bfloat16, ..."
+LEARNING_LINE = re.compile(
+    r"learning: (?P<pipeline>\w+) pipeline, update on (?P<device>cpu|cuda)(?P<rest>[^\n]*)"
+)
+LOGGED_AMP = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 def trained_at(run: Path, key: str, until: int, configured: object) -> object | None:
@@ -99,21 +148,55 @@ def preset(name: str) -> Config:
     return apply_presets(resolve(layers), "frames")
 
 
-def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_whatever_machine_ran_them():
-    """pong-cpu and pong-gpu learn with the same settings (the GPU's differ in speed only): seven
-    of ten such runs reached 18, the rest stopped by the clock or at 1.5M steps (fp32)."""
-    found = samples_to_target(preset("pong-cpu"))
-    assert found is not None
-    assert (found.reached, len(found.runs)) == (7, 10)
-    # the two stopped at 250,112 and 500,096 say nothing of later steps; of the 8 runs evaluated
-    # past 900,096, 1 reached 18 there, 1 of 7 at 1,000,064 and 2 of 6 at 1,200,000: the share
-    # not there yet is 7/8 * 6/7 * 4/6 = 1/2 (the fp32 run, never at 18, counts in each)
+def test_pong_cpu_finds_the_pqn_runs_that_share_its_settings_pipeline_and_precision():
+    """pong-cpu and pong-gpu learn with the same settings, but the CPU's runs learned in one
+    loop at fp32 and the GPU's mostly beside the actor in bf16: each finds its own. On two CPU
+    cores (sync, fp32) 4 of 4 reached 18; pong-gpu's async bf16 runs 2 of 4 (two stopped by the
+    clock), too few to choose on; the H200's fp32 run (sync, never at 18) speaks for neither."""
+    found = samples_to_target(preset("pong-cpu"), "sync", "fp32")
+    assert found is not None and found.enough
+    assert (found.reached, len(found.runs)) == (4, 5)
+    assert {r.run for r in found.runs} == {
+        "pong-cpu-2core",
+        "pong-cpu-seeds/seed-1",
+        "pong-cpu-seeds/seed-2",
+        "pong-cpu-seeds/seed-3",
+        "pong-h200-pqn-fp32",  # a GPU in one loop at fp32: the same pipeline and precision
+    }
+    # 900,096 (1 of 5), 1,200,000 (2 of 4): the share not there yet is 4/5 * 2/4 = 2/5
     assert found.steps == 1_200_000
-    assert samples_to_target(preset("pong-gpu")) == found
-    dqn = samples_to_target(preset("pong-cpu-dqn"))  # the AMD EPYC's run; the Xeon's stopped
+    said = "1,200,000 env steps to 18 (the Kaplan-Meier median of the 5 runs on record with "
+    said += "these settings, the sync pipeline and fp32, 4 of which reached it; evaluated every "
+    assert said + "100,000-500,000 env steps)" in found.describe()
+    gpu = samples_to_target(preset("pong-gpu"), "async", "bf16")
+    assert gpu is not None and not gpu.enough
+    assert (gpu.steps, gpu.reached, len(gpu.runs)) == (1_000_064, 2, 4)
+    assert "evaluated every 250,000-500,000 env steps" in gpu.describe()
+    one_loop = samples_to_target(preset("pong-gpu"), "sync", "bf16")  # the H200's first run
+    assert one_loop is not None and (one_loop.reached, len(one_loop.runs)) == (1, 1)
+    assert samples_to_target(preset("pong-cpu"), "async", "fp32") is None  # no such run
+    dqn = samples_to_target(preset("pong-cpu-dqn"), "sync", "fp32")  # the AMD EPYC's run
     assert dqn is not None and (dqn.steps, dqn.reached, len(dqn.runs)) == (500_000, 1, 2)
-    said = "1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs on record with "
-    assert said + "these settings, 7 of which reached it)" in found.describe()
+    assert not dqn.enough
+
+
+def test_only_pqn_on_two_cpu_cores_has_enough_runs_at_the_target_to_choose_on():
+    """What the calibration may choose on today (MIN_REACHING runs at the target with the
+    settings, pipeline and precision): pong-cpu in one loop at fp32, nothing else."""
+    backed = {
+        (r.algo, r.settings, r.pipeline, r.precision)
+        for r in sample_runs()
+        if sum(
+            1
+            for o in sample_runs()
+            if (o.algo, o.settings, o.pipeline, o.precision)
+            == (r.algo, r.settings, r.pipeline, r.precision)
+            and o.reached_at
+        )
+        >= MIN_REACHING
+    }
+    cpu = preset("pong-cpu")
+    assert backed == {("pqn", settings_of(cpu), "sync", "fp32")}
 
 
 def km_median(reached: list[int], stopped: list[int]) -> int | None:
@@ -154,31 +237,65 @@ def test_a_recipe_that_reached_the_target_in_fewer_than_half_its_runs_has_no_fig
     mine = targets.settings_of(cfg)
 
     def run(name: str, reached_at: int, evaluated_to: int) -> SampleRun:
-        return SampleRun("ALE/Pong-v5", "pqn", 18.0, mine, name, reached_at, evaluated_to)
+        return SampleRun(
+            "ALE/Pong-v5", "pqn", 18.0, mine, "sync", "fp32", 100_000, name, reached_at,
+            evaluated_to,
+        )  # fmt: skip
 
     one_of_three = (run("a", 500_000, 600_000), run("b", 0, 2_000_000), run("c", 0, 2_000_000))
     monkeypatch.setattr(targets, "sample_runs", lambda: one_of_three)
-    assert samples_to_target(cfg) is None
+    assert samples_to_target(cfg, "sync", "fp32") is None
     two_of_three = (*one_of_three[:2], run("c", 900_000, 2_000_000))
     monkeypatch.setattr(targets, "sample_runs", lambda: two_of_three)
-    found = samples_to_target(cfg)
+    found = samples_to_target(cfg, "sync", "fp32")
     assert found is not None and (found.steps, found.reached) == (900_000, 2)
+    assert not found.enough  # a figure, but two runs at the target: not one to choose on
+    three = (*two_of_three, run("d", 1_000_000, 2_000_000))
+    monkeypatch.setattr(targets, "sample_runs", lambda: three)
+    found = samples_to_target(cfg, "sync", "fp32")
+    assert found is not None and found.reached == MIN_REACHING == 3 and found.enough
+
+
+def test_runs_of_another_pipeline_or_precision_say_nothing_of_a_config(monkeypatch):
+    """Three runs at the target in one loop at fp32 back that way of training only: not the
+    async pipeline, not bf16, not a precision this machine cannot train in (None)."""
+    import edgerl.config.targets as targets
+
+    cfg = preset("pong-cpu")
+    mine = targets.settings_of(cfg)
+
+    def run(name: str, pipeline: str, precision: str) -> SampleRun:
+        return SampleRun(
+            "ALE/Pong-v5", "pqn", 18.0, mine, pipeline, precision, 100_000, name, 800_000,
+            2_000_000,
+        )  # fmt: skip
+
+    rows = tuple(run(f"s{i}", "sync", "fp32") for i in range(3))
+    rows += (run("a", "async", "fp32"), run("b", "sync", "bf16"))
+    monkeypatch.setattr(targets, "sample_runs", lambda: rows)
+    found = samples_to_target(cfg, "sync", "fp32")
+    assert found is not None and found.enough and {r.run for r in found.runs} == {"s0", "s1", "s2"}
+    for pipeline, precision in [("async", "fp32"), ("sync", "bf16")]:
+        other = samples_to_target(cfg, pipeline, precision)
+        assert other is not None and not other.enough and len(other.runs) == 1
+    assert samples_to_target(cfg, "async", "bf16") is None
+    assert samples_to_target(cfg, "sync", None) is None
 
 
 def test_a_setting_that_changes_what_a_step_teaches_leaves_the_runs_out():
     import dataclasses
 
     cfg = preset("pong-gpu-dqn")
-    found = samples_to_target(cfg)
+    found = samples_to_target(cfg, "async", "fp32")
     assert found is not None and found.steps == 1_100_000  # the H100's run
     smaller = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, batch_size=32))
-    assert samples_to_target(smaller) is None
+    assert samples_to_target(smaller, "async", "fp32") is None
     sticky = dataclasses.replace(
         cfg, env=dataclasses.replace(cfg.env, repeat_action_probability=0.25)
     )
-    assert samples_to_target(sticky) is None
+    assert samples_to_target(sticky, "async", "fp32") is None
     other_game = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, id="ALE/Breakout-v5"))
-    assert samples_to_target(other_game) is None
+    assert samples_to_target(other_game, "async", "fp32") is None
 
 
 @pytest.mark.parametrize("algo", ["dqn", "pqn", "ppo", "ga"])
@@ -190,8 +307,9 @@ def test_every_learner_names_the_settings_its_samples_depend_on_and_each_is_a_ke
 
 
 def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_environments():
-    """The runs' samples to target over each loop's steps/s at the configured count; loops at
-    other counts (DQN's bench runs several) predict nothing, since the runs trained at one."""
+    """Each loop's pipeline's samples to target at the configured precision over its steps/s;
+    loops at other counts (DQN's bench runs several) predict nothing, since the runs trained at
+    one, and a pipeline no run of that precision trained in predicts nothing either."""
     from edgerl.measure.report import render
     from edgerl.measure.to_target import time_to_target
 
@@ -200,43 +318,70 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
         {"mode": "async", "num_envs": 128, "steps_per_s": 400.0},
         {"mode": "sync", "num_envs": 8, "steps_per_s": 900.0},
     ]
-    predicted = time_to_target(preset("pong-cpu"), loops)
+    predicted = time_to_target(preset("pong-cpu"), loops, "fp32")
     assert predicted is not None
     assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
         ("sync", 2400.0),  # 1,200,000 / 500
-        ("async", 3000.0),
+        ("async", None),  # no run learned beside the actor at fp32
     ]
     text = render({"to_target": predicted})
-    said = "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 10 runs"
+    said = "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 5 runs"
     assert said in text
     assert "loop sync  128 env(s) at 500 steps/s: 40 min of training predicted" in text
-    assert time_to_target(preset("pong-cpu"), loops[2:])["loops"] == []  # type: ignore[index]
+    assert "loop async 128 env(s) at 400 steps/s: no run on record reached the target with" in text
+    assert time_to_target(preset("pong-cpu"), loops[2:], "fp32")["loops"] == []  # type: ignore[index]
     assert "no loop was measured at the configured 128 environments" in render(
-        {"to_target": time_to_target(preset("pong-cpu"), loops[2:])}
+        {"to_target": time_to_target(preset("pong-cpu"), loops[2:], "fp32")}
     )
+    gpu = time_to_target(preset("pong-gpu"), loops[:2], "bf16")
+    assert gpu is not None
+    assert [lp["predicted_s"] for lp in gpu["loops"]] == [3000.1, 2500.2]  # 1,500,032; 1,000,064
+    assert "2 of 4 async runs at the target: fewer than 3" in render({"to_target": gpu})
     sticky = Config()  # the defaults: Pong with sticky actions, which no run on record used
-    assert time_to_target(sticky, loops) is None
+    assert time_to_target(sticky, loops, "fp32") is None
 
 
-def groups() -> list[tuple[str, str, int, int, str]]:
-    """(learner, settings, reached, runs, median) per group of rows with the same settings."""
+def groups() -> list[tuple[str, str, str, str, str, int, int, str]]:
+    """(learner, settings, pipeline, precision, evaluation periods, reached, runs, median) per
+    group of rows with the same settings, pipeline and precision."""
+    from edgerl.config.targets import grid
+
     out = []
-    for algo, settings in sorted({(r.algo, r.settings) for r in sample_runs()}):
-        runs = [r for r in sample_runs() if (r.algo, r.settings) == (algo, settings)]
+    for key in sorted({(r.algo, r.settings, r.pipeline, r.precision) for r in sample_runs()}):
+        runs = tuple(
+            r for r in sample_runs() if (r.algo, r.settings, r.pipeline, r.precision) == key
+        )
         reached = [r.reached_at for r in runs if r.reached_at]
         steps = km_median(reached, [r.evaluated_to for r in runs if not r.reached_at])
         median = f"{steps:,}" if steps else "–"
-        out.append((algo.upper(), settings, len(reached), len(runs), median))
+        algo, settings, pipeline, precision = key
+        out.append(
+            (
+                algo.upper(),
+                settings,
+                pipeline,
+                precision,
+                grid(runs),
+                len(reached),
+                len(runs),
+                median,
+            )
+        )
     return out
 
 
 def test_the_performance_page_shows_the_samples_to_target_of_every_group_of_runs():
     page = (RUNS.parent / "performance.md").read_text()
     section = page[page.index("## Samples to target") :]
-    for algo, settings, reached, runs, median in groups():
-        shown = settings.replace("env.repeat_action_probability=0.0 ", "")
-        row = f"| {algo} | `{shown}` | {reached} of {runs} | {median} |"
-        assert row in section, row
+    rows = [line for line in section.splitlines() if line.startswith(("| DQN", "| PPO", "| PQN"))]
+    shown = []
+    for algo, settings, pipeline, precision, every, reached, runs, median in groups():
+        words = settings.replace("env.repeat_action_probability=0.0 ", "")
+        shown.append(
+            f"| {algo} | `{words}` | {pipeline} | {precision} | {every} | {reached} of {runs} | "
+            f"{median} |"
+        )
+    assert rows[: len(shown)] == shown
 
 
 def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small_replay():
@@ -247,8 +392,8 @@ def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small
 
     loops = [{"mode": "sync", "num_envs": 4, "steps_per_s": 100.0}]
     opts = BenchOptions(preset="pong-cpu-dqn")
-    assert time_to_target(_config(opts), loops) is None  # the bench's own: nothing on record
-    predicted = time_to_target(_config(opts, bench_settings=False), loops)
+    assert time_to_target(_config(opts), loops, "fp32") is None  # the bench's own: none on record
+    predicted = time_to_target(_config(opts, bench_settings=False), loops, "fp32")
     assert predicted is not None and predicted["loops"][0]["predicted_s"] == 5000.0
 
 

@@ -16,7 +16,17 @@ steps. The median over the runs that reached the target alone would forget the o
 whose runs reached it one time in three would look as good as one that always does. Where fewer
 than half the runs are known to reach it by any step on record, there is no median, and the
 recipe has no figure (the calibration then never chooses it). Evaluations come every 50,000 to
-250,000 steps, so each run's step is at most that much late.
+500,000 steps (each row's ``eval_every``), so each run's step is at most that much late: the
+figure says the grid beside it.
+
+A run speaks only for the pipeline and the precision it trained with (each row's ``pipeline``:
+sync, or async with the learner on a thread of its own, PQN's a rollout behind; ``precision``:
+fp32, bf16 or fp16 as ``perf.amp`` resolved on its device): a lagged learner learns from older
+weights, and bf16's updates are not fp32's, so a CPU run in one loop at fp32 says nothing of a
+GPU run learning beside the actor in bf16. A figure is therefore asked for with the pipeline and
+precision the config will train with, and only the runs that trained so count. The calibration
+and the learning balance act on a figure only where at least :data:`MIN_REACHING` of those runs
+reached the target.
 """
 
 from __future__ import annotations
@@ -33,6 +43,12 @@ if TYPE_CHECKING:
     from edgerl.config import Config
 
 COMMON_KEYS = ("env.repeat_action_probability",)  # every learner's samples depend on these
+# The runs that must have reached the target, with a config's settings, pipeline and precision,
+# before a choice rests on their figure (the calibration's recipe, the learning balance's
+# values). One or two is a seed's luck: the one-epoch recipe was chosen on a 2-core EPYC from
+# 1 of 2 seeds at 18, and its run there did not reach it; three is the fewest that give a
+# median that is not one run's step.
+MIN_REACHING = 3
 
 
 def text_of(value: Any) -> str:
@@ -51,6 +67,9 @@ class SampleRun(NamedTuple):
     algo: str
     target: float
     settings: str
+    pipeline: str  # what ran: "sync" (one loop) or "async" (the learner on a thread of its own)
+    precision: str  # "fp32", "bf16" or "fp16": perf.amp as resolved on its device
+    eval_every: int  # eval.every_steps: its step at the target is late by up to this
     run: str  # its folder under docs/runs/
     reached_at: int  # the env step of its first evaluation at the target; 0: never
     evaluated_to: int  # the env step of its last evaluation
@@ -64,27 +83,52 @@ def _step(text: str) -> int:
 def sample_runs() -> tuple[SampleRun, ...]:
     """The runs on record, with what each needed (``edgerl/data/samples_to_target.csv``)."""
     columns: dict[str, Any] = {name: str for name in SampleRun._fields}
-    columns.update(target=finite, reached_at=_step, evaluated_to=int)
+    columns.update(target=finite, eval_every=int, reached_at=_step, evaluated_to=int)
     return tuple(SampleRun(**row) for row in read_table("samples_to_target.csv", columns))
 
 
 @dataclass(frozen=True)
 class SamplesToTarget:
-    """What the runs on record with one config's settings needed to reach a target."""
+    """What the runs on record with one config's settings, pipeline and precision needed to
+    reach a target."""
 
     env_id: str
     target: float
     steps: int  # the Kaplan-Meier median of the first evaluation at the target
     reached: int
     runs: tuple[SampleRun, ...]
+    pipeline: str
+    precision: str
+
+    @property
+    def enough(self) -> bool:
+        """Whether enough of the runs reached the target for a choice to rest on the figure
+        (:data:`MIN_REACHING`)."""
+        return self.reached >= MIN_REACHING
 
     def describe(self) -> str:
         n = len(self.runs)
         return (
             f"{self.steps:,} env steps to {self.target:g} (the Kaplan-Meier median of the {n} "
-            f"run{'s' if n != 1 else ''} on record with these settings, {self.reached} of which "
-            "reached it)"
+            f"run{'s' if n != 1 else ''} on record with these settings, the {self.pipeline} "
+            f"pipeline and {self.precision}, {self.reached} of which reached it; evaluated "
+            f"every {grid(self.runs)} env steps)"
         )
+
+
+def grid(runs: tuple[SampleRun, ...]) -> str:
+    """The runs' evaluation periods in words (``100,000``, ``250,000-500,000``): how late each
+    run's step at the target may be."""
+    periods = sorted({r.eval_every for r in runs})
+    if not periods:
+        return "–"
+    low, high = periods[0], periods[-1]
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def tally(runs: tuple[SampleRun, ...]) -> str:
+    """How many of ``runs`` reached the target: ``2 of 4``."""
+    return f"{sum(1 for r in runs if r.reached_at)} of {len(runs)}"
 
 
 def median_steps(reached: list[int], stopped: list[int]) -> int | None:
@@ -102,29 +146,44 @@ def median_steps(reached: list[int], stopped: list[int]) -> int | None:
     return None
 
 
-def samples_to_target(cfg: Config) -> SamplesToTarget | None:
-    """What the runs on record say ``cfg`` needs to reach its game's target; None where too few
-    runs with its settings reached it for a median (:func:`median_steps`)."""
+def matching_runs(cfg: Config, pipeline: str, precision: str | None) -> tuple[SampleRun, ...]:
+    """The runs on record that speak for ``cfg`` trained in ``pipeline`` ("sync", "async") at
+    ``precision`` ("fp32", "bf16", "fp16"; None: one this machine cannot train in, which no run
+    speaks for): its game, learner and settings, that pipeline and that precision."""
     mine = settings_of(cfg)
-    runs = tuple(
+    return tuple(
         r
         for r in sample_runs()
-        if r.env_id == cfg.env.id and r.algo == cfg.agent.algo and r.settings == mine
+        if r.env_id == cfg.env.id
+        and r.algo == cfg.agent.algo
+        and r.settings == mine
+        and r.pipeline == pipeline
+        and r.precision == precision
     )
+
+
+def samples_to_target(cfg: Config, pipeline: str, precision: str | None) -> SamplesToTarget | None:
+    """What the runs on record say ``cfg`` needs to reach its game's target in ``pipeline`` at
+    ``precision`` (:func:`matching_runs`); None where too few of them reached it for a median
+    (:func:`median_steps`). Whether enough did for a choice is the answer's ``enough``."""
+    runs = matching_runs(cfg, pipeline, precision)
     reached = [r.reached_at for r in runs if r.reached_at]
     steps = median_steps(reached, [r.evaluated_to for r in runs if not r.reached_at])
-    if steps is None:
+    if steps is None or precision is None:
         return None
-    return SamplesToTarget(cfg.env.id, runs[0].target, steps, len(reached), runs)
+    return SamplesToTarget(
+        cfg.env.id, runs[0].target, steps, len(reached), runs, pipeline, precision
+    )
 
 
-def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
+def ratio_points(cfg: Config, pipeline: str, precision: str | None) -> dict[Any, SamplesToTarget]:
     """What the runs on record needed at each value of ``cfg``'s learner's ``ratio_key`` (how
-    much it learns from each env step: PQN's epochs) with every other setting of ``cfg``: the
-    values whose runs reached the target often enough for a median (:func:`samples_to_target`),
-    each with its samples to target. Empty for a learner without a ratio key; one value where
-    only ``cfg``'s own (or another single one) is on record. The learning balance moves the
-    ratio among these values only."""
+    much it learns from each env step: PQN's epochs) with every other setting of ``cfg``, in
+    ``pipeline`` at ``precision``: the values at which at least :data:`MIN_REACHING` such runs
+    reached the target (:func:`samples_to_target`'s ``enough``), each with its samples to
+    target. Empty for a learner without a ratio key; one value where only ``cfg``'s own (or
+    another single one) is so backed. The learning balance moves the ratio among these values
+    only, and the calibration weighs these values only."""
     from edgerl.config import with_values
 
     key = learner_info(cfg.agent.algo).ratio_key
@@ -140,8 +199,11 @@ def ratio_points(cfg: Config) -> dict[Any, SamplesToTarget]:
         and _without(r.settings, key) == others
         and (text := _setting(r.settings, key))
     }
-    points = {v: samples_to_target(with_values(cfg, {key: v})) for v in sorted(values)}
-    return {v: found for v, found in points.items() if found is not None}
+    points = {
+        v: samples_to_target(with_values(cfg, {key: v}), pipeline, precision)
+        for v in sorted(values)
+    }
+    return {v: found for v, found in points.items() if found is not None and found.enough}
 
 
 def _without(settings: str, key: str) -> str:

@@ -282,6 +282,20 @@ def resolve_amp(
     return torch.float16 if fast_fp16(cap) else None
 
 
+def precision_name(amp: torch.dtype | None) -> str:
+    """The word the runs on record use for an autocast dtype (:func:`resolve_amp`'s answer):
+    fp32 for full precision (TF32 convolutions on a GPU included), bf16, fp16."""
+    if amp is torch.bfloat16:
+        return "bf16"
+    return "fp16" if amp is torch.float16 else "fp32"
+
+
+def precision_of(setting: str, device: torch.device, frames: bool = True) -> str:
+    """The precision ``perf.amp = setting`` trains in on ``device`` (:func:`precision_name` of
+    :func:`resolve_amp`); raises ConfigError for one the device cannot do."""
+    return precision_name(resolve_amp(setting, device, frames=frames))
+
+
 def resolve_cuda_graphs(setting: str, device: torch.device, amp: torch.dtype | None) -> bool:
     """Whether to capture the update as a CUDA graph; raises ConfigError for impossible asks."""
     if setting == "off" or device.type != "cuda":

@@ -48,7 +48,7 @@ from edgerl.envs import probe
 from edgerl.envs.batches import overlaps_emulation
 from edgerl.errors import ConfigError
 from edgerl.hw.cpus import CpuLoad, CpuSample, others_busy, usable_cpus
-from edgerl.hw.device import configure_for_training, oversubscription, resolve_device
+from edgerl.hw.device import configure_for_training, oversubscription, precision_of, resolve_device
 from edgerl.learners.factory import check_keys, memory_keeps_steps, memory_kind, policy_network
 from edgerl.learners.nets import NatureCNN
 from edgerl.measure.compute import (
@@ -450,7 +450,8 @@ def _measure(opts: BenchOptions, result: dict[str, Any], warnings: list[str]) ->
         result["actor"] = _actor(cfg, opts, limit, device.type == "cuda")
     result["loops"] = []
     _loops(cfg, opts, limit, warnings, result["loops"])
-    if predicted := time_to_target(_config(opts, bench_settings=False), result["loops"]):
+    precision = precision_of(cfg.perf.amp, device, frames=spec.has_frames)
+    if predicted := time_to_target(_config(opts, bench_settings=False), result["loops"], precision):
         result["to_target"] = predicted
     result["auto_pipeline"] = resolve_pipeline("auto", device, concurrent=concurrent)
     result["pipeline_verdict"] = pipeline_verdict(result["loops"], result["auto_pipeline"], device)

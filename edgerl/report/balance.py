@@ -30,9 +30,11 @@ environments are built: the ratio's sentence says when more would help a next ru
 learner does with each env step. :class:`LearningRatio` does: it moves the learner's ratio
 setting (its registry line's ``ratio_key``: PQN's epochs over each rollout) among the values
 at which the runs on record give samples to target (:func:`edgerl.config.targets.ratio_points`:
-a Kaplan-Meier median), never outside them. From a minute of quiet windows it takes the
-measured seconds per env step of each side, predicts the loop's speed at every such value
-(the learner's time scaled by its cost model, :meth:`ratio_cost`) and the time to target that
+a Kaplan-Meier median), never outside them: the runs with the run's other settings, in its
+pipeline and at its precision, at least :data:`~edgerl.config.targets.MIN_REACHING` of them at
+the target for each value, as the calibration asks of a recipe. From a minute of quiet windows
+it takes the measured seconds per env step of each side, predicts the loop's speed at every such
+value (the learner's time scaled by its cost model, :meth:`ratio_cost`) and the time to target that
 buys (the samples to target on record at that value over that speed), and moves to the
 neighbouring value where that is at least :data:`KEEP_GAIN` less than staying. Where the
 learner is the limit (two CPU cores) a value that costs less per step can win even though it
@@ -390,48 +392,58 @@ def _cpu_sample() -> CpuSample | None:
         return None
 
 
-def watch(cfg: Config, learning: Any, gpu: bool, step: int) -> BalanceWatch:
+def watch(cfg: Config, learning: Any, gpu: bool, step: int, *, precision: str) -> BalanceWatch:
     """The balance of a run's pipeline ``learning`` (its ``balance_sample``, ``knobs``,
-    ``mode`` and ``learner``): walked, and its learning ratio moved, where ``perf.balance`` is
-    auto, the run is not deterministic and something may move."""
+    ``mode`` and ``learner``), training at ``precision`` ("fp32", "bf16", "fp16"): walked, and
+    its learning ratio moved, where ``perf.balance`` is auto, the run is not deterministic and
+    something may move."""
     held = cfg.perf.balance == "off" or cfg.perf.deterministic
     knobs = learning.knobs()
     walk = None if held or not knobs else Balancer(knobs, cpu_load().cpus, seed=cfg.env.seed)
     ratio = None
     if not held:
         timed = not (gpu and learning.mode == "sync")  # one loop on a GPU: the update's time
-        ratio = learning_ratio(cfg, learning.learner, learning.mode, timed)  # is not known
+        # is not known
+        ratio = learning_ratio(cfg, learning.learner, learning.mode, precision, timed)
     every = cfg.perf.balance_every_s
     return BalanceWatch(learning.balance_sample, walk, gpu, every, step, ratio)
 
 
 def learning_ratio(
-    cfg: Config, learner: Any, mode: str, timed: bool = True
+    cfg: Config, learner: Any, mode: str, precision: str, timed: bool = True
 ) -> LearningRatio | None:
-    """The learning balance of ``learner`` (training ``cfg`` in a pipeline of ``mode``; its
-    ratio now ``learner.ratio``: a resumed run's may differ from the config's), or None, said,
-    where its learner has no ratio key, fewer than two values of it (its own among them) are
-    on record with ``cfg``'s other settings, or its time is not measured (not ``timed``)."""
+    """The learning balance of ``learner`` (training ``cfg`` in a pipeline of ``mode`` at
+    ``precision``; its ratio now ``learner.ratio``: a resumed run's may differ from the
+    config's), or None, said, where its learner has no ratio key, fewer than two values of it
+    (its own among them) are backed by runs on record with ``cfg``'s other settings, pipeline
+    and precision (:func:`edgerl.config.targets.ratio_points`), or its time is not measured
+    (not ``timed``)."""
     from edgerl.config.learners import learner_info
-    from edgerl.config.targets import ratio_points
+    from edgerl.config.targets import MIN_REACHING, ratio_points
 
     key = learner_info(cfg.agent.algo).ratio_key
     if not key:
         return None
-    points = {v: found.steps for v, found in ratio_points(cfg).items()}
+    points = {v: found.steps for v, found in ratio_points(cfg, mode, precision).items()}
     own = learner.ratio
     why = ""
     if len(points) < 2 or own not in points:
-        why = "no other value with this run's settings has samples to target on record"
+        why = (
+            f"no other value has {MIN_REACHING} runs on record reaching the target with this "
+            f"run's other settings, the {mode} pipeline and {precision}"
+        )
     elif not timed:
         why = "the learner's time is not measured in one loop on a GPU"
     if why:
         log.info("learning balance: %s stays at %s (%s)", key, own, why)
         return None
     log.info(
-        "learning balance: %s may move among %s (the values on record with these settings)",
+        "learning balance: %s may move among %s (the values on record with these settings, the "
+        "%s pipeline and %s)",
         key,
         ", ".join(f"{v} ({steps:,} env steps to target)" for v, steps in sorted(points.items())),
+        mode,
+        precision,
     )
     reused = mode == "sync"  # the actor's greedy values are the learner's own: reused
 

@@ -2,9 +2,9 @@
 
 For its class of machine (:func:`edgerl.hw.recipe.board_recipe`: no GPU, a GPU of its own, an
 integrated one) edgerl has a few recipes whose samples to target are on record
-(:mod:`edgerl.config.targets`: PQN's 1.2M env steps to Pong 18, DQN's 0.5M with batches of 32
-every 4 steps). What each costs here is measured, as ``edgerl bench`` measures it, for a few
-seconds per recipe:
+(:mod:`edgerl.config.targets`: PQN's 1.2M env steps to Pong 18 on two CPU cores, DQN's 0.5M
+with batches of 32 every 4 steps from one run). What each costs here is measured, as ``edgerl
+bench`` measures it, for a few seconds per recipe:
 
 * **the actor**: env steps/s of the recipe's environments stepping with one batched forward pass
   of its network per step (:func:`edgerl.run.autotune.measure_actor`);
@@ -13,14 +13,19 @@ seconds per recipe:
 
 The loop's speed follows from the two as the balance predicts it (the slower of the two where the
 learner has a thread of its own, their harmonic sum where they take turns), and the predicted
-training time is the samples to target over that speed. The recipe with the least wins; a
-recipe without samples to target on record (no run at its settings, or too few of them reached
-the target for a median: a recipe that learns fast one time in three is not a fast recipe) is
-measured and shown, never chosen. The figures are remembered per machine, PyTorch, edgerl and
-recipe (``calibration.json`` in the cache directory :mod:`edgerl.learners.decisions` uses), so
-only the first start measures. Figures taken while other work kept the CPUs busy are remembered
-with that load: used while the machine is still busy at a later start, measured again at a quiet
-one.
+training time is the samples to target over that speed. The samples to target are those of
+the runs on record that trained with the recipe's settings in the pipeline and at the precision
+it would train with here (:func:`edgerl.config.targets.samples_to_target`): a CPU run in one
+loop at fp32 says nothing of a GPU learning beside the actor in bf16. The recipe with the least
+time wins among those backed by at least :data:`~edgerl.config.targets.MIN_REACHING` runs that
+reached the target so; a recipe with fewer (no run at its settings, one or two lucky seeds, too
+few for a median: a recipe that learns fast one time in three is not a fast recipe) is measured
+and shown, never chosen. Where the class's own recipe is not so backed, nothing is weighed
+against it: it is trained, and the log says why in one line. The figures are remembered per
+machine, PyTorch, edgerl and recipe (``calibration.json`` in the cache directory
+:mod:`edgerl.learners.decisions` uses), so only the first start measures. Figures taken while
+other work kept the CPUs busy are remembered with that load: used while the machine is still
+busy at a later start, measured again at a quiet one.
 
 The measuring runs in a process of its own (:mod:`edgerl.run.recipe_speed`), so that a stop
 (SIGTERM, Ctrl-C) ends it at once (:class:`~edgerl.run.signals.StoppedDuringSetup`, said in the
@@ -40,17 +45,16 @@ import logging
 import math
 import platform
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgerl.config import Config, Layer
 from edgerl.config.learners import learner_info
-from edgerl.config.targets import SamplesToTarget, ratio_points, samples_to_target
+from edgerl.config.targets import ratio_points
 from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.recipe import Recipe, board_recipe
 from edgerl.learners.decisions import CompileDecisions
-from edgerl.report.balance import predict
+from edgerl.run.recipe_choice import Measured, choose, trained_here, weighed
 from edgerl.run.recipe_speed import (
     Figures,
     candidate_config,
@@ -84,49 +88,6 @@ Stop = Callable[[], "str | None"]  # the reason a stop was requested (a signal's
 Progress = Callable[[str, float], None]  # (what is being done, the seconds it may still take)
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One recipe on this machine: its halves' speeds, the loop they predict and the time to
-    its target that predicts."""
-
-    recipe: Recipe
-    actor_steps_per_s: float
-    learner_steps_per_s: float  # the learner-bound limit
-    pipeline: str  # "sync" or "async", as the recipe would train here
-    samples: SamplesToTarget | None
-
-    @property
-    def loop_steps_per_s(self) -> float:
-        """The loop's speed as the balance predicts it from the two halves (0: one stalled)."""
-        a, b = self.actor_steps_per_s, self.learner_steps_per_s
-        return predict(a, b, self.pipeline) if a > 0 and b > 0 else 0.0
-
-    @property
-    def predicted_s(self) -> float | None:
-        """Training time to the target, or None without samples on record (or a stalled
-        measurement)."""
-        if self.samples is None or self.loop_steps_per_s <= 0:
-            return None
-        return self.samples.steps / self.loop_steps_per_s
-
-    def describe(self) -> str:
-        limit = (
-            "the emulator" if self.actor_steps_per_s < self.learner_steps_per_s else "the learner"
-        )
-        speed = (
-            f"actor {self.actor_steps_per_s:,.0f} and learner {self.learner_steps_per_s:,.0f} "
-            f"env steps/s, {self.pipeline}: {self.loop_steps_per_s:,.0f} predicted ({limit} the "
-            "limit)"
-        )
-        samples, predicted = self.samples, self.predicted_s
-        if samples is None or predicted is None:
-            return f"{self.recipe.name}: {speed}; no samples to target on record at its settings"
-        return (
-            f"{self.recipe.name}: {speed}; {samples.steps:,} env steps to {samples.target:g} "
-            f"on record: {duration(predicted)}"
-        )
-
-
 def candidates(class_recipe: Recipe) -> list[Recipe]:
     """The class's own recipe and the others it may be traded for, the machine's changes (a
     small board's environments) kept on the class's own."""
@@ -139,15 +100,16 @@ def candidates(class_recipe: Recipe) -> list[Recipe]:
 
 
 def ratio_variants(recipe: Recipe) -> list[Recipe]:
-    """``recipe`` at the other values of its learner's ratio (PQN's epochs) that runs on record
-    with its other settings give samples to target (:func:`edgerl.config.targets.ratio_points`):
-    how much to learn from each env step is part of the choice."""
+    """``recipe`` at the other values of its learner's ratio (PQN's epochs) that enough runs
+    on record with its other settings, in the pipeline and precision it would train with here,
+    back (:func:`edgerl.config.targets.ratio_points`): how much to learn from each env step is
+    part of the choice."""
     cfg = candidate_config(recipe)
     key = learner_info(cfg.agent.algo).ratio_key
     own = cfg.get(key) if key else None
     return [
         dataclasses.replace(recipe, changes={**recipe.changes, key: value})
-        for value in ratio_points(cfg)
+        for value in ratio_points(cfg, *trained_here(cfg))
         if value != own
     ]
 
@@ -259,9 +221,7 @@ def calibrate(
                 recipe.name,
             )
     return [
-        Measured(recipe, *known[recipe.name], samples=samples_to_target(cfg))
-        for recipe, cfg in order
-        if recipe.name in known
+        weighed(recipe, cfg, known[recipe.name]) for recipe, cfg in order if recipe.name in known
     ]
 
 
@@ -362,26 +322,6 @@ def _measure_here(
         return None
 
 
-def choose(measured: list[Measured], class_recipe: Recipe) -> Recipe:
-    """The recipe with the least predicted time to its target, naming the figures in its
-    ``why``; the class's own where none has a prediction."""
-    timed = [m for m in measured if m.predicted_s is not None]
-    figures = "; ".join(m.describe() for m in measured)
-    own = [m for m in measured if m.recipe == class_recipe]
-    if not timed or not own or own[0].predicted_s is None:
-        # nothing to weigh the class's own against (a small board's 64 environments: no run
-        # on record trained with them): it is kept, never traded for a recipe whose time
-        # alone is known
-        return dataclasses.replace(
-            class_recipe,
-            why=f"{class_recipe.why}; calibrated, kept: no time predicted for it here ({figures})",
-        )
-    best = min(timed, key=lambda m: m.predicted_s)  # type: ignore[arg-type, return-value]
-    machine = class_recipe.why.split(":", 1)[0]  # the class's words name its own learner too
-    why = f"{machine}: calibrated here, the least time predicted: {figures}"
-    return dataclasses.replace(best.recipe, why=why)
-
-
 def calibrated_recipe(
     calibrated: bool = True,
     measure_now: bool = True,
@@ -407,9 +347,9 @@ def calibrated_recipe(
     )
     if not measured:  # nothing remembered, and no measuring now
         return class_recipe
-    chosen = choose(measured, class_recipe)
     for m in measured:
         log.info("calibration: %s", m.describe())
+    chosen = choose(measured, class_recipe)
     log.info("calibration: training %s", chosen.name)
     return chosen
 

@@ -34,6 +34,7 @@ from edgerl.errors import RunDirError
 from edgerl.files.atomic import write_atomic
 from edgerl.files.checkpoint import Checkpoint, CheckpointLostError, CheckpointStore
 from edgerl.files.sidefiles import SideFiles
+from edgerl.hw.device import precision_of
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.learners.factory import build_learner, build_memory
 from edgerl.learners.kinds import learner_kind
@@ -339,7 +340,9 @@ class Trainer:
         self.learning.start()
         # The pace counts from here: a compile or graph capture is neither filling nor learning.
         self._pace = Pace(self.step, time.monotonic(), self.learner.learn_from[0])
-        self._balance = balance.watch(cfg, self.learning, self.device.type == "cuda", self.step)
+        precision = precision_of(cfg.perf.amp, self.device, frames=self.spec.has_frames)
+        gpu = self.device.type == "cuda"
+        self._balance = balance.watch(cfg, self.learning, gpu, self.step, precision=precision)
         if self.stop_requested:
             self.learning.interrupt()
         try:
@@ -376,6 +379,12 @@ class Trainer:
         self.checkpointer.finish()
         self._progress.close()
         return self._result(stopped=self.stop_requested and self.step < total)
+
+    def waiting(self) -> None:
+        """While the run's end waits for a hook's work (the last evaluation): every hook's
+        on_wait (the service's watchdog is pinged there)."""
+        for hook in self.hooks:
+            hook.on_wait(self)
 
     def tick(self) -> None:
         """After each step: hooks, and on their intervals the progress line, metrics rows and
