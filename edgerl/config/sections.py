@@ -323,7 +323,8 @@ class HwConfig:
     calibrate: bool = setting(
         True,
         "--preset board and the service measure this machine's recipes at their first start "
-        "(remembered) and train the one with the least predicted time to its target; false: "
+        "(remembered) and train the one with the least predicted time to its target, among "
+        "those with 3 runs on record reaching it (else the class's recipe); false: "
         "the class's recipe, unmeasured",
     )
 
