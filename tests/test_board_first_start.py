@@ -198,12 +198,21 @@ def test_pong_says_what_it_builds_and_a_ctrl_c_meanwhile_stops_with_one_sentence
     """128 Pong environments (PQN's, as its recipes build them): it says it is building them
     and that ALE does it in one call, which hears no stop until it returns (a minute and more
     on a loaded 2-core machine: the deadline is that of the build, not of the stop); a Ctrl-C
-    meanwhile is said and ends the start-up with one sentence (issue 73, item 4)."""
+    meanwhile is said at once, while ALE still builds (a helper reads Python's wakeup pipe), and
+    ends the start-up with one sentence as the call returns (issue 73, item 4)."""
     pong = ["--env", "ALE/Pong-v5", "--set", "env.num_envs=128", "--set", "agent.algo=pqn"]
     train = start(["train", *pong, "--steps", "1000", "--run-dir", str(tmp_path / "run")])
     train.wait_for("building 128 environments of ALE/Pong-v5 (ALE builds them in one call")
+    time.sleep(1)  # most likely inside ALE's call by now; before it is checked below too
     train.proc.send_signal(signal.SIGINT)
+    heard = "INFO SIGINT heard while ALE builds 128 environments of ALE/Pong-v5 in one call: "
     said = train.ended(timeout=600)
+    built = "128 environments built in"
+    if heard in said:  # inside the call: said at once, before the call returned
+        assert "that call holds Python, so edgerl stops as soon as it returns" in said, said
+        assert built not in said or said.index(heard) < said.index(built), said
+    else:  # before it: Python's handler said it, and nothing was built
+        assert "SIGINT: stopping the start-up where it can" in said and built not in said, said
     assert train.proc.returncode == 130, said
     assert "SIGINT: stopping the start-up where it can" in said, said
     last = said.strip().splitlines()[-1]

@@ -187,8 +187,7 @@ def make_env(
         if not rom_exists(game):
             raise unknown_id(cfg.id)
         check_no_kwargs(cfg)
-        check_stop()
-        return AleVecEnv(cfg, game, screens)
+        return AleVecEnv(cfg, game, screens, check_stop)
     kwargs = cfg.make_kwargs
     spec = spec or gym_spec(cfg.id, kwargs)
     if spec.has_frames:

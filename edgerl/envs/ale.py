@@ -8,6 +8,7 @@ import difflib
 import logging
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,15 @@ class AleVecEnv(VecEnv):
 
     steps_per_second = ALE_HZ / FRAME_SKIP
 
-    def __init__(self, cfg: EnvConfig, game: str, screens: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        game: str,
+        screens: bool = False,
+        check_stop: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``check_stop`` is called just before ALE's one call that builds them all (it may
+        raise to abandon them): a stop heard while the imports ran is not kept waiting."""
         import_ale()
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
@@ -116,6 +125,7 @@ class AleVecEnv(VecEnv):
             "use_fire_reset": True,
             "autoreset_mode": AutoresetMode.SAME_STEP,
         }
+        check_stop()
         self._env = AtariVectorEnv(
             game,
             cfg.num_envs,

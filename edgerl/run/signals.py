@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 
 
@@ -69,3 +72,95 @@ def stop_on_signals(
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+# The helper :func:`said_while_held` starts: a POSIX shell that reads the wakeup pipe a byte at
+# a time. Byte 0 (no signal's number) is edgerl's own: the call is about to begin. A stop signal
+# after it is said once, in the log's form; one before it is not (Python's handler is running
+# then and says it), nor are other signals' (SIGHUP's). A shell, not a Python, because it must
+# be reading before the stop comes: a fresh interpreter took 14 s to start on a busy 2-core
+# machine. It ignores the signals itself (a Ctrl-C at the terminal reaches it too) and leaves at
+# the pipe's end, which comes when edgerl closes it or dies.
+_SAYER = """
+trap '' INT TERM HUP
+armed=0
+while :; do
+  b=$(dd bs=1 count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
+  case $b in
+    '') exit 0 ;;
+    0) armed=1; continue ;;
+    2) name=SIGINT ;;
+    15) name=SIGTERM ;;
+    *) continue ;;
+  esac
+  [ "$armed" = 1 ] || continue
+  stamp=''
+  if [ "$2" = 1 ]; then stamp="$(date +%H:%M:%S) "; fi
+  printf '%sINFO %s %s\\n' "$stamp" "$name" "$1" >&2
+  armed=0
+done
+"""
+
+
+def _log_has_time() -> bool:
+    """Whether the log's lines start with the time (not under systemd, whose journal adds it)."""
+    handlers = logging.getLogger().handlers
+    fmt = getattr(handlers[0].formatter, "_fmt", "") if handlers else ""
+    return "asctime" in (fmt or "")
+
+
+class HeldCall:
+    """What :func:`said_while_held` gives its body: :meth:`arm`, called just before the call
+    that holds Python's lock begins."""
+
+    def __init__(self, pipe: int | None) -> None:
+        self._pipe = pipe
+
+    def arm(self) -> None:
+        """From now a stop is said at once (before, Python's own handler says it)."""
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._pipe, b"\0")
+
+
+@contextlib.contextmanager
+def said_while_held(doing: str) -> Iterator[HeldCall]:
+    """Say a stop (SIGINT, SIGTERM) at once while ``doing`` runs in one call that holds Python's
+    lock (ALE builds an Atari game's environments so: seconds to a minute), when no handler can
+    run until it returns. Python's own signal handler writes each signal's number to a wakeup
+    pipe even then; a small process of its own reads it and says, in the log's form, that the
+    stop was heard and is acted on when the call returns. The body calls ``arm()`` just before
+    the call. The handlers themselves are unchanged: the stop takes effect as they run. Main
+    thread only; elsewhere, or when the helper cannot start, nothing is said early."""
+    try:
+        read, write = os.pipe()
+    except OSError:
+        yield HeldCall(None)
+        return
+    sayer: subprocess.Popen[bytes] | None = None
+    old = None
+    try:
+        os.set_blocking(write, False)
+        old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        said = f"heard while {doing}: that call holds Python, so edgerl stops as soon as it returns"
+        sayer = subprocess.Popen(
+            ["/bin/sh", "-c", _SAYER, "edgerl-stop-sayer", said, "1" if _log_has_time() else "0"],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+        )
+    except (OSError, ValueError):  # not the main thread, or no process to spare
+        pass
+    finally:
+        os.close(read)
+    try:
+        yield HeldCall(write if sayer is not None else None)
+    finally:
+        if old is not None:
+            signal.set_wakeup_fd(old)
+        os.close(write)  # the helper reads its end of file and leaves
+        if sayer is not None:
+            try:
+                sayer.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                sayer.kill()
+                sayer.wait()

@@ -16,6 +16,7 @@ the learner, counters, RNGs and (``replay.persist``) the replay, so learning goe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -59,7 +60,7 @@ from edgerl.run.checkpointer import Checkpointer
 from edgerl.run.pipeline import build_learning
 from edgerl.run.pipeline_base import Pipeline
 from edgerl.run.settle import settle_config
-from edgerl.run.signals import StoppedDuringSetup
+from edgerl.run.signals import HeldCall, StoppedDuringSetup, said_while_held
 from edgerl.run.transport import Transport
 from edgerl.stream import DisplayPublisher
 from edgerl.words import duration, plural
@@ -199,24 +200,39 @@ class Trainer:
 
     def _build_envs(self, cfg: Config) -> VecEnv:
         """The environments, said as they are built: ALE builds an Atari game's in one call
-        that no stop interrupts (seconds for 128 on two cores), and the first progress line
-        waits for them to be reset and stepped."""
+        that no stop interrupts (seconds for 128 on two cores: a stop meanwhile is said at
+        once, :func:`said_while_held`), and the first progress line waits for them to be reset
+        and stepped."""
         envs = plural(cfg.env.num_envs, "environment")
         atari = ale_game(cfg.env.id) is not None
-        log.info(
-            "building %s of %s%s",
-            envs,
-            cfg.env.id,
-            " (ALE builds them in one call: a stop is heard as it returns)" if atari else "",
-        )
-        built = time.monotonic()
-        env = self._make_envs(cfg.env, self.spec, self._check_stop)
+        # a stop while ALE builds is said at once, and acted on as the call returns
+        held = said_while_held(f"ALE builds {envs} of {cfg.env.id} in one call")
+        with held if atari else contextlib.nullcontext() as call:
+            log.info(
+                "building %s of %s%s",
+                envs,
+                cfg.env.id,
+                " (ALE builds them in one call: a stop is heard as it returns)" if atari else "",
+            )
+            built = time.monotonic()
+            env = self._make_envs(cfg.env, self.spec, self._check_stop_then(call))
         log.info(
             "%s built in %s; resetting them and taking the first steps (then a progress line)",
             envs,
             duration(time.monotonic() - built),
         )
         return env
+
+    def _check_stop_then(self, call: HeldCall | None) -> Callable[[], None]:
+        """The building's stop check; ALE calls it just before its one call, which ``call``
+        (when given) is then armed for."""
+
+        def check() -> None:
+            self._check_stop()
+            if call is not None:
+                call.arm()
+
+        return check
 
     def _check_stop(self) -> None:
         """Abandon set-up if a stop was requested (nothing to save before the first step)."""
