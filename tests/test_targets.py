@@ -5,6 +5,7 @@ a config finds the runs that share its settings and no others."""
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,7 @@ def recorded(run: Path) -> SampleRun | None:
         settings[ratio_key] = trained
     name = str(run.relative_to(RUNS))
     pipeline, precision = trained_with(run, value, algo, auto_bf16=name in AUTO_WAS_BF16)
+    loop_sps, eval_cost = loop_and_evaluations(run, evals, until)
     return SampleRun(
         env_id="ALE/Pong-v5",
         algo=algo,
@@ -72,7 +74,45 @@ def recorded(run: Path) -> SampleRun | None:
         run=name,
         reached_at=reached[0] if reached else 0,
         evaluated_to=int(evals[-1]["step"]),
+        loop_sps=loop_sps,
+        eval_cost_steps=eval_cost,
+        predicted_loop_sps=predicted_loop(str(value("train.recipe")), pipeline),
     )
+
+
+def loop_and_evaluations(run: Path, evals: list[dict[str, str]], until: int) -> tuple[float, int]:
+    """(the loop's env steps/s outside evaluations, the training time each evaluation added in
+    env steps of that loop) up to the end of the evaluation at ``until``: metrics.csv's windows
+    that overlap no evaluation (eval.csv's wall_s, when it began, to wall_s + eval_s) give the
+    loop; the rest of the time to the evaluation's end, shared among the evaluations, is theirs.
+    (0.0, 0) where no window was outside an evaluation."""
+    spans = [(float(e["wall_s"]), float(e["wall_s"]) + float(e["eval_s"])) for e in evals]
+    last = next(e for e in evals if int(e["step"]) == until)
+    began = float(last["wall_s"])
+    with (run / "metrics.csv").open(newline="") as f:
+        points = [(int(r["step"]), float(r["wall_s"])) for r in csv.DictReader(f)]
+    steps = seconds = 0.0
+    for (s0, w0), (s1, w1) in itertools.pairwise(points):
+        if w1 <= began and w1 > w0 and not any(a < w1 and w0 < b for a, b in spans):
+            steps, seconds = steps + s1 - s0, seconds + w1 - w0
+    if seconds <= 0:
+        return 0.0, 0
+    loop = steps / seconds
+    counted = sum(1 for e in evals if int(e["step"]) <= until)
+    ended = began + float(last["eval_s"])
+    return round(loop, 1), round((ended * loop - until) / counted)
+
+
+def predicted_loop(recipe: str, pipeline: str) -> int:
+    """The loop's env steps/s the calibration predicted for the recipe a run trained (its
+    config's ``train.recipe`` line names each recipe it measured); 0 where it measured none."""
+    name = recipe.split(" (", 1)[0]
+    said = re.search(
+        re.escape(name) + rf": actor [\d,]+ and learner [\d,]+ env steps/s, {pipeline}: "
+        r"([\d,]+) predicted",
+        recipe,
+    )
+    return int(said[1].replace(",", "")) if said else 0
 
 
 def trained_with(
@@ -321,13 +361,16 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     predicted = time_to_target(preset("pong-cpu"), loops, "fp32")
     assert predicted is not None
     assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
-        ("sync", 2400.0),  # 1,200,000 / 500
+        # (1,200,000 + 12 evaluations every 100,000 of 6,555 loop steps each, the median of
+        # the 5 runs' costs on record) / 500
+        ("sync", 2557.3),
         ("async", None),  # no run learned beside the actor at fp32
     ]
     text = render({"to_target": predicted})
     said = "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 5 runs"
     assert said in text
-    assert "loop sync  128 env(s) at 500 steps/s: 40 min of training predicted" in text
+    said = "loop sync  128 env(s) at 500 steps/s: 42 min 37 s of training predicted, "
+    assert said + "12 evaluations included" in text
     assert "loop async 128 env(s) at 400 steps/s: no run on record reached the target with" in text
     assert time_to_target(preset("pong-cpu"), loops[2:], "fp32")["loops"] == []  # type: ignore[index]
     assert "no loop was measured at the configured 128 environments" in render(
@@ -335,7 +378,9 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     )
     gpu = time_to_target(preset("pong-gpu"), loops[:2], "bf16")
     assert gpu is not None
-    assert [lp["predicted_s"] for lp in gpu["loops"]] == [3000.1, 2500.2]  # 1,500,032; 1,000,064
+    # (1,500,032 + 3 x 84,755) / 500 and (1,000,064 + 2 x 460,329) / 400: evaluations every
+    # 500,000 steps, each costing a GPU's loop far more of its steps than a CPU's
+    assert [lp["predicted_s"] for lp in gpu["loops"]] == [3508.6, 4801.8]
     assert "2 of 4 async runs at the target: fewer than 3" in render({"to_target": gpu})
     sticky = Config()  # the defaults: Pong with sticky actions, which no run on record used
     assert time_to_target(sticky, loops, "fp32") is None
@@ -394,7 +439,8 @@ def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small
     opts = BenchOptions(preset="pong-cpu-dqn")
     assert time_to_target(_config(opts), loops, "fp32") is None  # the bench's own: none on record
     predicted = time_to_target(_config(opts, bench_settings=False), loops, "fp32")
-    assert predicted is not None and predicted["loops"][0]["predicted_s"] == 5000.0
+    assert predicted is not None  # (500,000 + 5 evaluations of 953 loop steps each) / 100
+    assert predicted["loops"][0]["predicted_s"] == 5047.6
 
 
 def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_all(tmp_path):
@@ -412,3 +458,34 @@ def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_al
     assert trained_at(halves, "pqn.epochs", 1_000_000, 2) is None
     (tmp_path / "metrics.csv").write_text("step,sps\n10000,500\n")  # from before the column
     assert trained_at(tmp_path, "pqn.epochs", 1_000_000, 2) == 2
+
+
+def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_may_be():
+    """pong-cpu's prediction on two CPU cores: its 1,200,000 steps and 12 evaluations, each
+    costing the loop the time of 6,555 of its steps (the median of its 5 runs' costs: 5,448 to
+    143,618, the H200's loop being far faster than the CPU that evaluates); its error as the
+    runs that reached 18 spread it (900,096 to 1,500,032 steps) and as the one calibrated run's
+    loop went (605.4 env steps/s against 621 predicted). At each run's own loop speed the model
+    gives that run's time to the end of its evaluation at 18 within 15% (-14% to +1%)."""
+    from edgerl.hw.recipe import Recipe
+    from edgerl.run.recipe_choice import Measured
+
+    cfg = preset("pong-cpu")
+    found = samples_to_target(cfg, "sync", "fp32")
+    assert found is not None and found.eval_cost_steps == 6_555
+    assert found.evaluations(cfg.eval.every_steps) == 12
+    measured = Measured(
+        Recipe("pong-cpu", "", {}), 3044.0, 781.0, "sync", found, "fp32", found.runs, 100_000
+    )
+    loop = measured.loop_steps_per_s
+    assert measured.predicted_s == pytest.approx((1_200_000 + 12 * 6_555) / loop)
+    said = measured.describe()
+    assert "with 12 evaluations (each adds the time of 6,555 loop steps, on record; " in said
+    assert "the 4 runs on record that reached it took 900,096 to 1,500,032 env steps: " in said
+    assert "the loop of the 1 run whose speed was predicted before it ran went at 0.97" in said
+    for run in (r for r in found.runs if r.reached_at):
+        with (RUNS / run.run / "eval.csv").open(newline="") as f:
+            at = next(e for e in csv.DictReader(f) if int(e["step"]) == run.reached_at)
+        took = float(at["wall_s"]) + float(at["eval_s"])
+        model = found.training_s(run.loop_sps, run.eval_every, run.reached_at)
+        assert abs(model / took - 1) < 0.15, (run.run, model, took)

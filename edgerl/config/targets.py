@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from edgerl.config.learners import learner_info
 from edgerl.files.packaged import finite, read_table
+from edgerl.words import duration
 
 if TYPE_CHECKING:
     from edgerl.config import Config
@@ -73,6 +74,16 @@ class SampleRun(NamedTuple):
     run: str  # its folder under docs/runs/
     reached_at: int  # the env step of its first evaluation at the target; 0: never
     evaluated_to: int  # the env step of its last evaluation
+    # Its loop's env steps/s outside its evaluations, up to the evaluation above (reached_at,
+    # else its last); 0 where its metrics.csv had no window outside one.
+    loop_sps: float = 0.0
+    # The training time each of those evaluations added, on average, counted in env steps of
+    # that loop (evaluations slow the loop they run beside; counted in its steps, the figure
+    # carries from one machine to a faster or slower one of the same kind).
+    eval_cost_steps: int = 0
+    # The loop's env steps/s the calibration predicted for it before it ran (its config's
+    # recipe line); 0 where it was not calibrated.
+    predicted_loop_sps: int = 0
 
 
 def _step(text: str) -> int:
@@ -84,6 +95,7 @@ def sample_runs() -> tuple[SampleRun, ...]:
     """The runs on record, with what each needed (``edgerl/data/samples_to_target.csv``)."""
     columns: dict[str, Any] = {name: str for name in SampleRun._fields}
     columns.update(target=finite, eval_every=int, reached_at=_step, evaluated_to=int)
+    columns.update(loop_sps=finite, eval_cost_steps=int, predicted_loop_sps=int)
     return tuple(SampleRun(**row) for row in read_table("samples_to_target.csv", columns))
 
 
@@ -106,6 +118,50 @@ class SamplesToTarget:
         (:data:`MIN_REACHING`)."""
         return self.reached >= MIN_REACHING
 
+    @property
+    def eval_cost_steps(self) -> int:
+        """The training time an evaluation adds, in env steps of the loop: the median over the
+        runs whose loop was measured (0 where none was)."""
+        costs = sorted(r.eval_cost_steps for r in self.runs if r.loop_sps > 0)
+        return costs[len(costs) // 2] if costs else 0
+
+    def evaluations(self, eval_every: int) -> int:
+        """How many evaluations a run evaluated every ``eval_every`` env steps makes up to
+        and including the one at the target (0: it does not evaluate)."""
+        return evaluations_to(self.steps, eval_every)
+
+    def training_s(self, loop_sps: float, eval_every: int, steps: int | None = None) -> float:
+        """The training time to the target (to the end of the evaluation that reaches it) of a
+        loop of ``loop_sps`` env steps/s evaluated every ``eval_every``: its ``steps`` (the
+        median's by default) and the evaluations' cost on record."""
+        steps = self.steps if steps is None else steps
+        return (steps + evaluations_to(steps, eval_every) * self.eval_cost_steps) / loop_sps
+
+    def error(self, loop_sps: float, eval_every: int) -> str:
+        """How far :meth:`training_s` may be off, from the runs on record: the training time
+        at this speed of the fewest and the most steps that reached the target, and how the
+        loops of the runs whose speed was predicted before they ran compared with it."""
+        reached = sorted(r.reached_at for r in self.runs if r.reached_at)
+        low, high = (self.training_s(loop_sps, eval_every, s) for s in (reached[0], reached[-1]))
+        said = (
+            f"the {len(reached)} run{'s' if len(reached) != 1 else ''} on record that reached "
+            f"it took {reached[0]:,}"
+            + (f" to {reached[-1]:,}" if high != low else "")
+            + f" env steps: {duration(low)}"
+            + (f" to {duration(high)}" if high != low else "")
+            + " at this speed"
+        )
+        kept = [r.loop_sps / r.predicted_loop_sps for r in self.runs if r.predicted_loop_sps]
+        if not kept:
+            return said + "; no run on record kept the speed predicted for it"
+        ratios = f"{min(kept):.2f}" + (f"-{max(kept):.2f}" if len(kept) > 1 else "")
+        n = len(kept)
+        return (
+            f"{said}; the loop{'s' if n > 1 else ''} of the {n} run{'s' if n > 1 else ''} "
+            f"whose speed was predicted before {'they' if n > 1 else 'it'} ran went at {ratios} "
+            "of the prediction"
+        )
+
     def describe(self) -> str:
         n = len(self.runs)
         return (
@@ -114,6 +170,12 @@ class SamplesToTarget:
             f"pipeline and {self.precision}, {self.reached} of which reached it; evaluated "
             f"every {grid(self.runs)} env steps)"
         )
+
+
+def evaluations_to(steps: int, eval_every: int) -> int:
+    """The evaluations of a run evaluated every ``eval_every`` env steps up to and including
+    the one at ``steps`` (0: it does not evaluate)."""
+    return max(1, round(steps / eval_every)) if eval_every > 0 else 0
 
 
 def grid(runs: tuple[SampleRun, ...]) -> str:

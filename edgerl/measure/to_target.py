@@ -4,9 +4,12 @@ samples to target (:mod:`edgerl.config.targets`) over the whole loop's steps/s m
 Each loop is predicted from the runs that trained in its pipeline (sync or async) at the
 precision the config trains in here: a run of another pipeline or precision says nothing of it.
 
-A prediction of training time alone: evaluations, start-up and the replay's saves come on top,
-and the loop measured over seconds runs at the speed of its first minutes (PQN's and DQN's
-updates cost the same all run long; the emulator's speed changes little with the score)."""
+A prediction of training time to the end of the evaluation that reaches the target: the loop's
+steps and the time its evaluations add (each one's cost on record, in env steps of the loop it
+ran beside: :meth:`~edgerl.config.targets.SamplesToTarget.training_s`). Start-up and the
+replay's saves come on top, and the loop measured over seconds runs at the speed of its first
+minutes (PQN's and DQN's updates cost the same all run long; the emulator's speed changes
+little with the score)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 
 from edgerl.config import Config
 from edgerl.config.targets import MIN_REACHING, samples_to_target
-from edgerl.words import duration
+from edgerl.words import duration, plural
 
 PIPELINES = ("sync", "async")
 
@@ -31,6 +34,7 @@ def time_to_target(
         return None
     first = next(iter(found.values()))
     here = [lp for lp in loops if lp["num_envs"] == cfg.env.num_envs and lp["steps_per_s"] > 0]
+    every = cfg.eval.every_steps
     return {
         "env": first.env_id,
         "target": first.target,
@@ -52,10 +56,11 @@ def time_to_target(
                 "num_envs": lp["num_envs"],
                 "steps_per_s": lp["steps_per_s"],
                 "predicted_s": (
-                    round(found[lp["mode"]].steps / lp["steps_per_s"], 1)
+                    round(found[lp["mode"]].training_s(lp["steps_per_s"], every), 1)
                     if lp["mode"] in found
                     else None
                 ),
+                "evaluations": (found[lp["mode"]].evaluations(every) if lp["mode"] in found else 0),
             }
             for lp in here
         ],
@@ -86,7 +91,7 @@ def to_target_lines(t: dict[str, Any]) -> list[str]:
                 f"{t['precision']}: no prediction"
             )
         else:
-            lines.append(
-                f"{loop}{duration(lp['predicted_s'])} of training predicted (evaluations aside)"
-            )
+            evaluations = lp.get("evaluations", 0)
+            with_them = f", {plural(evaluations, 'evaluation')} included" if evaluations else ""
+            lines.append(f"{loop}{duration(lp['predicted_s'])} of training predicted{with_them}")
     return lines

@@ -28,7 +28,7 @@ from edgerl.config.targets import (
 from edgerl.hw.recipe import Recipe
 from edgerl.report.balance import predict
 from edgerl.run.recipe_speed import Figures
-from edgerl.words import duration
+from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class Measured:
     samples: SamplesToTarget | None  # at that pipeline and precision
     precision: str | None = "fp32"  # as it would train here (None: none this machine can do)
     runs: tuple[SampleRun, ...] = ()  # the runs on record at its settings, pipeline, precision
+    eval_every: int = 0  # its eval.every_steps: each evaluation's cost on record is added
 
     @property
     def backed(self) -> bool:
@@ -60,11 +61,12 @@ class Measured:
 
     @property
     def predicted_s(self) -> float | None:
-        """Training time to the target, or None without samples on record (or a stalled
-        measurement)."""
+        """Training time to the end of the evaluation that reaches the target: the samples on
+        record at the loop's predicted speed, with the time its evaluations add (their cost on
+        record); None without samples on record (or a stalled measurement)."""
         if self.samples is None or self.loop_steps_per_s <= 0:
             return None
-        return self.samples.steps / self.loop_steps_per_s
+        return self.samples.training_s(self.loop_steps_per_s, self.eval_every)
 
     def describe(self) -> str:
         limit = (
@@ -87,6 +89,15 @@ class Measured:
             f"on record ({trained}: {samples.reached} of {len(samples.runs)} runs reached it, "
             f"evaluated every {grid(samples.runs)}): {duration(predicted)}"
         )
+        notes = []
+        evaluations = samples.evaluations(self.eval_every)
+        if evaluations and samples.eval_cost_steps:
+            said += f" with {plural(evaluations, 'evaluation')}"
+            notes.append(f"each adds the time of {samples.eval_cost_steps:,} loop steps, on record")
+        if samples.enough:
+            notes.append(samples.error(self.loop_steps_per_s, self.eval_every))
+        if notes:
+            said += f" ({'; '.join(notes)})"
         if not samples.enough:
             said += f", not chosen on it (fewer than {MIN_REACHING} runs reached it)"
         return said
@@ -125,6 +136,7 @@ def weighed(recipe: Recipe, cfg: Config, figures: Figures) -> Measured:
         samples=samples_to_target(cfg, pipeline, precision),
         precision=precision,
         runs=matching_runs(cfg, pipeline, precision),
+        eval_every=cfg.eval.every_steps,
     )
 
 
