@@ -463,10 +463,11 @@ def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_al
 def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_may_be():
     """pong-cpu's prediction on two CPU cores: its 1,200,000 steps and 12 evaluations, each
     costing the loop the time of 6,555 of its steps (the median of its 5 runs' costs: 5,448 to
-    143,618, the H200's loop being far faster than the CPU that evaluates); its error as the
-    runs that reached 18 spread it (900,096 to 1,500,032 steps) and as the one calibrated run's
-    loop went (605.4 env steps/s against 621 predicted). At each run's own loop speed the model
-    gives that run's time to the end of its evaluation at 18 within 15% (-14% to +1%)."""
+    143,618, the H200's loop being far faster than the CPU that evaluates), at the loop the
+    halves predict times what the sync runs that kept their prediction made of theirs (the
+    upper of 0.84 and 0.97: 605.4 env steps/s against 621, 779.7 against 925); its error as the
+    runs that reached 18 spread it (900,096 to 1,500,032 steps). At each run's own loop speed the
+    model gives that run's time to the end of its evaluation at 18 within 15% (-14% to +1%)."""
     from edgerl.hw.recipe import Recipe
     from edgerl.run.recipe_choice import Measured
 
@@ -477,12 +478,19 @@ def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_m
     measured = Measured(
         Recipe("pong-cpu", "", {}), 3044.0, 781.0, "sync", found, "fp32", found.runs, 100_000
     )
-    loop = measured.loop_steps_per_s
+    assert measured.host_share == pytest.approx(605.4 / 621)
+    loop = measured.loop_steps_per_s * measured.host_share
     assert measured.predicted_s == pytest.approx((1_200_000 + 12 * 6_555) / loop)
     said = measured.describe()
     assert "with 12 evaluations (each adds the time of 6,555 loop steps, on record; " in said
+    assert (
+        "the loop at 0.97 of the halves' prediction, as the 2 runs on record in the sync " in said
+    )
+    assert "pipeline that kept theirs went (0.84-0.97): the host work the halves leave out" in said
     assert "the 4 runs on record that reached it took 900,096 to 1,500,032 env steps: " in said
-    assert "the loop of the 1 run whose speed was predicted before it ran went at 0.97" in said
+    gpu = Measured(Recipe("pong-gpu", "", {}), 9e3, 8e3, "async", found, "fp32", (), 100_000)
+    assert gpu.host_share == 1.0  # no async run kept its prediction: said, not guessed
+    assert "no run on record in the async pipeline kept its prediction" in gpu.describe()
     for run in (r for r in found.runs if r.reached_at):
         with (RUNS / run.run / "eval.csv").open(newline="") as f:
             at = next(e for e in csv.DictReader(f) if int(e["step"]) == run.reached_at)

@@ -138,28 +138,18 @@ class SamplesToTarget:
         return (steps + evaluations_to(steps, eval_every) * self.eval_cost_steps) / loop_sps
 
     def error(self, loop_sps: float, eval_every: int) -> str:
-        """How far :meth:`training_s` may be off, from the runs on record: the training time
-        at this speed of the fewest and the most steps that reached the target, and how the
-        loops of the runs whose speed was predicted before they ran compared with it."""
+        """How far :meth:`training_s` may be off from its samples, from the runs on record:
+        the training time at this speed of the fewest and the most steps that reached the
+        target."""
         reached = sorted(r.reached_at for r in self.runs if r.reached_at)
         low, high = (self.training_s(loop_sps, eval_every, s) for s in (reached[0], reached[-1]))
-        said = (
+        return (
             f"the {len(reached)} run{'s' if len(reached) != 1 else ''} on record that reached "
             f"it took {reached[0]:,}"
             + (f" to {reached[-1]:,}" if high != low else "")
             + f" env steps: {duration(low)}"
             + (f" to {duration(high)}" if high != low else "")
             + " at this speed"
-        )
-        kept = [r.loop_sps / r.predicted_loop_sps for r in self.runs if r.predicted_loop_sps]
-        if not kept:
-            return said + "; no run on record kept the speed predicted for it"
-        ratios = f"{min(kept):.2f}" + (f"-{max(kept):.2f}" if len(kept) > 1 else "")
-        n = len(kept)
-        return (
-            f"{said}; the loop{'s' if n > 1 else ''} of the {n} run{'s' if n > 1 else ''} "
-            f"whose speed was predicted before {'they' if n > 1 else 'it'} ran went at {ratios} "
-            "of the prediction"
         )
 
     def describe(self) -> str:
@@ -170,6 +160,20 @@ class SamplesToTarget:
             f"pipeline and {self.precision}, {self.reached} of which reached it; evaluated "
             f"every {grid(self.runs)} env steps)"
         )
+
+
+def loops_on_record(pipeline: str) -> list[float]:
+    """How the loop of each run on record in ``pipeline`` went against the speed its
+    calibration predicted for it before it ran (its loop outside evaluations over that
+    prediction), smallest first; of every recipe, since the halves' prediction is the
+    machine's and the pipeline's, not the settings'. The halves leave host work out (the
+    rollout's writes; in the async pipeline the learner thread's share of the CPU beside the
+    actor): these ratios carry it."""
+    return sorted(
+        r.loop_sps / r.predicted_loop_sps
+        for r in sample_runs()
+        if r.pipeline == pipeline and r.predicted_loop_sps > 0 and r.loop_sps > 0
+    )
 
 
 def evaluations_to(steps: int, eval_every: int) -> int:

@@ -13,10 +13,11 @@ bench`` measures it, for a few seconds per recipe:
 
 The loop's speed follows from the two as the balance predicts it (the slower of the two where the
 learner has a thread of its own, their harmonic sum where they take turns), and the predicted
-training time is the samples to target over that speed, with the time the recipe's evaluations
-add on the way (each one's cost on record, in steps of the loop it ran beside), its error said
-from the same runs (:meth:`~edgerl.config.targets.SamplesToTarget.error`; the async pipeline's
-slower half still leaves out the learner thread's host work). The samples to target are those of
+training time is the samples to target over that speed (times what the loops of the runs on
+record in its pipeline made of their prediction: the host work the halves leave out), with the
+time the recipe's evaluations add on the way (each one's cost on record, in steps of the loop it
+ran beside), its error said from the same runs
+(:class:`~edgerl.run.recipe_choice.Measured`). The samples to target are those of
 the runs on record that trained with the recipe's settings in the pipeline and at the precision
 it would train with here (:func:`edgerl.config.targets.samples_to_target`): a CPU run in one
 loop at fp32 says nothing of a GPU learning beside the actor in bf16. The recipe with the least

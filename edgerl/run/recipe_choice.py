@@ -21,6 +21,7 @@ from edgerl.config.targets import (
     SampleRun,
     SamplesToTarget,
     grid,
+    loops_on_record,
     matching_runs,
     samples_to_target,
     tally,
@@ -60,13 +61,42 @@ class Measured:
         return predict(a, b, self.pipeline) if a > 0 and b > 0 else 0.0
 
     @property
+    def host_share(self) -> float:
+        """What the loop is expected to keep of the halves' prediction: the median of how the
+        loops of the runs on record in its pipeline went against theirs (the host work the two
+        halves leave out, :func:`~edgerl.config.targets.loops_on_record`); 1 where no run in
+        its pipeline kept its prediction."""
+        ratios = loops_on_record(self.pipeline)
+        return ratios[len(ratios) // 2] if ratios else 1.0
+
+    @property
     def predicted_s(self) -> float | None:
         """Training time to the end of the evaluation that reaches the target: the samples on
-        record at the loop's predicted speed, with the time its evaluations add (their cost on
-        record); None without samples on record (or a stalled measurement)."""
+        record at the loop's expected speed (the halves' prediction times :attr:`host_share`),
+        with the time its evaluations add (their cost on record); None without samples on
+        record (or a stalled measurement)."""
         if self.samples is None or self.loop_steps_per_s <= 0:
             return None
-        return self.samples.training_s(self.loop_steps_per_s, self.eval_every)
+        return self.samples.training_s(self.loop_steps_per_s * self.host_share, self.eval_every)
+
+    def host_note(self) -> str:
+        """The host work in words: how the loops on record in its pipeline went."""
+        ratios = loops_on_record(self.pipeline)
+        if not ratios:
+            return (
+                f"no run on record in the {self.pipeline} pipeline kept its prediction, so the "
+                "host work the halves leave out is not in it"
+            )
+        n, spread = (
+            len(ratios),
+            f"{ratios[0]:.2f}" + (f"-{ratios[-1]:.2f}" if len(ratios) > 1 else ""),
+        )
+        kept = "theirs" if n > 1 else "its"
+        return (
+            f"the loop at {self.host_share:.2f} of the halves' prediction, as the "
+            f"{plural(n, 'run')} on record in the {self.pipeline} pipeline that kept {kept} "
+            f"went ({spread}): the host work the halves leave out"
+        )
 
     def describe(self) -> str:
         limit = (
@@ -95,7 +125,8 @@ class Measured:
             said += f" with {plural(evaluations, 'evaluation')}"
             notes.append(f"each adds the time of {samples.eval_cost_steps:,} loop steps, on record")
         if samples.enough:
-            notes.append(samples.error(self.loop_steps_per_s, self.eval_every))
+            notes.append(self.host_note())
+            notes.append(samples.error(self.loop_steps_per_s * self.host_share, self.eval_every))
         if notes:
             said += f" ({'; '.join(notes)})"
         if not samples.enough:
