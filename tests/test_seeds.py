@@ -13,7 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgerl.display.seeds import Evaluation, SeedRun, curve, figures, find_runs, protocol
+from edgerl.display.seeds import (
+    Evaluation,
+    SeedRun,
+    curve,
+    describe,
+    figures,
+    find_runs,
+    protocol,
+)
 from edgerl.errors import MissingDependencyError, RunDirError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +47,14 @@ def test_reached_is_the_first_evaluation_at_the_target_and_final_is_the_last_thr
     assert within.k == 1
     assert f.held == [False, False, False]  # seed 0 reached 500 and fell: reached, not held
     assert f.iqm.spread == pytest.approx((40.0, 1030 / 3)) and f.iqm.ci95 is None  # the range
+    assert "  final score (mean of the last 3 evaluations): " in describe(f)
+    # a run with fewer evaluations than the final's 3: the line says what each final is
+    short = figures([seed_run(0, [10, 20]), seed_run(1, [5, 6, 7, 8])], target=500, reps=1000)
+    assert short.finals == [15.0, 7.0]
+    said = "  final score (mean of the last 3 evaluations, all of a run's where it has fewer (2)): "
+    assert said in describe(short)
+    both = figures([seed_run(0, [10, 20]), seed_run(1, [5, 7])], target=500, reps=1000)
+    assert "  final score (mean of its 2 evaluations, fewer than 3): " in describe(both)
 
 
 def test_within_counts_only_the_evaluations_that_ended_inside_it_for_every_figure():
@@ -142,6 +158,9 @@ def test_train_seeds_runs_each_seed_in_its_folder_and_results_sums_them_up(cli, 
     r = cli("train", "--env", "CartPole-v1", "--steps", "200", "--seeds", "2", "--quiet", *sets)
     assert r.code == 0, r.err[-3000:]
     assert sorted(p.name for p in other.iterdir()) == ["seed-7", "seed-8"]
+    # 200 steps evaluate never (auto: off below 50,000): no `next: results` that would fail
+    assert "next: " not in r.err and "these runs made no greedy evaluation" in r.err
+    assert "--set eval.every_steps=N" in r.err
 
     picture = tmp_path / "seeds.png"
     r = cli("results", run, "--target", "30", "--json", "-o", picture, "--reps", "500")

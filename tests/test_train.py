@@ -137,7 +137,7 @@ def test_a_run_resumes_with_its_own_recipe_from_its_run_directory_alone(cli, tmp
     assert cli("train", *first, "--steps", "1024", "--run-dir", run, "--quiet").code == 0
     r = cli("train", "--run-dir", run, "--steps", "2048", "--quiet")
     assert r.code == 0, r.err[-2000:]
-    assert "keeps its own settings (agent.algo=pqn, from its config.toml)" in r.err
+    assert "keeps its own settings (agent.algo=pqn, from its config.toml) for every key" in r.err
     assert "resuming from step 1,024" in r.err
     saved = (run / "config.toml").read_text()
     assert 'algo = "pqn"' in saved and "epochs = 3" in saved

@@ -254,8 +254,8 @@ def run_recipe_layer(cfg: Config) -> Layer | None:
     values = {k: v for k, v in values.items() if k in known and k != "train.run_dir"}
     recipe = values.get("train.recipe") or f"agent.algo={values.get('agent.algo', '?')}"
     log.info(
-        "the run in %s keeps its own settings (%s, from its config.toml) where this command "
-        "sets none",
+        "the run in %s keeps its own settings (%s, from its config.toml) for every key this "
+        "command leaves unset",
         run_dir,
         recipe,
     )

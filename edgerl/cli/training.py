@@ -81,7 +81,17 @@ def train(
         train_one(
             ctx, config_file, overrides, env_id, steps, here, first + k, quick, preset, fresh, quiet
         )
+    from edgerl.report.evaluate import eval_period
+
     edgerl = command_name()
+    if eval_period(cfg) == 0:  # results read greedy evaluations, and these runs made none
+        click.echo(
+            f"these runs made no greedy evaluation (eval.every_steps is off at "
+            f"{cfg.train.steps:,} steps), which `{edgerl} results` needs: give the seeds' "
+            "command --set eval.every_steps=N (a tenth of the steps, say) in another --run-dir",
+            err=True,
+        )
+        return
     click.echo(
         f"next: {edgerl} results {shlex.quote(str(base))} -o seeds.png   # k of {seeds} at "
         "the target, final scores, IQM",

@@ -348,6 +348,18 @@ def protocol(run: SeedRun) -> str:
     return "; ".join(said)
 
 
+def final_evaluations(f: Figures, last: int) -> str:
+    """Which evaluations each final score is the mean of, in words: the last ``last``, or as
+    many as a run has where it has fewer."""
+    counts = sorted({min(last, len(r.within(f.within_s))) for r in f.runs})
+    if counts == [last]:
+        return f"the last {plural(last, 'evaluation')}"
+    if len(counts) == 1:
+        return f"its {plural(counts[0], 'evaluation')}, fewer than {last}"
+    fewer = ", ".join(str(c) for c in counts if c < last)
+    return f"the last {last} evaluations, all of a run's where it has fewer ({fewer})"
+
+
 def describe(f: Figures, last: int = LAST) -> str:
     """The figures of one game and learner, a few lines."""
     seeds = ("seeds " if len(f.runs) > 1 else "seed ") + ", ".join(str(r.seed) for r in f.runs)
@@ -374,7 +386,7 @@ def describe(f: Figures, last: int = LAST) -> str:
     per_seed = ", ".join(f"{v:.1f}" for v in f.finals)
     ended = "" if f.within_s is None else f" that ended{within}"
     lines.append(
-        f"  final score (mean of the last {plural(last, 'evaluation')}{ended}): "
+        f"  final score (mean of {final_evaluations(f, last)}{ended}): "
         f"{f.iqm.said(1)}; per seed {per_seed}"
     )
     lines.append(f"  best evaluation{within}, per seed: " + ", ".join(f"{b:.1f}" for b in f.bests))

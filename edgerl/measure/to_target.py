@@ -17,6 +17,7 @@ from typing import Any
 
 from edgerl.config import Config
 from edgerl.config.targets import MIN_REACHING, samples_to_target
+from edgerl.report.evaluate import eval_period
 from edgerl.words import duration, plural
 
 PIPELINES = ("sync", "async")
@@ -34,7 +35,7 @@ def time_to_target(
         return None
     first = next(iter(found.values()))
     here = [lp for lp in loops if lp["num_envs"] == cfg.env.num_envs and lp["steps_per_s"] > 0]
-    every = cfg.eval.every_steps
+    every = eval_period(cfg)
     return {
         "env": first.env_id,
         "target": first.target,

@@ -46,7 +46,7 @@ class Measured:
     samples: SamplesToTarget | None  # at that pipeline and precision
     precision: str | None = "fp32"  # as it would train here (None: none this machine can do)
     runs: tuple[SampleRun, ...] = ()  # the runs on record at its settings, pipeline, precision
-    eval_every: int = 0  # its eval.every_steps: each evaluation's cost on record is added
+    eval_every: int = 0  # env steps between its evaluations (0: none): each one's cost is added
 
     @property
     def backed(self) -> bool:
@@ -157,6 +157,8 @@ def trained_here(cfg: Config) -> tuple[str, str | None]:
 def weighed(recipe: Recipe, cfg: Config, figures: Figures) -> Measured:
     """The recipe's figures with the runs on record that speak for it: its settings, in the
     pipeline it was measured in, at the precision it would train in here."""
+    from edgerl.report.evaluate import eval_period
+
     actor, learner, pipeline = figures
     precision = trained_here(cfg)[1]
     return Measured(
@@ -167,7 +169,7 @@ def weighed(recipe: Recipe, cfg: Config, figures: Figures) -> Measured:
         samples=samples_to_target(cfg, pipeline, precision),
         precision=precision,
         runs=matching_runs(cfg, pipeline, precision),
-        eval_every=cfg.eval.every_steps,
+        eval_every=eval_period(cfg),
     )
 
 
