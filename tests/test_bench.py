@@ -524,3 +524,25 @@ def test_dqns_update_modes_and_replay_are_named_as_dqns_where_another_learner_is
     assert ppo[1].startswith("DQN's replay:") and any(
         ln.startswith("DQN's updates/s:") for ln in ppo
     )
+
+
+def test_a_rollout_learners_loop_is_timed_over_whole_rollouts():
+    """PQN learns from whole rollouts: a window opened and closed at fixed times counted the
+    env steps of the rollouts done inside it, a figure that moved a rollout at a time (4,096
+    steps at Pong's recipe: 205 steps/s over 20 s, issue 72). Its window now opens and closes as
+    a rollout's learning ends, so it holds whole rollouts (here of 4 x 16 steps)."""
+    from edgerl.config import Config, with_values
+    from edgerl.measure import loops
+
+    cfg = with_values(
+        Config(),
+        {"env.id": "CartPole-v1", "agent.algo": "pqn", "env.num_envs": 4,
+         "pqn.rollout_steps": 16, "pqn.minibatches": 4, "hw.monitor": False,
+         "display.enabled": False, "eval.every_steps": 0, "train.steps": 10**12},
+    )  # fmt: skip
+    out = loops._trainer_window(cfg, 2.0, lambda t: t.learner.updates >= 3, 3)
+    assert not out.get("timed_out") and out["steps"] >= 64, out
+    assert out["steps"] % 64 == 0, out
+    # the loop's own counter, read within a few milliseconds of each rollout's end, agrees
+    # within the steps those milliseconds hold
+    assert abs(out["counted_steps"] - out["steps"]) <= 0.1 * out["steps"] + 256, out

@@ -159,12 +159,31 @@ def measure_update_variant(
     return measure_updates(learner, spec, cfg.agent.batch_size, seconds)
 
 
+CYCLE_POLL_S = 0.005  # how often a window's edge looks for the end of a rollout's learning
+
+
+def at_cycle_end(trainer: Any, deadline: float) -> None:
+    """Return as a learner that learns from whole rollouts (it counts them: PQN, PPO) has
+    just finished learning from one, so that a window opened and closed so holds whole
+    rollouts: counted in the env steps of the rollouts done inside a fixed window, a loop's
+    figure moved by a whole rollout at once (4,096 steps: 205 steps/s over 20 s). A learner
+    that counts no rollouts (DQN learns every few steps) returns at once, as does one still
+    on the same rollout at ``deadline``."""
+    counted = getattr(trainer.learner, "rollouts", None)
+    if not isinstance(counted, int):
+        return
+    while trainer.learner.rollouts == counted and time.monotonic() < deadline:
+        time.sleep(CYCLE_POLL_S)
+
+
 def _trainer_window(
     cfg: Config, seconds: float, ready: Callable[[Any], bool], min_updates: int
 ) -> dict[str, Any]:
     """Run the real trainer and measure a window of ``seconds`` once ``ready(trainer)``; returns
     the window's steps/s and the loop thread's CPU time per env step, plus the learner's busy
-    time and updates (``timed_out`` when the window never opened)."""
+    time and updates (``timed_out`` when the window never opened). For a learner of whole
+    rollouts the window runs from the end of one rollout's learning to the end of another's
+    (:func:`at_cycle_end`, seen within a few milliseconds) and its steps are those rollouts'."""
     from edgerl.run.train import Trainer
 
     workdir = Path(tempfile.mkdtemp(prefix="edgerl-bench-"))
@@ -190,6 +209,10 @@ def _trainer_window(
                 window[f"host{key}"] = learning.host_s if learning else 0.0
                 window[f"act{key}"] = learning.act_s if learning else 0.0
                 window[f"updates{key}"] = trainer.learner.updates
+                rollouts = getattr(trainer.learner, "rollouts", None)
+                if isinstance(rollouts, int):
+                    window[f"rollouts{key}"] = rollouts
+                    window["rollout_steps"] = trainer.learner.steps_per_unit
 
             def stop_later() -> None:
                 deadline = time.monotonic() + START_TIMEOUT_S
@@ -199,12 +222,14 @@ def _trainer_window(
                     window["timed_out"] = 1.0
                     trainer.request_stop("bench")
                     return
+                at_cycle_end(trainer, deadline)
                 mark("0")
                 time.sleep(seconds)
                 # On a loaded machine a short window can hold no update at all: a figure from
                 # it would say nothing, so the window lasts until it holds a few.
                 while trainer.learner.updates - window["updates0"] < min_updates:
                     time.sleep(0.05)
+                at_cycle_end(trainer, time.monotonic() + START_TIMEOUT_S)
                 mark("1")
                 trainer.request_stop("bench")
 
@@ -217,7 +242,10 @@ def _trainer_window(
     if "timed_out" in window:
         return {"timed_out": True}
     elapsed = window["t1"] - window["t0"]
-    steps = window["step1"] - window["step0"]
+    moved = window["step1"] - window["step0"]
+    steps = moved  # what the loop's counter moved; whole rollouts where it learns by them
+    if "rollouts1" in window and window["rollouts1"] > window["rollouts0"]:
+        steps = (window["rollouts1"] - window["rollouts0"]) * window["rollout_steps"]
     updates = window["updates1"] - window["updates0"]
     ratio, busy = math.nan, (window["busy1"] - window["busy0"]) / elapsed
     if len(balance) == 2:  # the learner's time as the balance counts it: its device's included
@@ -237,6 +265,7 @@ def _trainer_window(
         "busy_s": window["busy1"] - window["busy0"],
         "act_s": window["act1"] - window["act0"],
         "steps": int(steps),
+        "counted_steps": int(moved),
         "updates": int(updates),
     }
 
