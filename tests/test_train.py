@@ -84,6 +84,7 @@ def test_pong_run_writes_metrics_checkpoint_config_and_resumes(cli, tmp_path):
     r = cli("train", *PONG_FAST, "--steps", "1000", "--run-dir", run)
     assert r.code == 0 and "is already at step 1,000 of 1,000: nothing to do" in r.err
     assert "--steps 2,000" in r.err and "--fresh" in r.err
+    assert "building " not in r.err  # no environments built for nothing (seconds for Pong)
     for unsaid in ("learning continues at once", "too few load samples", "steps/s"):
         assert unsaid not in r.err, r.err
 

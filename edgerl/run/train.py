@@ -185,7 +185,9 @@ class Trainer:
         else:
             log.info("new run in %s (no checkpoint there to resume)", run_path)
         self._check_stop()
-        if cfg.fleet.actors:  # the environments are the remote actors'
+        if self.step >= cfg.train.steps:
+            pass  # nothing to do (run() says so): no environments built for it, no fleet
+        elif cfg.fleet.actors:  # the environments are the remote actors'
             if self._open_fleet is None:
                 raise RuntimeError("fleet.actors is set but the trainer was given no fleet")
             self.remote = self._open_fleet(cfg, spec)
@@ -329,7 +331,6 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until ``train.steps`` or a stop request; returns a summary of the session."""
-        assert self._acting
         cfg = self.cfg
         extra = [c for hook in self.hooks for c in hook.csv_columns if c not in CSV_COLUMNS]
         extra += [c for c in self.learner.figures() if c not in CSV_COLUMNS + extra]
@@ -348,6 +349,7 @@ class Trainer:
                 hook.on_tick(self, self.stats)
             self._progress.close()
             return self._result(stopped=False)
+        assert self._acting
 
         remaining, decisions = (total - self.step) // cfg.agent.train_freq, CompileDecisions()
         parts = (cfg, self.spec, self.learner, self.memory, self.actor_rng, remaining, decisions)
