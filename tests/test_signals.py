@@ -39,3 +39,37 @@ def test_a_stop_inside_the_call_is_said_once_and_nothing_else_is():
         "INFO SIGTERM heard while a test call: that call holds Python, so edgerl stops as "
         "soon as it returns"
     ], done.stderr
+
+
+def test_where_it_cannot_listen_it_changes_nothing():
+    """Off the main thread (no wakeup fd can be set there), and where another reader of
+    signals has set one (an event loop), the body runs with nothing started or changed."""
+    script = textwrap.dedent(
+        """
+        import os, signal, threading
+        from edgerl.run.signals import said_while_held
+
+        seen = []
+
+        def body():
+            with said_while_held("a test call") as call:
+                call.arm()
+                seen.append("ran")
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        body()
+        seen.append(signal.set_wakeup_fd(-1) == w)
+        print(seen)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ran', 'ran', True]", done
+    assert done.stderr == "", done.stderr

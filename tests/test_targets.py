@@ -62,7 +62,8 @@ def recorded(run: Path) -> SampleRun | None:
         settings[ratio_key] = trained
     name = str(run.relative_to(RUNS))
     pipeline, precision = trained_with(run, value, algo, auto_bf16=name in AUTO_WAS_BF16)
-    loop_sps, eval_cost = loop_and_evaluations(run, evals, until)
+    every = int(value("eval.every_steps"))  # type: ignore[call-overload]
+    loop_sps, eval_cost, eval_tail = loop_and_evaluations(run, evals, until, every)
     return SampleRun(
         env_id="ALE/Pong-v5",
         algo=algo,
@@ -70,22 +71,27 @@ def recorded(run: Path) -> SampleRun | None:
         settings=" ".join(f"{k}={text_of(v)}" for k, v in settings.items()),
         pipeline=pipeline,
         precision=precision,
-        eval_every=int(value("eval.every_steps")),  # type: ignore[call-overload]
+        eval_every=every,
         run=name,
         reached_at=reached[0] if reached else 0,
         evaluated_to=int(evals[-1]["step"]),
         loop_sps=loop_sps,
         eval_cost_steps=eval_cost,
+        eval_tail_steps=eval_tail,
         predicted_loop_sps=predicted_loop(str(value("train.recipe")), pipeline),
     )
 
 
-def loop_and_evaluations(run: Path, evals: list[dict[str, str]], until: int) -> tuple[float, int]:
-    """(the loop's env steps/s outside evaluations, the training time each evaluation added in
-    env steps of that loop) up to the end of the evaluation at ``until``: metrics.csv's windows
-    that overlap no evaluation (eval.csv's wall_s, when it began, to wall_s + eval_s) give the
-    loop; the rest of the time to the evaluation's end, shared among the evaluations, is theirs.
-    (0.0, 0) where no window was outside an evaluation."""
+def loop_and_evaluations(
+    run: Path, evals: list[dict[str, str]], until: int, every: int
+) -> tuple[float, int, int]:
+    """(the loop's env steps/s outside evaluations, the training time each evaluation before
+    the one at ``until`` added, the time that one took, both in env steps of that loop):
+    metrics.csv's windows that overlap no evaluation (eval.csv's wall_s, when it began, to wall_s
+    + eval_s) up to the evaluation at ``until`` give the loop; the rest of the time to its
+    beginning, start-up included, is shared among the evaluations before it (at most one
+    period each: they never overlap; -1 where there was none). (0.0, 0, 0) where no window was
+    outside an evaluation."""
     spans = [(float(e["wall_s"]), float(e["wall_s"]) + float(e["eval_s"])) for e in evals]
     last = next(e for e in evals if int(e["step"]) == until)
     began = float(last["wall_s"])
@@ -96,11 +102,11 @@ def loop_and_evaluations(run: Path, evals: list[dict[str, str]], until: int) -> 
         if w1 <= began and w1 > w0 and not any(a < w1 and w0 < b for a, b in spans):
             steps, seconds = steps + s1 - s0, seconds + w1 - w0
     if seconds <= 0:
-        return 0.0, 0
+        return 0.0, 0, 0
     loop = steps / seconds
-    counted = sum(1 for e in evals if int(e["step"]) <= until)
-    ended = began + float(last["eval_s"])
-    return round(loop, 1), round((ended * loop - until) / counted)
+    before = sum(1 for e in evals if int(e["step"]) < until)
+    cost = max(0, min(every, round((began * loop - until) / before))) if before else -1
+    return round(loop, 1), cost, round(float(last["eval_s"]) * loop)
 
 
 def predicted_loop(recipe: str, pipeline: str) -> int:
@@ -361,15 +367,15 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     predicted = time_to_target(preset("pong-cpu"), loops, "fp32")
     assert predicted is not None
     assert [(lp["mode"], lp["predicted_s"]) for lp in predicted["loops"]] == [
-        # (1,200,000 + 12 evaluations every 100,000 of 6,555 loop steps each, the median of
-        # the 5 runs' costs on record) / 500
-        ("sync", 2557.3),
+        # (1,200,000 + 11 evaluations before the last at 5,946 loop steps each + the last's
+        # 22,290, the medians of the 5 runs on record) / 500
+        ("sync", 2575.4),
         ("async", None),  # no run learned beside the actor at fp32
     ]
     text = render({"to_target": predicted})
     said = "to target:     1,200,000 env steps to 18 (the Kaplan-Meier median of the 5 runs"
     assert said in text
-    said = "loop sync  128 env(s) at 500 steps/s: 42 min 37 s of training predicted, "
+    said = "loop sync  128 env(s) at 500 steps/s: 42 min 55 s of training predicted, "
     assert said + "12 evaluations included" in text
     assert "loop async 128 env(s) at 400 steps/s: no run on record reached the target with" in text
     assert time_to_target(preset("pong-cpu"), loops[2:], "fp32")["loops"] == []  # type: ignore[index]
@@ -378,9 +384,10 @@ def test_the_bench_predicts_training_time_from_the_loops_at_the_configured_envir
     )
     gpu = time_to_target(preset("pong-gpu"), loops[:2], "bf16")
     assert gpu is not None
-    # (1,500,032 + 3 x 84,755) / 500 and (1,000,064 + 2 x 460,329) / 400: evaluations every
-    # 500,000 steps, each costing a GPU's loop far more of its steps than a CPU's
-    assert [lp["predicted_s"] for lp in gpu["loops"]] == [3508.6, 4801.8]
+    # (1,500,032 + 2 x 43,571 + 167,121) / 500 and (1,000,064 + 134,207 + 698,483) / 400:
+    # evaluations every 500,000 steps, each costing a GPU's loop far more of its steps than a
+    # CPU's (the CPU evaluates while the GPU's loop would have run on)
+    assert [lp["predicted_s"] for lp in gpu["loops"]] == [3508.6, 4581.9]
     assert "2 of 4 async runs at the target: fewer than 3" in render({"to_target": gpu})
     sticky = Config()  # the defaults: Pong with sticky actions, which no run on record used
     assert time_to_target(sticky, loops, "fp32") is None
@@ -439,8 +446,8 @@ def test_the_bench_predicts_from_the_config_training_would_use_not_its_own_small
     opts = BenchOptions(preset="pong-cpu-dqn")
     assert time_to_target(_config(opts), loops, "fp32") is None  # the bench's own: none on record
     predicted = time_to_target(_config(opts, bench_settings=False), loops, "fp32")
-    assert predicted is not None  # (500,000 + 5 evaluations of 953 loop steps each) / 100
-    assert predicted["loops"][0]["predicted_s"] == 5047.6
+    assert predicted is not None  # (500,000 + 4 evaluations of 829 loop steps + 3,367) / 100
+    assert predicted["loops"][0]["predicted_s"] == 5066.8
 
 
 def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_all(tmp_path):
@@ -461,28 +468,30 @@ def test_a_run_whose_epochs_moved_counts_at_the_value_it_trained_at_or_not_at_al
 
 
 def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_may_be():
-    """pong-cpu's prediction on two CPU cores: its 1,200,000 steps and 12 evaluations, each
-    costing the loop the time of 6,555 of its steps (the median of its 5 runs' costs: 5,448 to
-    143,618, the H200's loop being far faster than the CPU that evaluates), at the loop the
+    """pong-cpu's prediction on two CPU cores: its 1,200,000 steps and 12 evaluations, the 11
+    before the last costing the loop the time of 5,946 of its steps each and the last taking
+    that of 22,290 (the medians of its 5 runs: start-up shared among the earlier ones, each at
+    most one period; the H200's loop far outruns the CPU that evaluates), at the loop the
     halves predict times what the sync runs that kept their prediction made of theirs (the
     upper of 0.84 and 0.97: 605.4 env steps/s against 621, 779.7 against 925); its error as the
     runs that reached 18 spread it (900,096 to 1,500,032 steps). At each run's own loop speed the
-    model gives that run's time to the end of its evaluation at 18 within 15% (-14% to +1%)."""
+    model gives that run's time to the end of its evaluation at 18 within 15%."""
     from edgerl.hw.recipe import Recipe
     from edgerl.run.recipe_choice import Measured
 
     cfg = preset("pong-cpu")
     found = samples_to_target(cfg, "sync", "fp32")
-    assert found is not None and found.eval_cost_steps == 6_555
+    assert found is not None and (found.eval_cost_steps, found.eval_tail_steps) == (5_946, 22_290)
     assert found.evaluations(cfg.eval.every_steps) == 12
     measured = Measured(
         Recipe("pong-cpu", "", {}), 3044.0, 781.0, "sync", found, "fp32", found.runs, 100_000
     )
     assert measured.host_share == pytest.approx(605.4 / 621)
     loop = measured.loop_steps_per_s * measured.host_share
-    assert measured.predicted_s == pytest.approx((1_200_000 + 12 * 6_555) / loop)
+    assert measured.predicted_s == pytest.approx((1_200_000 + 11 * 5_946 + 22_290) / loop)
     said = measured.describe()
-    assert "with 12 evaluations (each adds the time of 6,555 loop steps, on record; " in said
+    assert "with 12 evaluations (each before the last adds the time of 5,946 loop steps " in said
+    assert "and the last takes that of 22,290, on record; " in said
     assert (
         "the loop at 0.97 of the halves' prediction, as the 2 runs on record in the sync " in said
     )

@@ -81,14 +81,22 @@ def train(
         train_one(
             ctx, config_file, overrides, env_id, steps, here, first + k, quick, preset, fresh, quiet
         )
-    from edgerl.report.evaluate import eval_period
+    from edgerl.display.seed_runs import NotEvaluatedYet, read_run
+
+    def evaluated(run: Path) -> bool:
+        try:
+            read_run(run)
+        except NotEvaluatedYet:
+            return False
+        return True
 
     edgerl = command_name()
-    if eval_period(cfg) == 0:  # results read greedy evaluations, and these runs made none
+    done = [base / f"seed-{first + k}" for k in range(seeds)]
+    if not any(evaluated(run) for run in done):  # results read greedy evaluations: none here
         click.echo(
-            f"these runs made no greedy evaluation (eval.every_steps is off at "
-            f"{cfg.train.steps:,} steps), which `{edgerl} results` needs: give the seeds' "
-            "command --set eval.every_steps=N (a tenth of the steps, say) in another --run-dir",
+            "these runs made no greedy evaluation (eval.every_steps is off below 50,000 steps "
+            f"unless set), which `{edgerl} results` needs: give the seeds' command --set "
+            "eval.every_steps=N (a tenth of the steps, say) in another --run-dir",
             err=True,
         )
         return

@@ -77,10 +77,13 @@ class SampleRun(NamedTuple):
     # Its loop's env steps/s outside its evaluations, up to the evaluation above (reached_at,
     # else its last); 0 where its metrics.csv had no window outside one.
     loop_sps: float = 0.0
-    # The training time each of those evaluations added, on average, counted in env steps of
-    # that loop (evaluations slow the loop they run beside; counted in its steps, the figure
-    # carries from one machine to a faster or slower one of the same kind).
+    # The training time each evaluation before that one added, on average (start-up shared
+    # among them; at most one period each: they never overlap; -1: there was none), and the
+    # time that last one took, both counted in env steps of that loop (an evaluation slows the
+    # loop it runs beside; counted in its steps, the figure carries from one machine to a faster
+    # or slower one of the same kind).
     eval_cost_steps: int = 0
+    eval_tail_steps: int = 0
     # The loop's env steps/s the calibration predicted for it before it ran (its config's
     # recipe line); 0 where it was not calibrated.
     predicted_loop_sps: int = 0
@@ -95,7 +98,8 @@ def sample_runs() -> tuple[SampleRun, ...]:
     """The runs on record, with what each needed (``edgerl/data/samples_to_target.csv``)."""
     columns: dict[str, Any] = {name: str for name in SampleRun._fields}
     columns.update(target=finite, eval_every=int, reached_at=_step, evaluated_to=int)
-    columns.update(loop_sps=finite, eval_cost_steps=int, predicted_loop_sps=int)
+    columns.update(loop_sps=finite, eval_cost_steps=int, eval_tail_steps=int)
+    columns.update(predicted_loop_sps=int)
     return tuple(SampleRun(**row) for row in read_table("samples_to_target.csv", columns))
 
 
@@ -120,10 +124,17 @@ class SamplesToTarget:
 
     @property
     def eval_cost_steps(self) -> int:
-        """The training time an evaluation adds, in env steps of the loop: the median over the
-        runs whose loop was measured (0 where none was)."""
-        costs = sorted(r.eval_cost_steps for r in self.runs if r.loop_sps > 0)
-        return costs[len(costs) // 2] if costs else 0
+        """The training time an evaluation before the last adds, in env steps of the loop:
+        the median over the runs whose loop was measured and that made one (0: none did)."""
+        return _median(
+            [r.eval_cost_steps for r in self.runs if r.loop_sps > 0 and r.eval_cost_steps >= 0]
+        )
+
+    @property
+    def eval_tail_steps(self) -> int:
+        """The time the evaluation that reaches the target takes, in env steps of the loop:
+        the median over the runs whose loop was measured (0: none was)."""
+        return _median([r.eval_tail_steps for r in self.runs if r.loop_sps > 0])
 
     def evaluations(self, eval_every: int) -> int:
         """How many evaluations a run evaluated every ``eval_every`` env steps makes up to
@@ -133,15 +144,21 @@ class SamplesToTarget:
     def training_s(self, loop_sps: float, eval_every: int, steps: int | None = None) -> float:
         """The training time to the target (to the end of the evaluation that reaches it) of a
         loop of ``loop_sps`` env steps/s evaluated every ``eval_every``: its ``steps`` (the
-        median's by default) and the evaluations' cost on record."""
+        median's by default), each evaluation before the last at its cost on record, and the
+        last one's length on record."""
         steps = self.steps if steps is None else steps
-        return (steps + evaluations_to(steps, eval_every) * self.eval_cost_steps) / loop_sps
+        evaluations = evaluations_to(steps, eval_every)
+        if evaluations:
+            steps += (evaluations - 1) * self.eval_cost_steps + self.eval_tail_steps
+        return steps / loop_sps
 
     def error(self, loop_sps: float, eval_every: int) -> str:
         """How far :meth:`training_s` may be off from its samples, from the runs on record:
         the training time at this speed of the fewest and the most steps that reached the
         target."""
         reached = sorted(r.reached_at for r in self.runs if r.reached_at)
+        if not reached:
+            return "no run on record reached it"
         low, high = (self.training_s(loop_sps, eval_every, s) for s in (reached[0], reached[-1]))
         return (
             f"the {len(reached)} run{'s' if len(reached) != 1 else ''} on record that reached "
@@ -174,6 +191,12 @@ def loops_on_record(pipeline: str) -> list[float]:
         for r in sample_runs()
         if r.pipeline == pipeline and r.predicted_loop_sps > 0 and r.loop_sps > 0
     )
+
+
+def _median(values: list[int]) -> int:
+    """The middle value (the upper of the two middle ones), 0 of none."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0
 
 
 def evaluations_to(steps: int, eval_every: int) -> int:

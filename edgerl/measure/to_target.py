@@ -5,11 +5,11 @@ Each loop is predicted from the runs that trained in its pipeline (sync or async
 precision the config trains in here: a run of another pipeline or precision says nothing of it.
 
 A prediction of training time to the end of the evaluation that reaches the target: the loop's
-steps and the time its evaluations add (each one's cost on record, in env steps of the loop it
-ran beside: :meth:`~edgerl.config.targets.SamplesToTarget.training_s`). Start-up and the
-replay's saves come on top, and the loop measured over seconds runs at the speed of its first
-minutes (PQN's and DQN's updates cost the same all run long; the emulator's speed changes
-little with the score)."""
+steps and the time its evaluations add (the cost on record of each before the last, start-up
+shared among them, and the last one's length, in env steps of the loop they ran beside:
+:meth:`~edgerl.config.targets.SamplesToTarget.training_s`). The loop measured over seconds runs
+at the speed of its first minutes (PQN's and DQN's updates cost the same all run long; the
+emulator's speed changes little with the score)."""
 
 from __future__ import annotations
 

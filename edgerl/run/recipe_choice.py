@@ -121,9 +121,12 @@ class Measured:
         )
         notes = []
         evaluations = samples.evaluations(self.eval_every)
-        if evaluations and samples.eval_cost_steps:
+        if evaluations and (samples.eval_cost_steps or samples.eval_tail_steps):
             said += f" with {plural(evaluations, 'evaluation')}"
-            notes.append(f"each adds the time of {samples.eval_cost_steps:,} loop steps, on record")
+            notes.append(
+                f"each before the last adds the time of {samples.eval_cost_steps:,} loop steps "
+                f"and the last takes that of {samples.eval_tail_steps:,}, on record"
+            )
         if samples.enough:
             notes.append(self.host_note())
             notes.append(samples.error(self.loop_steps_per_s * self.host_share, self.eval_every))

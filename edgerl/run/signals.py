@@ -75,7 +75,8 @@ def stop_on_signals(
 
 
 # The helper :func:`said_while_held` starts: a POSIX shell that reads the wakeup pipe a byte at
-# a time. Byte 0 (no signal's number) is edgerl's own: the call is about to begin. A stop signal
+# a time (od -b: octal, in every od). Byte 0 (no signal's number) is edgerl's own: the call is
+# about to begin. A stop signal
 # after it is said once, in the log's form; one before it is not (Python's handler is running
 # then and says it), nor are other signals' (SIGHUP's). A shell, not a Python, because it must
 # be reading before the stop comes: a fresh interpreter took 14 s to start on a busy 2-core
@@ -83,20 +84,20 @@ def stop_on_signals(
 # the pipe's end, which comes when edgerl closes it or dies.
 _SAYER = """
 trap '' INT TERM HUP
-armed=0
+said=$1 stamped=$2 armed=0
 while :; do
-  b=$(dd bs=1 count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
-  case $b in
+  set -- $(dd bs=1 count=1 2>/dev/null | od -b)
+  case $2 in
     '') exit 0 ;;
-    0) armed=1; continue ;;
-    2) name=SIGINT ;;
-    15) name=SIGTERM ;;
+    000) armed=1; continue ;;
+    002) name=SIGINT ;;
+    017) name=SIGTERM ;;
     *) continue ;;
   esac
   [ "$armed" = 1 ] || continue
   stamp=''
-  if [ "$2" = 1 ]; then stamp="$(date +%H:%M:%S) "; fi
-  printf '%sINFO %s %s\\n' "$stamp" "$name" "$1" >&2
+  if [ "$stamped" = 1 ]; then stamp="$(date +%H:%M:%S) "; fi
+  printf '%sINFO %s %s\\n' "$stamp" "$name" "$said" >&2
   armed=0
 done
 """
@@ -123,6 +124,39 @@ class HeldCall:
                 os.write(self._pipe, b"\0")
 
 
+def _start_sayer(doing: str) -> tuple[int, int, subprocess.Popen[bytes]] | None:
+    """(the wakeup pipe's write end, the wakeup fd it replaced, the helper reading it), or None
+    with nothing changed where it cannot be: not the main thread (ValueError), another reader
+    of signals already set (an event loop: left to it), no pipe or process to spare."""
+    try:
+        read, write = os.pipe()
+    except OSError:
+        return None
+    replaced: int | None = None
+    try:
+        os.set_blocking(write, False)
+        replaced = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if replaced != -1:
+            raise ValueError("another wakeup fd is set")
+        said = f"heard while {doing}: that call holds Python, so edgerl stops as soon as it returns"
+        stamped = "1" if _log_has_time() else "0"
+        sayer = subprocess.Popen(
+            ["/bin/sh", "-c", _SAYER, "edgerl-stop-sayer", said, stamped],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+        )
+        return write, replaced, sayer
+    except BaseException as e:  # a second Ctrl-C (KeyboardInterrupt) included: all put back
+        if replaced is not None:
+            signal.set_wakeup_fd(replaced)
+        os.close(write)
+        if isinstance(e, (OSError, ValueError)):
+            return None
+        raise
+    finally:
+        os.close(read)
+
+
 @contextlib.contextmanager
 def said_while_held(doing: str) -> Iterator[HeldCall]:
     """Say a stop (SIGINT, SIGTERM) at once while ``doing`` runs in one call that holds Python's
@@ -131,36 +165,20 @@ def said_while_held(doing: str) -> Iterator[HeldCall]:
     pipe even then; a small process of its own reads it and says, in the log's form, that the
     stop was heard and is acted on when the call returns. The body calls ``arm()`` just before
     the call. The handlers themselves are unchanged: the stop takes effect as they run. Main
-    thread only; elsewhere, or when the helper cannot start, nothing is said early."""
-    try:
-        read, write = os.pipe()
-    except OSError:
+    thread only; elsewhere, or when the helper cannot start, nothing is said early and nothing
+    is changed."""
+    started = _start_sayer(doing)
+    if started is None:
         yield HeldCall(None)
         return
-    sayer: subprocess.Popen[bytes] | None = None
-    old = None
+    write, replaced, sayer = started
     try:
-        os.set_blocking(write, False)
-        old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        said = f"heard while {doing}: that call holds Python, so edgerl stops as soon as it returns"
-        sayer = subprocess.Popen(
-            ["/bin/sh", "-c", _SAYER, "edgerl-stop-sayer", said, "1" if _log_has_time() else "0"],
-            stdin=read,
-            stdout=subprocess.DEVNULL,
-        )
-    except (OSError, ValueError):  # not the main thread, or no process to spare
-        pass
+        yield HeldCall(write)
     finally:
-        os.close(read)
-    try:
-        yield HeldCall(write if sayer is not None else None)
-    finally:
-        if old is not None:
-            signal.set_wakeup_fd(old)
+        signal.set_wakeup_fd(replaced)
         os.close(write)  # the helper reads its end of file and leaves
-        if sayer is not None:
-            try:
-                sayer.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                sayer.kill()
-                sayer.wait()
+        try:
+            sayer.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sayer.kill()
+            sayer.wait()

@@ -230,9 +230,9 @@ class Trainer:
         (when given) is then armed for."""
 
         def check() -> None:
-            self._check_stop()
-            if call is not None:
+            if call is not None:  # armed first: a stop from here on is said by one or the other
                 call.arm()
+            self._check_stop()
 
         return check
 
