@@ -379,6 +379,7 @@ PRINTED = {
     "halfcheetah-ppo-seeds/results.txt": (["halfcheetah-ppo-seeds"], []),
     "hopper-ppo-seeds/results.txt": (["hopper-ppo-seeds"], []),
     "halfcheetah-sac-seeds/results.txt": (["halfcheetah-sac-seeds"], []),
+    "hopper-sac-seeds/results.txt": (["hopper-sac-seeds"], []),
 }
 
 
