@@ -81,18 +81,12 @@ def train(
         train_one(
             ctx, config_file, overrides, env_id, steps, here, first + k, quick, preset, fresh, quiet
         )
-    from edgerl.display.seed_runs import NotEvaluatedYet, read_run
-
-    def evaluated(run: Path) -> bool:
-        try:
-            read_run(run)
-        except NotEvaluatedYet:
-            return False
-        return True
+    from edgerl.display.seed_runs import NotEvaluatedYet, find_runs
 
     edgerl = command_name()
-    done = [base / f"seed-{first + k}" for k in range(seeds)]
-    if not any(evaluated(run) for run in done):  # results read greedy evaluations: none here
+    try:
+        find_runs([base])  # what `edgerl results` reads: it fails where no seed was evaluated
+    except NotEvaluatedYet:
         click.echo(
             "these runs made no greedy evaluation (eval.every_steps is off below 50,000 steps "
             f"unless set), which `{edgerl} results` needs: give the seeds' command --set "

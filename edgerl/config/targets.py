@@ -126,7 +126,7 @@ class SamplesToTarget:
     def eval_cost_steps(self) -> int:
         """The training time an evaluation before the last adds, in env steps of the loop:
         the median over the runs whose loop was measured and that made one (0: none did)."""
-        return _median(
+        return upper_median(
             [r.eval_cost_steps for r in self.runs if r.loop_sps > 0 and r.eval_cost_steps >= 0]
         )
 
@@ -134,7 +134,7 @@ class SamplesToTarget:
     def eval_tail_steps(self) -> int:
         """The time the evaluation that reaches the target takes, in env steps of the loop:
         the median over the runs whose loop was measured (0: none was)."""
-        return _median([r.eval_tail_steps for r in self.runs if r.loop_sps > 0])
+        return upper_median([r.eval_tail_steps for r in self.runs if r.loop_sps > 0])
 
     def evaluations(self, eval_every: int) -> int:
         """How many evaluations a run evaluated every ``eval_every`` env steps makes up to
@@ -193,10 +193,10 @@ def loops_on_record(pipeline: str) -> list[float]:
     )
 
 
-def _median(values: list[int]) -> int:
-    """The middle value (the upper of the two middle ones), 0 of none."""
+def upper_median(values: list[Any], empty: Any = 0) -> Any:
+    """The middle value (the upper of the two middle ones), ``empty`` of none."""
     ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0
+    return ordered[len(ordered) // 2] if ordered else empty
 
 
 def evaluations_to(steps: int, eval_every: int) -> int:

@@ -169,11 +169,17 @@ def at_cycle_end(trainer: Any, deadline: float) -> None:
     figure moved by a whole rollout at once (4,096 steps: 205 steps/s over 20 s). A learner
     that counts no rollouts (DQN learns every few steps) returns at once, as does one still
     on the same rollout at ``deadline``."""
-    counted = getattr(trainer.learner, "rollouts", None)
-    if not isinstance(counted, int):
+    counted = rollouts_of(trainer.learner)
+    if counted is None:
         return
-    while trainer.learner.rollouts == counted and time.monotonic() < deadline:
+    while rollouts_of(trainer.learner) == counted and time.monotonic() < deadline:
         time.sleep(CYCLE_POLL_S)
+
+
+def rollouts_of(learner: Any) -> int | None:
+    """How many rollouts ``learner`` has learned from; None for one that counts none."""
+    counted = getattr(learner, "rollouts", None)
+    return counted if isinstance(counted, int) else None
 
 
 def _trainer_window(
@@ -209,8 +215,8 @@ def _trainer_window(
                 window[f"host{key}"] = learning.host_s if learning else 0.0
                 window[f"act{key}"] = learning.act_s if learning else 0.0
                 window[f"updates{key}"] = trainer.learner.updates
-                rollouts = getattr(trainer.learner, "rollouts", None)
-                if isinstance(rollouts, int):
+                rollouts = rollouts_of(trainer.learner)
+                if rollouts is not None:
                     window[f"rollouts{key}"] = rollouts
                     window["rollout_steps"] = trainer.learner.steps_per_unit
 

@@ -25,6 +25,7 @@ from edgerl.config.targets import (
     matching_runs,
     samples_to_target,
     tally,
+    upper_median,
 )
 from edgerl.hw.recipe import Recipe
 from edgerl.report.balance import predict
@@ -66,8 +67,7 @@ class Measured:
         loops of the runs on record in its pipeline went against theirs (the host work the two
         halves leave out, :func:`~edgerl.config.targets.loops_on_record`); 1 where no run in
         its pipeline kept its prediction."""
-        ratios = loops_on_record(self.pipeline)
-        return ratios[len(ratios) // 2] if ratios else 1.0
+        return float(upper_median(loops_on_record(self.pipeline), empty=1.0))
 
     @property
     def predicted_s(self) -> float | None:

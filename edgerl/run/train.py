@@ -208,8 +208,12 @@ class Trainer:
         envs = plural(cfg.env.num_envs, "environment")
         atari = ale_game(cfg.env.id) is not None
         # a stop while ALE builds is said at once, and acted on as the call returns
-        held = said_while_held(f"ALE builds {envs} of {cfg.env.id} in one call")
-        with held if atari else contextlib.nullcontext() as call:
+        held = (
+            said_while_held(f"ALE builds {envs} of {cfg.env.id} in one call")
+            if atari
+            else contextlib.nullcontext()
+        )
+        with held as call:
             log.info(
                 "building %s of %s%s",
                 envs,
