@@ -2,14 +2,17 @@
 log-probability and entropy against torch.distributions', the running statistics against numpy,
 the reward scale written out by hand, the actor's noted
 log-probabilities against the learner's own, and a short real Pendulum run whose policy
-normalises its observations in play and in the ONNX file export writes."""
+normalises its observations in play and in the ONNX file export writes; CarRacing's frames with
+its actions as numbers (the CNN's Gaussian), a short run, its export and play."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 import torch
+from torch import nn
 from torch.distributions import Normal
 
 from edgerl.config import Config
@@ -163,3 +166,72 @@ def test_a_resume_with_other_environments_keeps_the_reward_statistics_only():
     assert torch.equal(resumed.returns, torch.zeros(2, dtype=torch.float64))
     out = resumed(torch.ones(1, 2), done[:1, :2], done[:1, :2])
     assert out.shape == (1, 2) and torch.isfinite(out).all()
+
+
+def car_config() -> Config:
+    """CarRacing-v3 with its continuous steering, gas and brake, seen as frames."""
+    cfg = Config()
+    cfg.agent.algo, cfg.env.id, cfg.env.num_envs = "ppo", "CarRacing-v3", 2
+    return cfg
+
+
+def test_a_game_of_frames_and_numbers_gets_the_cnns_gaussian():
+    """CarRacing's frames with its actions as numbers: the Nature CNN gives the mean (its last
+    layer one number per action) and, through a head on the same features, the value, so the
+    value's gradient reaches the convolutions; the actor notes what the learner computes, and
+    the greedy action lies within the bounds."""
+    pytest.importorskip("Box2D", reason="CarRacing needs the box2d extra")
+    car = probe(car_config().env)
+    assert car.has_frames and car.continuous and car.action_shape == (3,)
+    torch.manual_seed(0)
+    learner = build_learner(car_config(), car, torch.device("cpu"))
+    assert isinstance(learner, PPO) and isinstance(learner.q, GaussianPolicy)
+    assert learner.q.frames and learner.q.channels_last
+    assert isinstance(learner.value_head, nn.Linear) and learner.value_head.in_features == 512
+    assert learner.q.cnn.last.out_features == 3
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, size=(2, *car.obs_shape), dtype=np.uint8)
+    policy = learner.policy
+    actor = Actor(ActorWeights(policy.net, False), policy, 2, rng, car.obs_shape, "uint8", False)
+    actions, shown = actor.act(obs, 0.0, shown=0)
+    assert actions.shape == (2, 3) and actions.dtype == np.float32
+    with torch.no_grad():
+        out = learner.acting(torch.from_numpy(obs))
+        logp, _ = learner.terms(out, torch.from_numpy(actions))
+        greedy = learner.q(torch.from_numpy(obs))
+    assert out.shape == (2, 7)  # 3 means, 3 log-stds, the value
+    np.testing.assert_allclose(actor.extras["logp"], logp.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(actor.extras["value"], out[:, -1].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(shown, greedy[0].numpy(), rtol=1e-5, atol=1e-6)
+    low, high = torch.tensor(car.action_low), torch.tensor(car.action_high)
+    assert ((greedy >= low) & (greedy <= high)).all()
+    first_conv = learner.q.cnn.features[0].weight
+    learner.acting(torch.from_numpy(obs))[:, -1].sum().backward()
+    assert first_conv.grad is not None and first_conv.grad.abs().sum() > 0
+
+
+def test_a_short_ppo_run_on_carracings_numbers_plays_and_exports(tmp_path):
+    """CarRacing-v3 as gymnasium makes it (continuous actions), no learner named: PPO, the
+    continuous learner for frames (SAC learns from vectors), trains it; the ONNX file export
+    writes plays the same episodes to the same returns as the checkpoint."""
+    pytest.importorskip("Box2D", reason="CarRacing needs the box2d extra")
+    train = run_edgerl(
+        "train", "--env", "CarRacing-v3", "--set", "env.make_kwargs={max_episode_steps = 80}",
+        "--set", "env.num_envs=2", "--set", "ppo.rollout_steps=32", "--set", "ppo.epochs=2",
+        "--set", "ppo.minibatches=4", "--steps", "128",
+        cwd=tmp_path, timeout=900,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert "PPO, channels_last" in train.stderr
+    run = tmp_path / "runs" / "CarRacing-v3"
+    export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=tmp_path, timeout=600)
+    assert export.returncode == 0, export.stderr[-2000:]
+    (onnx,) = (run / "export").glob("*.onnx")
+    results = []
+    for source in (["--run-dir", str(run), "--last"], ["--model", str(onnx)]):
+        played = run_edgerl("play", *source, "--episodes", "1", "--json", cwd=tmp_path)
+        assert played.returncode == 0, played.stderr[-2000:]
+        summary = json.loads(played.stdout)
+        assert summary["env"] == "CarRacing-v3"
+        results.append(summary["returns"])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-3)

@@ -214,18 +214,19 @@ def named_preset_layer(name: str) -> Layer:
     return Layer(f"--preset {name}", values)
 
 
-# The learner a game of continuous actions trains when no one names one: the others but PPO pick
-# one of a few actions, and SAC learns Pendulum within 20,000 steps (docs/results.md).
-CONTINUOUS_LEARNER = "sac"
+# The learner a game of continuous actions trains when no one names one, by observation kind: the
+# others but PPO pick one of a few actions; SAC learns Pendulum within 20,000 steps
+# (docs/results.md) but only from vectors, and PPO's Gaussian head learns from frames too.
+CONTINUOUS_LEARNERS = {"vector": "sac", "frames": "ppo"}
 
 
 def apply_presets(cfg: Config, obs_kind: str, continuous: bool = False) -> Config:
     """Fill the keys nobody set with the preset for ``obs_kind`` ("frames" or "vector") and
     the learner ``agent.algo`` names; for a game of ``continuous`` actions, the learner is
-    :data:`CONTINUOUS_LEARNER` unless one is named, and its presets for "continuous" go on
-    top."""
+    :data:`CONTINUOUS_LEARNERS`' for its observations unless one is named, and its presets for
+    "continuous" go on top."""
     if continuous and "agent.algo" not in cfg.explicit:
-        cfg = with_values(cfg, {"agent.algo": CONTINUOUS_LEARNER})
+        cfg = with_values(cfg, {"agent.algo": CONTINUOUS_LEARNERS[obs_kind]})
     presets = learner_info(cfg.agent.algo).presets
     preset = {**PRESETS[obs_kind], **presets.get(obs_kind, {})}
     if continuous:

@@ -174,15 +174,18 @@ def shown_action(spec: EnvSpec, action: Any) -> int:
 
 def training_learner(cfg: Config) -> str:
     """The learner ``cfg`` will train: ``agent.algo`` where it is set, else the one the game's
-    presets give (a game of continuous actions trains
-    :data:`~edgerl.config.presets.CONTINUOUS_LEARNER`); the game is probed only then."""
+    presets give (a game of continuous actions trains the one
+    :data:`~edgerl.config.presets.CONTINUOUS_LEARNERS` gives its observations); the game is
+    probed only then."""
     if "agent.algo" in cfg.explicit:
         return cfg.agent.algo
-    from edgerl.config.presets import CONTINUOUS_LEARNER
+    from edgerl.config.presets import CONTINUOUS_LEARNERS
     from edgerl.envs import probe
 
     try:
-        continuous = probe(cfg.env).continuous
+        spec = probe(cfg.env)
     except EdgerlError:  # an unknown game is said where it is built, in its own sentence
         return cfg.agent.algo
-    return CONTINUOUS_LEARNER if continuous else cfg.agent.algo
+    if not spec.continuous:
+        return cfg.agent.algo
+    return CONTINUOUS_LEARNERS["frames" if spec.has_frames else "vector"]

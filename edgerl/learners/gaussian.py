@@ -5,8 +5,13 @@ log-std, and the observation and reward normalisation of CleanRL's ``ppo_continu
   it keeps as buffers (so a checkpoint, ``edgerl play`` and an exported file normalise as
   training did) and clipped to +-10, a tanh MLP, the action's mean; a log-std per number that
   no observation changes. Called, it gives the greedy action, the mean within the bounds.
+  For a game that shows frames (CarRacing-v3's steering, gas and brake) the mean comes from
+  the Nature CNN instead (:class:`~edgerl.learners.nets.NatureCNN`: its 512 features, its
+  output layer one number per action), the frames scaled to [0, 1] as every learner's are
+  and not normalised, as in PPO's Atari reference.
 * :class:`GaussianPolicyAndValue`, what the actor runs: the mean, the log-std and the value of
-  each observation, the value a tanh MLP of its own on the same normalised observations.
+  each observation, the value a tanh MLP of its own on the same normalised observations (on
+  frames, a head on the CNN's features: one pass for both, as PPO's Atari reference).
 * :class:`GaussianSampling`, the acting policy: ``mean + std * noise`` with standard normal noise
   drawn on the host, its log-probability and the value as extras. The action is not clipped
   here: the game's environment clips what it is sent, and the rollout keeps the sample, whose
@@ -34,7 +39,7 @@ import torch
 from torch import nn
 
 from edgerl.envs import EnvSpec
-from edgerl.learners.nets import hidden_layers
+from edgerl.learners.nets import NatureCNN, hidden_layers, output_layer
 
 OBS_CLIP = REWARD_CLIP = 10.0  # the reference's TransformObservation / TransformReward clips
 NORM_EPS = 1e-8
@@ -81,28 +86,65 @@ class RunningNorm(nn.Module):
 
 
 class GaussianPolicy(nn.Module):
-    """PPO's policy network for a game of ``spec`` (vector observations, continuous actions);
-    see the module docstring. ``normalize`` turns the observation statistics on."""
+    """PPO's policy network for a game of ``spec`` (continuous actions; vector observations or
+    frames); see the module docstring. ``normalize`` turns the observation statistics on (for
+    vectors: frames are scaled, never normalised)."""
 
     def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], normalize: bool = False) -> None:
         super().__init__()
         self.game = spec  # what acting needs of it: its actions' numbers
-        inputs = math.prod(spec.obs_shape)
-        self.norm = RunningNorm(inputs, normalize)
-        self.mean = tanh_mlp(inputs, spec.num_actions, hidden)
+        self.frames = spec.has_frames
+        if self.frames:
+            self.cnn = NatureCNN(spec.obs_shape[0], spec.num_actions)  # its last layer: the mean
+        else:
+            inputs = math.prod(spec.obs_shape)
+            self.norm = RunningNorm(inputs, normalize)
+            self.mean = tanh_mlp(inputs, spec.num_actions, hidden)
         self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
         self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
         self.input_dtype = torch.float32
 
+    @property
+    def channels_last(self) -> bool:
+        """Whether its convolutions keep their weights NHWC (never, on vectors)."""
+        return self.frames and self.cnn.channels_last
+
+    def use_channels_last(self) -> None:
+        """The CNN's fast convolution layout (nothing to do on vectors)."""
+        if self.frames:
+            self.cnn.use_channels_last()
+
+    def normalizes(self, on: bool) -> None:
+        """Normalise observations by the running statistics from now on, or not (vectors)."""
+        if not self.frames:
+            self.norm.on.fill_(on)
+
+    def take_in(self, obs: torch.Tensor) -> None:
+        """Add a batch of observations to the statistics (vectors; frames keep none)."""
+        if not self.frames:
+            self.norm.take_in(obs)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the mean (and the value) is computed from: the normalised observations, or the
+        CNN's 512 features of a frame stack."""
+        return self.cnn.hidden(obs) if self.frames else self.norm(obs)
+
+    def mean_of(self, features: torch.Tensor) -> torch.Tensor:
+        """Each number's mean, not yet within the bounds."""
+        if self.frames:
+            return output_layer(self.cnn.last, features)
+        return self.mean(features)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean = self.mean(self.norm(obs))
+        mean = self.mean_of(self.features(obs))
         return torch.maximum(torch.minimum(mean, self.high), self.low)
 
 
 class GaussianPolicyAndValue(nn.Module):
     """What the actor runs: each observation's mean, log-std and value, ``(n, 2A + 1)`` (the
-    value in the last column), the value an MLP of the policy's widths of its own."""
+    value in the last column): on vectors an MLP of the policy's widths of its own, on frames a
+    head on the policy's CNN features."""
 
     def __init__(self, policy: GaussianPolicy, value: nn.Module) -> None:
         super().__init__()
@@ -110,14 +152,18 @@ class GaussianPolicyAndValue(nn.Module):
         self.value = value
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.policy.norm(obs)
-        mean = self.policy.mean(x)
+        x = self.policy.features(obs)
+        mean = self.policy.mean_of(x)
         log_std = self.policy.log_std.expand_as(mean)
-        return torch.cat((mean, log_std, self.value(x)), dim=1)
+        value = output_layer(self.value, x) if self.policy.frames else self.value(x)
+        return torch.cat((mean.float(), log_std, value.float()), dim=1)
 
 
 def gaussian_value_network(policy: GaussianPolicy) -> nn.Module:
-    """The value's MLP beside ``policy``: its widths, tanh, one output."""
+    """The value's layers beside ``policy``: a linear head on the CNN's features for frames;
+    for vectors an MLP of its widths, tanh, one output."""
+    if policy.frames:
+        return nn.Linear(policy.cnn.last.in_features, 1)
     linears = [m for m in policy.mean.modules() if isinstance(m, nn.Linear)]
     widths = tuple(m.out_features for m in linears[:-1])
     return tanh_mlp(linears[0].in_features, 1, widths)

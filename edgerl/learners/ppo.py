@@ -45,7 +45,6 @@ from torch import nn
 
 from edgerl.config import AgentConfig, Config, PerfConfig, PPOConfig
 from edgerl.envs import EnvSpec
-from edgerl.errors import EnvError
 from edgerl.files.checkpoint import POLICY_KEY
 from edgerl.learners.gaussian import (
     GaussianPolicy,
@@ -223,15 +222,15 @@ class PPO:
         value_head = gaussian_value_network(net) if self.gaussian else value_network(net)
         if ppo.orthogonal_init:  # before channels-last: the weights as they are laid out
             orthogonal_init(net, value_head)
-        if isinstance(net, NatureCNN):
-            net.use_channels_last()
+        if isinstance(net, NatureCNN | GaussianPolicy):
+            net.use_channels_last()  # on frames: the convolutions' fast layout
         self.q = net.to(device)  # the policy: the actions' logits or mean (the name play reads)
         self.value_head = value_head.to(device)
         self.acting: nn.Module
         self._policy: Sampling | GaussianSampling
         self.reward_scale: RewardScale | None = None
         if isinstance(net, GaussianPolicy):
-            net.norm.on.fill_(ppo.normalize_obs)
+            net.normalizes(ppo.normalize_obs)
             self.acting = GaussianPolicyAndValue(net, self.value_head)
             self._policy = GaussianSampling(self.acting, net.game)
             if ppo.normalize_rewards:
@@ -331,7 +330,7 @@ class PPO:
         figures = torch.stack((approx_kl, clipped / (p.epochs * count), explained)).tolist()
         self.last_rollout = dict(zip(FIGURES, figures, strict=True))  # one wait a rollout
         if self.gaussian:  # after learning: the next rollout acts and learns with the same
-            self.q.norm.take_in(memory.obs[:steps].flatten(0, 1))
+            self.q.take_in(memory.obs[:steps].flatten(0, 1))
         memory.clear()
         self.rollouts += 1
 
@@ -434,20 +433,9 @@ class PPOKind(Basics):
     samples_when_played = True
     continuous_actions = True
 
-    def refuse_game(self, spec: EnvSpec, algo: str) -> None:
-        """A game of continuous actions whose observations are frames: its Gaussian head is
-        for vectors."""
-        if spec.continuous and spec.has_frames:
-            raise EnvError(
-                f"agent.algo={algo} learns continuous actions from observations that are "
-                f"vectors, and '{spec.id}' shows frames: give it discrete actions (CarRacing-v3 "
-                "takes '{continuous = false}' in env.make_kwargs) or train a game of vectors"
-            )
-
     def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
         """The Q-networks' shape (logits); a Gaussian policy for a continuous game."""
         if spec.continuous:
-            self.refuse_game(spec, "ppo")
             return GaussianPolicy(spec, hidden)
         return build_q_network(spec, hidden)
 

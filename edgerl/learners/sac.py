@@ -346,8 +346,8 @@ class SACKind(Basics):
         if spec.has_frames:
             raise EnvError(
                 f"agent.algo={algo} learns from observations that are vectors, and "
-                f"'{spec.id}' shows frames: train it on a game with vector observations "
-                "(Pendulum-v1, LunarLanderContinuous-v3, a MuJoCo task)"
+                f"'{spec.id}' shows frames: train it with agent.algo=ppo, or train {algo} on "
+                "a game with vector observations (Pendulum-v1, a MuJoCo task)"
             )
 
     def network(self, spec: EnvSpec, hidden: tuple[int, ...]) -> nn.Module:
