@@ -5,9 +5,12 @@ path with ALE is tests/test_board_first_start.py's Ctrl-C test."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 SCRIPT = textwrap.dedent(
     """
@@ -73,3 +76,40 @@ def test_where_it_cannot_listen_it_changes_nothing():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['ran', 'ran', True]", done
     assert done.stderr == "", done.stderr
+
+
+FORM_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from edgerl.run.signals import said_while_held, stop_on_signals
+    from edgerl.service.logs import setup_logging, setup_service_logging
+
+    if sys.argv[1] == "journal":
+        os.environ["JOURNAL_STREAM"] = "8:1234"
+        setup_service_logging(False, "info")
+    else:
+        setup_logging(False)
+    with stop_on_signals(lambda name: None):
+        with said_while_held("a test call") as call:
+            call.arm()
+            os.kill(os.getpid(), signal.SIGINT)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "line"),
+    [
+        # under systemd: journald's priority, as every line of edgerl's there, and no time
+        ("journal", r"<6>SIGINT heard while a test call: that call holds Python, .*"),
+        # on a terminal: the time of the signal, as the log's lines begin
+        ("terminal", r"\d\d:\d\d:\d\d INFO SIGINT heard while a test call: .*"),
+    ],
+)
+def test_the_line_said_begins_as_the_logs_own_lines(where, line):
+    done = subprocess.run(
+        [sys.executable, "-c", FORM_SCRIPT, where], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    said = [s for s in done.stderr.splitlines() if "heard while" in s]
+    assert len(said) == 1 and re.fullmatch(line, said[0]), done.stderr

@@ -84,7 +84,7 @@ def stop_on_signals(
 # the pipe's end, which comes when edgerl closes it or dies.
 _SAYER = """
 trap '' INT TERM HUP
-said=$1 stamped=$2 armed=0
+said=$1 stamped=$2 prefix=$3 armed=0
 while :; do
   set -- $(dd bs=1 count=1 2>/dev/null | od -b)
   case $2 in
@@ -97,17 +97,29 @@ while :; do
   [ "$armed" = 1 ] || continue
   stamp=''
   if [ "$stamped" = 1 ]; then stamp="$(date +%H:%M:%S) "; fi
-  printf '%sINFO %s %s\\n' "$stamp" "$name" "$said" >&2
+  printf '%s%s%s %s\\n' "$stamp" "$prefix" "$name" "$said" >&2
   armed=0
 done
 """
 
 
-def _log_has_time() -> bool:
-    """Whether the log's lines start with the time (not under systemd, whose journal adds it)."""
+def _log_form() -> tuple[bool, str]:
+    """How the log's lines begin, for the helper to write its own as they do: whether with the
+    time (not under systemd, whose journal adds it), and what follows it before the message
+    (``INFO `` on a terminal, journald's priority ``<6>`` under systemd)."""
     handlers = logging.getLogger().handlers
-    fmt = getattr(handlers[0].formatter, "_fmt", "") if handlers else ""
-    return "asctime" in (fmt or "")
+    if not handlers:  # no log set up (a library's use): the level and the message
+        return False, "INFO "
+    formatter = handlers[0].formatter or logging.Formatter()
+    stamped = "asctime" in (getattr(formatter, "_fmt", "") or "")
+    record = logging.LogRecord("edgerl", logging.INFO, __file__, 0, "\x01", None, None)
+    try:
+        prefix = formatter.format(record).split("\x01", 1)[0]
+    except Exception:  # a formatter of someone else's that wants more of a record
+        return stamped, "INFO "
+    if stamped:  # the time the formatter wrote is now's: the helper writes the signal's
+        prefix = prefix.split(" ", 1)[1] if " " in prefix else ""
+    return stamped, prefix
 
 
 class HeldCall:
@@ -139,9 +151,9 @@ def _start_sayer(doing: str) -> tuple[int, int, subprocess.Popen[bytes]] | None:
         if replaced != -1:
             raise ValueError("another wakeup fd is set")
         said = f"heard while {doing}: that call holds Python, so edgerl stops as soon as it returns"
-        stamped = "1" if _log_has_time() else "0"
+        stamped, prefix = _log_form()
         sayer = subprocess.Popen(
-            ["/bin/sh", "-c", _SAYER, "edgerl-stop-sayer", said, stamped],
+            ["/bin/sh", "-c", _SAYER, "edgerl-stop-sayer", said, str(int(stamped)), prefix],
             stdin=read,
             stdout=subprocess.DEVNULL,
         )
