@@ -14,6 +14,8 @@ from edgerl.service.daemon import daemon_config
 
 from .conftest import FIXTURES
 
+DOCS = FIXTURES.parents[1] / "docs"
+
 BOARDS = FIXTURES / "boards"
 
 
@@ -85,3 +87,30 @@ def test_preset_board_names_the_recipe_and_status_shows_it():
     doc = {"env": "ALE/Pong-v5", "recipe": layer.values["train.recipe"], "step": 0}
     shown = describe(doc, Liveness(True, False, 1.0, "running"))
     assert f"recipe: {board_recipe().describe()}" in shown.splitlines()
+
+
+def test_the_continuous_recipe_trains_as_its_runs_on_record_did():
+    """``--preset halfcheetah-cpu`` resolves (SAC's presets for a continuous game of vectors
+    under it) to the settings each HalfCheetah SAC seed on record kept in its config.toml, but
+    the run directory, the seed and the torch threads the seeds were given."""
+    import tomllib
+
+    from edgerl.config import resolve
+    from edgerl.config.presets import apply_presets
+
+    cfg = apply_presets(resolve([named_preset_layer("halfcheetah-cpu")]), "vector", True)
+    assert cfg.env.id == "HalfCheetah-v5" and cfg.agent.algo == "sac"
+    runs = sorted((DOCS / "runs" / "halfcheetah-sac-seeds").glob("seed-*/config.toml"))
+    assert len(runs) >= 3
+    # what a run or its machine decides: its directory, its seed, its threads and their places
+    own = {"env.seed", "env.threads", "env.pin_threads", "env.batch_size", "train.run_dir"}
+    own |= {"train.recipe", "replay.device"}
+    for path in runs:
+        saved = tomllib.loads(path.read_text())
+        for section in ("env", "agent", "replay", "sac", "train", "eval"):
+            mine = vars(getattr(cfg, section))
+            for key, value in saved[section].items():
+                if f"{section}.{key}" in own or key not in mine:
+                    continue
+                want = list(mine[key]) if isinstance(mine[key], tuple) else mine[key]
+                assert value == want, f"{path.parent.name}: {section}.{key}"

@@ -190,6 +190,19 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
             "eval.episodes": 10,
         },
     ),
+    # Continuous control on two CPU cores: SAC with its preset (CleanRL's settings: one
+    # environment, 256x256 networks, one update a step after 5,000 random ones, evaluations every
+    # 5,000 steps) for 300,000 steps, as the seeds of docs/runs/halfcheetah-sac-seeds trained
+    # (they ran two at a time, one torch thread each: perf.threads=1, not part of the recipe).
+    "halfcheetah-cpu": NamedPreset(
+        "HalfCheetah-v5 with SAC on a CPU of two cores (the mujoco extra): gymnasium's 4,800 "
+        "within half an hour",
+        {
+            "env.id": "HalfCheetah-v5",
+            "agent.algo": "sac",
+            "train.steps": 300_000,
+        },
+    ),
 }
 
 
