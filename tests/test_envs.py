@@ -81,6 +81,9 @@ def test_only_atari_rewards_are_clipped_for_learning():
     clipped = probe("ALE/Pong-v5").learning_rewards(rewards)
     assert clipped.tolist() == [-1.0, -0.5, 0.0, 1.0] and clipped.dtype == np.float32
     assert probe("CartPole-v1").learning_rewards(rewards).tolist() == rewards.tolist()
+    pytest.importorskip("Box2D", reason="CarRacing needs the box2d extra")
+    car = probe("CarRacing-v3")  # frames, but no Atari game: its rewards as they are
+    assert car.has_frames and car.learning_rewards(rewards).tolist() == rewards.tolist()
 
 
 def test_cartpole_is_a_vector_env_with_final_observations():

@@ -96,9 +96,10 @@ def test_the_continuous_recipe_trains_as_its_runs_on_record_did():
     import tomllib
 
     from edgerl.config import resolve
-    from edgerl.config.presets import apply_presets
 
-    cfg = apply_presets(resolve([named_preset_layer("halfcheetah-cpu")]), "vector", True)
+    preset = NAMED_PRESETS["halfcheetah-cpu"]
+    assert preset.obs_kind == "vector" and preset.continuous and not preset.gpu
+    cfg = preset.config(resolve([named_preset_layer("halfcheetah-cpu")]))
     assert cfg.env.id == "HalfCheetah-v5" and cfg.agent.algo == "sac"
     runs = sorted((DOCS / "runs" / "halfcheetah-sac-seeds").glob("seed-*/config.toml"))
     assert len(runs) >= 3

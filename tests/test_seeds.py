@@ -366,3 +366,21 @@ def test_runs_are_named_by_their_recipe_and_the_learning_they_changed_in_it(tmp_
         config.replace(said, f'recipe = "pong-cpu pqn.epochs=1 ({why})"')
     )
     assert read_run(board).recipe == "pong-cpu pqn.epochs=1"
+
+
+def test_a_run_of_the_continuous_recipe_is_named_by_it_alone(tmp_path):
+    """A HalfCheetah SAC seed on record as if trained by `--preset halfcheetah-cpu`: named
+    plainly, its settings read against SAC's presets for a continuous game of vectors (against
+    the frames' it would seem to change seven)."""
+    from edgerl.display.seeds import read_run
+
+    seed = REPO / "docs" / "runs" / "halfcheetah-sac-seeds" / "seed-0"
+    run = tmp_path / "seed-0"
+    run.mkdir()
+    for name in ("eval.csv", "metrics.csv"):
+        (run / name).write_bytes((seed / name).read_bytes())
+    config = (seed / "config.toml").read_text()
+    assert 'recipe = ""' in config
+    said = 'recipe = "halfcheetah-cpu (--preset halfcheetah-cpu)"'
+    (run / "config.toml").write_text(config.replace('recipe = ""', said))
+    assert read_run(run).recipe == "halfcheetah-cpu"

@@ -33,7 +33,12 @@ log = logging.getLogger(__name__)
 def check_preset_device(name: str, cuda_usable: bool) -> None:
     """Raises ConfigError when preset ``name`` was measured on a CUDA GPU and none is usable."""
     if name in NAMED_PRESETS and NAMED_PRESETS[name].gpu and not cuda_usable:
-        cpu_presets = sorted(n for n, p in NAMED_PRESETS.items() if not p.gpu)
+        game = NAMED_PRESETS[name].values.get("env.id")  # those of its game, or of any
+        cpu_presets = sorted(
+            n
+            for n, p in NAMED_PRESETS.items()
+            if not p.gpu and p.values.get("env.id") in (game, None)
+        )
         raise ConfigError(
             f"--preset {name} is a recipe for a CUDA GPU and none is usable here; on a CPU "
             f"use --preset {' or --preset '.join(cpu_presets)}"
@@ -134,7 +139,7 @@ def check_learner_layers(
         values = layer.values
         if layer.source == "--set" and any(readers_of(k) is not None for k in values):
             # Asked of the learner that trains, which a continuous game naming none makes SAC
-            # (a DQN key such as agent.eps_end is not SAC's).
+            # (PPO where it shows frames): a DQN key such as agent.eps_end is not theirs.
             algo = algo or learner()
             check_learner_keys(values, algo)
         elif config_file is not None and layer.source == str(config_file):

@@ -69,6 +69,13 @@ class NamedPreset:
     summary: str  # one line for --help and the docs
     values: Mapping[str, Any]
     gpu: bool = False  # measured on a CUDA GPU: training refuses it where none is usable
+    obs_kind: str = "frames"  # its game's observations, whose presets go under it
+    continuous: bool = False  # its game's actions are numbers
+
+    def config(self, cfg: Config) -> Config:
+        """``cfg`` (the preset's layer resolved) with the presets of its game's kind under it,
+        as training fills them in: what the preset trains without its game being probed."""
+        return apply_presets(cfg, self.obs_kind, self.continuous)
 
 
 # --preset NAME: over the config files, under --set and the command line's own flags. Each one's
@@ -202,6 +209,8 @@ NAMED_PRESETS: dict[str, NamedPreset] = {
             "agent.algo": "sac",
             "train.steps": 300_000,
         },
+        obs_kind="vector",
+        continuous=True,
     ),
 }
 

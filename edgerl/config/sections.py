@@ -188,7 +188,8 @@ class PPOConfig:
     normalize_obs: bool = setting(
         True,
         "a continuous game's observations normalised by running statistics the policy keeps "
-        "(and clipped to +-10), as CleanRL's ppo_continuous_action.py",
+        "(and clipped to +-10), as CleanRL's ppo_continuous_action.py (vectors: frames are "
+        "only scaled)",
     )
     normalize_rewards: bool = setting(
         True,

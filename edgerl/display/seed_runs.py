@@ -180,14 +180,14 @@ def _preset_values(preset: str, algo: str) -> dict[str, Any] | None:
     a learner edgerl does not know."""
     from edgerl.config import Layer, build_layers, resolve
     from edgerl.config.learners import learner_info
-    from edgerl.config.presets import apply_presets, named_preset_layer
+    from edgerl.config.presets import NAMED_PRESETS, named_preset_layer
     from edgerl.config.targets import COMMON_KEYS
 
     layers = [*build_layers(None, [], use_system=False), named_preset_layer(preset)]
     if algo:
         layers.append(Layer("the run's learner", {"agent.algo": algo}))
     try:
-        cfg = apply_presets(resolve(layers), "frames")
+        cfg = NAMED_PRESETS[preset].config(resolve(layers))
         keys = ("agent.algo", *COMMON_KEYS, *learner_info(cfg.agent.algo).sample_keys)
     except (ConfigError, KeyError):  # a learner edgerl does not know
         return None

@@ -72,9 +72,11 @@ class EnvSpec:
 
     def learning_rewards(self, rewards: np.ndarray) -> np.ndarray:
         """The rewards learners learn from: Atari's clipped to [-1, 1] (DQN's rule: one scale
-        of error for every game), any other game's as they are. Episode returns are always
+        of error for every game), any other game's as they are (a picture game's too: clipped,
+        CarRacing's -0.4 a step and +3 a tile would weigh the same). Episode returns are always
         reported from the real rewards."""
-        return np.minimum(np.maximum(rewards, -1.0), 1.0) if self.has_frames else rewards
+        atari = self.id.startswith("ALE/")  # every ALE/<Game>-v5 id, and only those
+        return np.minimum(np.maximum(rewards, -1.0), 1.0) if atari else rewards
 
     @property
     def frame_size(self) -> tuple[int, int] | None:

@@ -110,10 +110,11 @@ class GaussianPolicy(nn.Module):
         """Whether its convolutions keep their weights NHWC (never, on vectors)."""
         return self.frames and self.cnn.channels_last
 
-    def use_channels_last(self) -> None:
-        """The CNN's fast convolution layout (nothing to do on vectors)."""
+    def use_channels_last(self, enabled: bool = True) -> GaussianPolicy:
+        """The CNN's fast convolution layout, or not (nothing to do on vectors)."""
         if self.frames:
-            self.cnn.use_channels_last()
+            self.cnn.use_channels_last(enabled)
+        return self
 
     def normalizes(self, on: bool) -> None:
         """Normalise observations by the running statistics from now on, or not (vectors)."""

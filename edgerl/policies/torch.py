@@ -16,7 +16,7 @@ from edgerl.errors import CheckpointError
 from edgerl.files.checkpoint import POLICY_KEY, Checkpoint, load
 from edgerl.hw.device import resolve_device
 from edgerl.learners.kinds import learner_kind
-from edgerl.learners.nets import NatureCNN, network_bytes, weights_problem
+from edgerl.learners.nets import network_bytes, weights_problem
 from edgerl.memories.budget import available_memory
 
 # Playing holds a network's weights twice: as read from the file, and as the network uses them
@@ -75,7 +75,7 @@ class TorchPolicy:
                 f"({problem}); was it written by edgerl?"
             )
         net.load_state_dict(q_state, assign=True)
-        if isinstance(net, NatureCNN):
+        if hasattr(net, "use_channels_last"):  # a CNN's (a Q-network's or in a policy's)
             net.use_channels_last()
         self.net = net.to(self.device).eval()
 

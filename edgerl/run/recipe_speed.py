@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from edgerl.config import Config, build_layers, resolve, with_values
 from edgerl.config.learners import learner_info
-from edgerl.config.presets import apply_presets
+from edgerl.config.presets import NAMED_PRESETS
 from edgerl.hw.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def candidate_config(recipe: Recipe) -> Config:
     """The config a recipe trains with (the built-in defaults, the recipe, its learner's
     presets)."""
     cfg = resolve([*build_layers(None, [], use_system=False), recipe.layer()])
-    return apply_presets(cfg, "frames")
+    return NAMED_PRESETS[recipe.preset].config(cfg)
 
 
 def measure(cfg: Config, seconds: float) -> tuple[float, float, str]:

@@ -115,11 +115,12 @@ def _log_form() -> tuple[bool, str]:
     record = logging.LogRecord("edgerl", logging.INFO, __file__, 0, "\x01", None, None)
     try:
         prefix = formatter.format(record).split("\x01", 1)[0]
+        written = formatter.formatTime(record, formatter.datefmt) if stamped else ""
     except Exception:  # a formatter of someone else's that wants more of a record
         return stamped, "INFO "
-    if stamped:  # the time the formatter wrote is now's: the helper writes the signal's
-        prefix = prefix.split(" ", 1)[1] if " " in prefix else ""
-    return stamped, prefix
+    if stamped and prefix.startswith(written + " "):  # now's time: the helper writes the signal's
+        return True, prefix[len(written) + 1 :]
+    return False, prefix  # a time elsewhere in the line (someone else's format): as it is
 
 
 class HeldCall:
