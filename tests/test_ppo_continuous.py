@@ -120,6 +120,22 @@ def test_the_actor_notes_what_the_learner_would_compute():
     assert (greedy.abs() <= 2.0).all()
 
 
+def exported_plays_as_checkpoint(run, cwd, episodes: int, env: str) -> None:
+    """`edgerl export --onnx` of ``run``'s newest checkpoint, then ``episodes`` of ``env``
+    played from the checkpoint and from the file: the same returns."""
+    export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=cwd, timeout=600)
+    assert export.returncode == 0, export.stderr[-2000:]
+    (onnx,) = (run / "export").glob("*.onnx")
+    results = []
+    for source in (["--run-dir", str(run), "--last"], ["--model", str(onnx)]):
+        played = run_edgerl("play", *source, "--episodes", str(episodes), "--json", cwd=cwd)
+        assert played.returncode == 0, played.stderr[-2000:]
+        summary = json.loads(played.stdout)
+        assert summary["env"] == env
+        results.append(summary["returns"])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-3)
+
+
 def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
     """Pendulum with PPO's Gaussian head, observations and rewards normalised: it trains
     (evaluated greedily), a resume without the normalisation is refused, and the ONNX file
@@ -143,15 +159,7 @@ def test_a_short_ppo_run_on_pendulum_plays_and_exports(tmp_path):
     )  # fmt: skip
     assert other.returncode != 0 and "Traceback" not in other.stderr
     assert "ppo.normalize_obs=True" in other.stderr and "not False" in other.stderr
-    export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=tmp_path, timeout=600)
-    assert export.returncode == 0, export.stderr[-2000:]
-    (onnx,) = (run / "export").glob("*.onnx")
-    results = []
-    for source in (["--run-dir", str(run), "--last"], ["--model", str(onnx)]):
-        played = run_edgerl("play", *source, "--episodes", "2", "--json", cwd=tmp_path)
-        assert played.returncode == 0, played.stderr[-2000:]
-        results.append(json.loads(played.stdout)["returns"])
-    np.testing.assert_allclose(results[0], results[1], rtol=1e-3)
+    exported_plays_as_checkpoint(run, tmp_path, episodes=2, env="Pendulum-v1")
 
 
 def test_a_resume_with_other_environments_keeps_the_reward_statistics_only():
@@ -224,14 +232,4 @@ def test_a_short_ppo_run_on_carracings_numbers_plays_and_exports(tmp_path):
     assert train.returncode == 0, train.stderr[-2000:]
     assert "PPO, channels_last" in train.stderr
     run = tmp_path / "runs" / "CarRacing-v3"
-    export = run_edgerl("export", "--run-dir", run, "--last", "--onnx", cwd=tmp_path, timeout=600)
-    assert export.returncode == 0, export.stderr[-2000:]
-    (onnx,) = (run / "export").glob("*.onnx")
-    results = []
-    for source in (["--run-dir", str(run), "--last"], ["--model", str(onnx)]):
-        played = run_edgerl("play", *source, "--episodes", "1", "--json", cwd=tmp_path)
-        assert played.returncode == 0, played.stderr[-2000:]
-        summary = json.loads(played.stdout)
-        assert summary["env"] == "CarRacing-v3"
-        results.append(summary["returns"])
-    np.testing.assert_allclose(results[0], results[1], rtol=1e-3)
+    exported_plays_as_checkpoint(run, tmp_path, episodes=1, env="CarRacing-v3")

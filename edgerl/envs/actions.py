@@ -188,4 +188,4 @@ def training_learner(cfg: Config) -> str:
         return cfg.agent.algo
     if not spec.continuous:
         return cfg.agent.algo
-    return CONTINUOUS_LEARNERS["frames" if spec.has_frames else "vector"]
+    return CONTINUOUS_LEARNERS[spec.kind]
