@@ -8,6 +8,7 @@ features keep Q-learning without a target network stable (Gallici et al. 2024).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from edgerl.envs import EnvSpec
@@ -27,6 +28,16 @@ def output_layer(layer: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         return layer(hidden)
     with torch.autocast(hidden.device.type, enabled=False):  # hidden came from autocast
         return layer(hidden.to(layer.weight.dtype))
+
+
+def nhwc_layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)`` for a channels-last picture ``x`` of shape (N, C, H, W) and a LayerNorm over
+    (C, H, W), without the NCHW copies ``norm(x)`` makes of ``x`` and of its gradient: the
+    permuted view (N, H, W, C) is contiguous, and the weights are permuted to match."""
+    weight = norm.weight.permute(1, 2, 0)
+    bias = norm.bias.permute(1, 2, 0)
+    y = F.layer_norm(x.permute(0, 2, 3, 1), weight.shape, weight, bias, norm.eps)
+    return y.permute(0, 3, 1, 2)
 
 
 class NatureCNN(nn.Module):
@@ -73,10 +84,32 @@ class NatureCNN(nn.Module):
 
     def hidden(self, obs: torch.Tensor) -> torch.Tensor:
         """The last hidden layer's features, 512 per observation."""
-        x = obs.to(self.input_dtype) / 255.0
         if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return self.head[:-1](self.features(x))  # Linear(3136, 512), (LayerNorm,) ReLU
+            x = self._features_nhwc(obs)
+        else:
+            x = self.features(obs.to(self.input_dtype) / 255.0)
+        return self.head[:-1](x)  # Linear(3136, 512), (LayerNorm,) ReLU
+
+    def _features_nhwc(self, obs: torch.Tensor) -> torch.Tensor:
+        """The convolutions' features with every picture kept NHWC, computed as the NCHW path
+        computes them (the same operations; sums in another order, so within ~1e-6).
+
+        Two things the plain path does cost about a fifth of a CPU update at batch 128
+        (docs/performance.md, "Layout copies"): scaling the frames before making them NHWC
+        (three passes over the float stack: convert, divide, copy; here the bytes are reordered
+        first, then converted and divided in place), and LayerNorm, which takes an NHWC picture
+        to NCHW and back, forward and backward. Each sample's (C, H, W) block is contiguous in
+        either layout, so the same normalisation over (H, W, C) of a permuted view, its weights
+        permuted alike, needs no copy.
+        """
+        x = obs.contiguous(memory_format=torch.channels_last).to(self.input_dtype, copy=True)
+        x = x.div_(255.0)  # a copy of the caller's tensor: obs itself is never written
+        for layer in self.features:
+            if isinstance(layer, nn.LayerNorm) and x.dim() == 4:
+                x = nhwc_layer_norm(layer, x)
+            else:
+                x = layer(x)
+        return x
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return output_layer(self.last, self.hidden(obs))
