@@ -315,8 +315,8 @@ def atari_run(game: str, seed: int, final: float) -> SeedRun:
 
 def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from_atari5():
     """OpenAI ES's one-hour score beside each game that has one, and for a learner with runs of
-    all five Atari-5 games the 57-game median their final scores predict, seed by seed; with
-    a game of the five missing, no prediction (a missing game is not a zero)."""
+    all five Atari-5 games the 57-game median their final scores predict, seed by seed and over
+    the seeds; with a game of the five missing, no prediction (a missing game is not a zero)."""
     from edgerl.display.seeds import across_games, describe, grouped
     from edgerl.envs.scores import atari5_median
 
@@ -328,7 +328,17 @@ def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from
     lines = across_games(groups, 3, 1000)
     seed1 = atari5_median({f"ALE/{g}-v5": 2 * h if h > 0 else 0.0 for g, h in humans.items()})
     (said,) = [line for line in lines if "Atari-5" in line]
-    assert f"score of 0.85, {seed1:.2f} (2 seeds;" in said
+    assert f"score of 0.85 (seed 0), {seed1:.2f} (seed 1); over the 2 seeds IQM " in said
+    low, high = sorted((0.85, seed1))
+    assert f"range {low:.2f}-{high:.2f} (2 seeds: no interval from fewer than 5)" in said
+    # Seeds pair by their number, not their order; a second run of seed 0 in one game (two
+    # hours of one seed) leaves seed 0 out, said, rather than choosing one of the two.
+    twice = [*runs, atari_run("BattleZone", 0, 0.0)]
+    (said,) = [line for line in across_games(grouped(twice[::-1]), 3, 1000) if "Atari-5" in line]
+    assert (
+        f"score of {seed1:.2f} (seed 1); 1 seed left out, a game having two runs of it: 0" in said
+    )
+    assert "over the" not in said
     (over,) = [line for line in lines if "over 5 games x 2 seeds" in line]
     assert "95% CI" not in over and "(2 seeds a game: no interval from fewer than 5)" in over
     (one_seed,) = across_games(grouped(runs[:5]), 3, 1000)[:1]  # one run a game: no "CI 0.61, 0.61"

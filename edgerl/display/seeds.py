@@ -22,7 +22,7 @@ are grouped by game and learner; a folder that is not a run but holds runs (``ed
   [min, max], of 4 the middle two's range, an interval in name only; the range is said instead.
 - **Against the field**: OpenAI ES's score after an hour on 720 CPUs where the game has one,
   and, for a learner with runs of all five Atari-5 games, the 57-game median their final scores
-  predict (Aitchison et al.'s regression), seed by seed.
+  predict (Aitchison et al.'s regression), seed by seed and over the seeds.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,30 +292,54 @@ def across_games(
             f"{learner.upper()} over {plural(len(games), 'game')} x {plural(n, 'seed')}: "
             f"human-normalised final {estimate.said(2, plural(n, 'seed') + ' a game')}"
         )
-        if (predicted := atari5_line(learner, groups, last, within_s)) is not None:
+        if (predicted := atari5_line(learner, groups, last, within_s, reps)) is not None:
             lines.append(predicted)
     return lines
 
 
 def atari5_line(
-    learner: str, groups: dict[Group, list[SeedRun]], last: int, within_s: float | None = None
+    learner: str,
+    groups: dict[Group, list[SeedRun]],
+    last: int,
+    within_s: float | None = None,
+    reps: int = REPS,
 ) -> str | None:
     """The 57-game median that the learner's final scores (within ``within_s`` of training) on
-    the five Atari-5 games predict, seed by seed (the i-th seed of each game together, as many
-    as the game with fewest), or None where a game of the five has no run."""
+    the five Atari-5 games predict, seed by seed (a seed's five runs together, for each seed
+    all five games have) and over those seeds (their IQM and range; from :data:`MIN_RUNS`
+    seeds up its interval); None where a game of the five has no run. A seed some game has two
+    runs of (two hours of one seed) is left out and said: choosing one would be a best-of."""
     five = {k[0]: groups[k] for k in groups if k[1] == learner and k[0] in atari5_games()}
     if len(five) < len(atari5_weights()):
         return None
-    n = min(len(runs) for runs in five.values())
-    predicted = [
-        atari5_median({g: runs[i].final(last, within_s) for g, runs in five.items()})
-        for i in range(n)
-    ]
-    per_seed = ", ".join(f"{p:.2f}" for p in predicted if p is not None)  # None: not five
+    runs_of = {g: Counter(r.seed for r in runs) for g, runs in five.items()}
+    common = set.intersection(*(set(c) for c in runs_of.values()))
+    doubled = sorted(s for s in common if any(c[s] > 1 for c in runs_of.values()))
+    said = f"{learner.upper()} on Atari-5 (Aitchison et al. 2022): "
+    left_out = (
+        f"; {plural(len(doubled), 'seed')} left out, a game having two runs of it: "
+        + ", ".join(str(s) for s in doubled)
+        if doubled
+        else ""
+    )
+    predicted: dict[int, float] = {}
+    for seed in sorted(common - set(doubled)):
+        finals = {g: next(r for r in runs if r.seed == seed) for g, runs in five.items()}
+        median = atari5_median({g: run.final(last, within_s) for g, run in finals.items()})
+        if median is not None:
+            predicted[seed] = median
+    if not predicted:
+        return said + "no seed has one run of each of the five games" + left_out
+    per_seed = ", ".join(f"{p:.2f} (seed {seed})" for seed, p in predicted.items())
+    over = ""
+    if len(predicted) > 1:
+        estimate = iqm_estimate(np.array(list(predicted.values()))[:, None], reps)
+        over = (
+            f"; over the {len(predicted)} seeds {estimate.said(2, plural(len(predicted), 'seed'))}"
+        )
     return (
-        f"{learner.upper()} on Atari-5 (Aitchison et al. 2022): the final scores predict a "
-        f"57-game median human-normalised score of {per_seed} ({plural(n, 'seed')}; the "
-        "regression's own error is about 10%)"
+        said + f"the final scores predict a 57-game median human-normalised score of {per_seed}"
+        f"{over}{left_out}; the regression's own error is about 10%"
     )
 
 
