@@ -59,3 +59,19 @@ def test_nhwc_layer_norm_is_the_layer_norm() -> None:
     y = nhwc_layer_norm(norm, x)
     torch.testing.assert_close(y, norm(x), rtol=1e-5, atol=1e-5)
     assert y.is_contiguous(memory_format=torch.channels_last)  # no copy back to NCHW
+
+
+def test_nhwc_layer_norm_without_weights() -> None:
+    norm = nn.LayerNorm((8, 5, 6), elementwise_affine=False)
+    x = torch.randn(2, 8, 5, 6).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(nhwc_layer_norm(norm, x), norm(x), rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_under_bf16_autocast_matches_nchw() -> None:
+    """Under CPU autocast (perf.amp=bf16) the two paths differ by bf16's rounding only."""
+    nchw = perturbed(True)
+    nhwc = copy.deepcopy(nchw).use_channels_last()
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        q_nchw, q_nhwc = nchw(obs).float(), nhwc(obs).float()
+    torch.testing.assert_close(q_nhwc, q_nchw, rtol=2e-2, atol=2e-2)

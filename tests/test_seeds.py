@@ -332,13 +332,19 @@ def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from
     low, high = sorted((0.85, seed1))
     assert f"range {low:.2f}-{high:.2f} (2 seeds: no interval from fewer than 5)" in said
     # Seeds pair by their number, not their order; a second run of seed 0 in one game (two
-    # hours of one seed) leaves seed 0 out, said, rather than choosing one of the two.
-    twice = [*runs, atari_run("BattleZone", 0, 0.0)]
-    (said,) = [line for line in across_games(grouped(twice[::-1]), 3, 1000) if "Atari-5" in line]
-    assert (
-        f"score of {seed1:.2f} (seed 1); 1 seed left out, a game having two runs of it: 0" in said
-    )
+    # hours of one seed) leaves seed 0 out, said, rather than choosing one of the two; so does
+    # a seed one game has no run of. Both lines choose alike.
+    twice = [*runs, atari_run("BattleZone", 0, 0.0), atari_run("Phoenix", 2, 0.0)]
+    over, said = across_games(grouped(twice[::-1]), 3, 1000)
+    doubled = "seed 0 left out (ALE/BattleZone-v5 has 2 runs of it)"
+    missing = "seed 2 left out (no run of ALE/BattleZone-v5, ALE/DoubleDunk-v5,"
+    assert f"score of {seed1:.2f} (seed 1); {doubled}; {missing}" in said
     assert "over the" not in said
+    assert over.startswith("PQN over 5 games x 1 seed: ") and doubled in over and missing in over
+    only_twice = [r for r in twice if r.seed == 0]
+    (over, said) = across_games(grouped(only_twice), 3, 1000)
+    assert said.startswith("PQN on Atari-5 (Aitchison et al. 2022): no seed has one run of each")
+    assert over == f"PQN over 5 games: no seed has one run of each game; {doubled}"
     (over,) = [line for line in lines if "over 5 games x 2 seeds" in line]
     assert "95% CI" not in over and "(2 seeds a game: no interval from fewer than 5)" in over
     (one_seed,) = across_games(grouped(runs[:5]), 3, 1000)[:1]  # one run a game: no "CI 0.61, 0.61"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,31 +266,57 @@ def grouped(runs: Iterable[SeedRun]) -> dict[Group, list[SeedRun]]:
     return {k: sorted(v, key=lambda r: (r.seed, str(r.path))) for k, v in groups.items()}
 
 
+def by_seed(
+    runs_of: dict[str, list[SeedRun]],
+) -> tuple[dict[int, dict[str, SeedRun]], list[str]]:
+    """The seeds every game of ``runs_of`` (game -> its runs) has exactly one run of, each as
+    {game: run}, and each seed left out, in words: one some game has no run of, or two runs of
+    (two hours of one seed: choosing either would be a best-of)."""
+    seeds: dict[int, dict[str, SeedRun]] = {}
+    left_out = []
+    for seed in sorted({r.seed for runs in runs_of.values() for r in runs}):
+        found = {g: [r for r in runs if r.seed == seed] for g, runs in runs_of.items()}
+        if missing := sorted(g for g, runs in found.items() if not runs):
+            left_out.append(f"seed {seed} left out (no run of {', '.join(missing)})")
+        elif doubled := sorted(g for g, runs in found.items() if len(runs) > 1):
+            twice = ", ".join(f"{g} has {len(found[g])} runs of it" for g in doubled)
+            left_out.append(f"seed {seed} left out ({twice})")
+        else:
+            seeds[seed] = {g: runs[0] for g, runs in found.items()}
+    return seeds, left_out
+
+
 def across_games(
     groups: dict[Group, list[SeedRun]], last: int, reps: int, within_s: float | None = None
 ) -> list[str]:
     """For each learner with runs of two Atari games or more: the IQM of the human-normalised
-    final scores (within ``within_s`` of training) over games and seeds, stratified by game (as
-    many seeds of each: the lowest); from fewer than :data:`MIN_RUNS` seeds a game, the range of
-    the seeds' own IQMs over the games instead of an interval."""
+    final scores (within ``within_s`` of training) over games and seeds, stratified by game,
+    from the seeds every game has one run of (:func:`by_seed`; the rest named); from fewer than
+    :data:`MIN_RUNS` seeds, the range of the seeds' own IQMs over the games instead of an
+    interval."""
     lines = []
     for learner in sorted({k[1] for k in groups}):
-        games = [k for k in groups if k[1] == learner and reference(k[0]) is not None]
-        if len({k[0] for k in games}) < 2:
+        runs_of = {
+            k[0]: groups[k] for k in groups if k[1] == learner and reference(k[0]) is not None
+        }
+        if len(runs_of) < 2:
             continue
-        n = min(len(groups[k]) for k in games)
-        scores = np.array(
-            [
-                [human_normalised(k[0], groups[k][i].final(last, within_s)) for k in games]
-                for i in range(n)
-            ],
-            dtype=float,
-        )
-        estimate = iqm_estimate(scores, reps)
-        lines.append(
-            f"{learner.upper()} over {plural(len(games), 'game')} x {plural(n, 'seed')}: "
-            f"human-normalised final {estimate.said(2, plural(n, 'seed') + ' a game')}"
-        )
+        seeds, left_out = by_seed(runs_of)
+        said = f"{learner.upper()} over {plural(len(runs_of), 'game')}"
+        if seeds:
+            scores = np.array(
+                [
+                    [human_normalised(g, run.final(last, within_s)) for g, run in runs.items()]
+                    for runs in seeds.values()
+                ],
+                dtype=float,
+            )
+            n = plural(len(seeds), "seed")
+            estimate = iqm_estimate(scores, reps)
+            said += f" x {n}: human-normalised final {estimate.said(2, n + ' a game')}"
+        else:
+            said += ": no seed has one run of each game"
+        lines.append("; ".join([said, *left_out]))
         if (predicted := atari5_line(learner, groups, last, within_s, reps)) is not None:
             lines.append(predicted)
     return lines
@@ -305,42 +330,30 @@ def atari5_line(
     reps: int = REPS,
 ) -> str | None:
     """The 57-game median that the learner's final scores (within ``within_s`` of training) on
-    the five Atari-5 games predict, seed by seed (a seed's five runs together, for each seed
-    all five games have) and over those seeds (their IQM and range; from :data:`MIN_RUNS`
-    seeds up its interval); None where a game of the five has no run. A seed some game has two
-    runs of (two hours of one seed) is left out and said: choosing one would be a best-of."""
+    the five Atari-5 games predict, seed by seed (a seed's five runs together, for the seeds
+    each game has one run of: :func:`by_seed`, the rest named) and over those seeds (their IQM
+    and range; from :data:`MIN_RUNS` seeds up its interval); None where a game of the five has
+    no run."""
     five = {k[0]: groups[k] for k in groups if k[1] == learner and k[0] in atari5_games()}
     if len(five) < len(atari5_weights()):
         return None
-    runs_of = {g: Counter(r.seed for r in runs) for g, runs in five.items()}
-    common = set.intersection(*(set(c) for c in runs_of.values()))
-    doubled = sorted(s for s in common if any(c[s] > 1 for c in runs_of.values()))
+    seeds, left_out = by_seed(five)
     said = f"{learner.upper()} on Atari-5 (Aitchison et al. 2022): "
-    left_out = (
-        f"; {plural(len(doubled), 'seed')} left out, a game having two runs of it: "
-        + ", ".join(str(s) for s in doubled)
-        if doubled
-        else ""
-    )
-    predicted: dict[int, float] = {}
-    for seed in sorted(common - set(doubled)):
-        finals = {g: next(r for r in runs if r.seed == seed) for g, runs in five.items()}
-        median = atari5_median({g: run.final(last, within_s) for g, run in finals.items()})
-        if median is not None:
-            predicted[seed] = median
-    if not predicted:
-        return said + "no seed has one run of each of the five games" + left_out
+    if not seeds:
+        return "; ".join([said + "no seed has one run of each of the five games", *left_out])
+    predicted = {
+        seed: atari5_median({g: run.final(last, within_s) for g, run in runs.items()})
+        for seed, runs in seeds.items()
+    }  # all five games given: never None
     per_seed = ", ".join(f"{p:.2f} (seed {seed})" for seed, p in predicted.items())
-    over = ""
-    if len(predicted) > 1:
-        estimate = iqm_estimate(np.array(list(predicted.values()))[:, None], reps)
-        over = (
-            f"; over the {len(predicted)} seeds {estimate.said(2, plural(len(predicted), 'seed'))}"
-        )
-    return (
+    parts = [
         said + f"the final scores predict a 57-game median human-normalised score of {per_seed}"
-        f"{over}{left_out}; the regression's own error is about 10%"
-    )
+    ]
+    if len(predicted) > 1:
+        n = plural(len(predicted), "seed")
+        estimate = iqm_estimate(np.array(list(predicted.values()), dtype=float)[:, None], reps)
+        parts.append(f"over the {n} {estimate.said(2, n)}")
+    return "; ".join([*parts, *left_out, "the regression's own error is about 10%"])
 
 
 def atari5_games() -> set[str]:

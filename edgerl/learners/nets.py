@@ -34,9 +34,10 @@ def nhwc_layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)`` for a channels-last picture ``x`` of shape (N, C, H, W) and a LayerNorm over
     (C, H, W), without the NCHW copies ``norm(x)`` makes of ``x`` and of its gradient: the
     permuted view (N, H, W, C) is contiguous, and the weights are permuted to match."""
-    weight = norm.weight.permute(1, 2, 0)
-    bias = norm.bias.permute(1, 2, 0)
-    y = F.layer_norm(x.permute(0, 2, 3, 1), weight.shape, weight, bias, norm.eps)
+    c, h, w = norm.normalized_shape
+    weight = None if norm.weight is None else norm.weight.permute(1, 2, 0)
+    bias = None if norm.bias is None else norm.bias.permute(1, 2, 0)
+    y = F.layer_norm(x.permute(0, 2, 3, 1), (h, w, c), weight, bias, norm.eps)
     return y.permute(0, 3, 1, 2)
 
 
@@ -92,7 +93,8 @@ class NatureCNN(nn.Module):
 
     def _features_nhwc(self, obs: torch.Tensor) -> torch.Tensor:
         """The convolutions' features with every picture kept NHWC, computed as the NCHW path
-        computes them (the same operations; sums in another order, so within ~1e-6).
+        computes them (the same operations, sums in another order: tests/test_nets.py holds the
+        two within 1e-5).
 
         Two things the plain path does cost about a fifth of a CPU update at batch 128
         (docs/performance.md, "Layout copies"): scaling the frames before making them NHWC
@@ -105,10 +107,8 @@ class NatureCNN(nn.Module):
         x = obs.contiguous(memory_format=torch.channels_last).to(self.input_dtype, copy=True)
         x = x.div_(255.0)  # a copy of the caller's tensor: obs itself is never written
         for layer in self.features:
-            if isinstance(layer, nn.LayerNorm) and x.dim() == 4:
-                x = nhwc_layer_norm(layer, x)
-            else:
-                x = layer(x)
+            # Each LayerNorm here is over a picture's (C, H, W).
+            x = nhwc_layer_norm(layer, x) if isinstance(layer, nn.LayerNorm) else layer(x)
         return x
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
