@@ -317,7 +317,8 @@ def test_results_sets_es_hour_beside_a_game_and_predicts_the_57_game_median_from
     """OpenAI ES's one-hour score beside each game that has one, and for a learner with runs of
     all five Atari-5 games the 57-game median their final scores predict, seed by seed and over
     the seeds; with a game of the five missing, no prediction (a missing game is not a zero)."""
-    from edgerl.display.seeds import across_games, describe, grouped
+    from edgerl.display.across_games import across_games
+    from edgerl.display.seeds import describe, grouped
     from edgerl.envs.scores import atari5_median
 
     humans = {"BattleZone": 37187.5, "DoubleDunk": -16.4, "NameThisGame": 8049.0}

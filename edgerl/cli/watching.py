@@ -387,8 +387,8 @@ def results(
     target and k of n that held it (final score), the median time to it, final and best
     scores, the IQM with its 95% stratified-bootstrap interval (rliable) from 5 runs up, the
     range from fewer. RUN_DIRS: run directories, or folders of them (train --seeds)."""
+    from edgerl.display.across_games import across_games
     from edgerl.display.seeds import (
-        across_games,
         describe,
         figures,
         find_runs,
