@@ -21,7 +21,8 @@ def by_seed(
 ) -> tuple[dict[int, dict[str, SeedRun]], list[str]]:
     """The seeds every game of ``runs_of`` (game -> its runs) has exactly one run of, each as
     {game: run}, and each seed left out, in words: one some game has no run of, or two runs of
-    (two hours of one seed: choosing either would be a best-of)."""
+    (two hours of one seed: choosing the better would be a best-of, and which ran first, the
+    one docs/results.md's rule counts, is not in a run's files)."""
     seeds: dict[int, dict[str, SeedRun]] = {}
     left_out = []
     for seed in sorted({r.seed for runs in runs_of.values() for r in runs}):
