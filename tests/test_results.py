@@ -448,41 +448,56 @@ def test_the_atari5_table_is_its_runs_final_scores_and_the_summary_the_regressio
         assert f"57-game median of **{predicted:.2f}**" in section
 
 
+ATARI5_DIRS = ["battlezone", "doubledunk", "namethisgame", "phoenix", "qbert"]
+
+
 def atari5_printed() -> list[tuple[list[str], str]]:
     """Each `edgerl results` console block of the Atari-5 section: its arguments and the line
-    it quotes."""
+    it quotes (every console block there is one command and one line)."""
     _, section = atari5_rows()
     blocks = re.findall(r"```console\nedgerl results ([^\n]+)\n([^\n]+)\n```", section)
     assert blocks, "the Atari-5 section quotes no `edgerl results`"
+    assert section.count("```console") == len(blocks), "a console block this test cannot read"
     return [(args.split(), said) for args, said in blocks]
 
 
 @pytest.mark.parametrize("args, said", atari5_printed())
 def test_the_atari5_summaries_quoted_are_what_results_prints(cli, args, said):
     """The Atari-5 prediction results.md quotes is the line `edgerl results` prints today for
-    the runs and options quoted with it."""
+    the runs and options quoted with it, and seed 0's runs there are each game's first (the
+    rule of "Which runs count"), never a rerun."""
     r = cli("results", *[REPO / a if a.startswith("docs/") else a for a in args])
     assert r.code == 0, r.err
     assert said in r.out.splitlines()
+    assert all(f"docs/runs/{g}-cpu-2core-pqn" in args for g in ATARI5_DIRS)
+    assert not any(a.endswith(("-quiet", "-loaded")) for a in args)
 
 
 def test_readmes_atari5_headline_is_the_prediction_of_every_seed_on_record():
-    """README's Atari-5 figures are, seed by seed, what results.md's last quoted `edgerl results`
-    prints, and that quote takes every seed all five games have a committed run of (seed 0's
-    outside the seeds' folders: each game's first run, as the rule in results.md counts them)."""
-    args, said = atari5_printed()[-1]
+    """README's Atari-5 figures are, seed by seed, what results.md's quote over all five games'
+    folders of seeds prints, and that quote takes every seed all five games have a committed run
+    (with an evaluation) of, seed 0's outside those folders: each game's first run, as the rule
+    in results.md counts them."""
+    over_seeds = [
+        said
+        for args, said in atari5_printed()
+        if all(f"docs/runs/{g}-cpu-seeds" in args for g in ATARI5_DIRS)
+    ]
+    assert len(over_seeds) == 1, "results.md should quote one summary over all seeds"
+    (said,) = over_seeds
     text = " ".join(README.read_text().split())
-    found = re.search(r"57-game median predicted: ((?:seed \d+ [\d.]+(?:, )?)+)", text)
+    found = re.search(r"57-game median predicted: ((?:seed \d+ \d\.\d+(?:, )?)+)", text)
     assert found, "README's Atari-5 headline is not in the form this test reads"
-    readme = dict(re.findall(r"seed (\d+) ([\d.]+)", found[1]))
-    printed = dict((s, v) for v, s in re.findall(r"([\d.]+) \(seed (\d+)\)", said))
+    readme = dict(re.findall(r"seed (\d+) (\d\.\d+)", found[1]))
+    printed = dict((s, v) for v, s in re.findall(r"(\d\.\d+) \(seed (\d+)\)", said))
     assert readme == printed
-    games = ["battlezone", "doubledunk", "namethisgame", "phoenix", "qbert"]
-    every_game_has = set.intersection(
-        *(
-            {int(p.name.removeprefix("seed-")) for p in RUNS.glob(f"{g}-cpu-seeds/seed-*")}
-            for g in games
-        )
-    )
+
+    def seeds_of(game: str) -> set[int]:
+        return {
+            int(p.name.removeprefix("seed-"))
+            for p in RUNS.glob(f"{game}-cpu-seeds/seed-*")
+            if (p / "eval.csv").exists() and evaluations(p)
+        }
+
+    every_game_has = set.intersection(*(seeds_of(g) for g in ATARI5_DIRS))
     assert {int(s) for s in printed} == every_game_has | {0}  # seed 0: each game's first run
-    assert all(f"docs/runs/{g}-cpu-seeds" in args for g in games)
