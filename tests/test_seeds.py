@@ -57,6 +57,21 @@ def test_reached_is_the_first_evaluation_at_the_target_and_final_is_the_last_thr
     assert "  final score (mean of its 2 evaluations, fewer than 3): " in describe(both)
 
 
+def test_a_seed_given_two_runs_is_left_out_and_named_not_counted_twice_or_chosen():
+    """Two runs of one seed (an hour rerun beside its first): neither is counted, the seed is
+    named with both runs; where every seed has two, one sentence says to give the first."""
+    first, rerun = seed_run(0, [10, 20, 30]), seed_run(0, [400, 500, 500])
+    rerun.path = Path("seed-0-rerun")
+    f = figures([first, rerun, seed_run(1, [100, 200, 300])], target=500, reps=1000)
+    assert [r.seed for r in f.runs] == [1] and f.finals == [200.0] and f.k == 0
+    said = "seed 0 left out: 2 runs of it given (seed-0, seed-0-rerun), and only its first counts"
+    assert f.left_out == [said]
+    assert describe(f).splitlines()[:2] == ["CartPole-v1, DQN: 1 run (seed 1)", f"  {said}"]
+    assert f.to_dict()["left_out"] == [said]
+    with pytest.raises(RunDirError, match=r"every seed given has more than one run .*seed-0-rerun"):
+        figures([first, rerun], target=500, reps=1000)
+
+
 def test_within_counts_only_the_evaluations_that_ended_inside_it_for_every_figure():
     """`--within T`: an evaluation counts when its result came within T (it began at wall_s
     and played eval_s while training went on), for reaching, holding, the final and the best."""
@@ -234,8 +249,10 @@ def test_seeds_are_never_hidden_inside_a_run_and_every_tool_finds_them(cli, tmp_
     assert {"cp", "cp-seeds.seed-0", "cp-seeds.seed-1"} <= set(served_runs([Path("runs")]))
     r = cli("results", "runs", "--json", "--reps", "500")
     assert r.code == 0, r.err
-    (doc,) = json.loads(r.out)
-    assert sorted(Path(run["path"]).name for run in doc["runs"]) == ["cp", "seed-0", "seed-1"]
+    (doc,) = json.loads(r.out)  # all three found; seed 0's two runs named, neither counted
+    assert [Path(run["path"]).name for run in doc["runs"]] == ["seed-1"]
+    (left_out,) = doc["left_out"]
+    assert str(Path("runs/cp")) in left_out and str(Path("runs/cp-seeds/seed-0")) in left_out
     # a plain run where the seeds are: refused, naming them, not as a folder of strangers
     r = cli("train", "--env", "CartPole-v1", "--steps", "400", "--run-dir", "runs/cp-seeds")
     assert r.code == 2 and "holds runs of `edgerl train --seeds` (seed-0, seed-1)" in r.err

@@ -404,6 +404,6 @@ def results(
         click.echo("\n".join(describe(f, last) for f in found))
         for line in across_games(groups, last, reps, within_s):
             click.echo(line)
-    if output is not None:
-        save_picture(groups, output, by, reps)
+    if output is not None:  # the curves of the runs the figures counted
+        save_picture({k: f.runs for k, f in zip(groups, found, strict=True)}, output, by, reps)
         click.echo(f"wrote {output.resolve()}", err=as_json)

@@ -22,6 +22,9 @@ are grouped by game and learner; a folder that is not a run but holds runs (``ed
   [min, max], of 4 the middle two's range, an interval in name only; the range is said instead.
 - **Against the field**: OpenAI ES's score after an hour on 720 CPUs where the game has one;
   over several games of one learner, :mod:`edgerl.display.across_games`.
+- **One run a seed**: a seed given two runs or more (an hour rerun beside its first) is left
+  out and its runs named (:func:`one_run_a_seed`): docs/results.md's rule counts the first
+  started, which a run's files do not say, and taking both or the better would be a best-of.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from edgerl.display.seed_runs import LAST, Evaluation, SeedRun
 from edgerl.display.seed_runs import find_runs as find_runs  # where results and tests find it
 from edgerl.display.seed_runs import read_run as read_run
 from edgerl.envs.scores import es_hour, human_normalised, reference
-from edgerl.errors import MissingDependencyError
+from edgerl.errors import MissingDependencyError, RunDirError
 from edgerl.words import duration, plural
 
 log = logging.getLogger(__name__)
@@ -166,6 +169,7 @@ class Figures:
     bests: list[float]  # each run's best evaluation within within_s
     iqm: Estimate
     human: Estimate | None  # the IQM of human-normalised finals
+    left_out: list[str] = field(default_factory=list)  # seeds given more than one run, in words
 
     @property
     def k(self) -> int:
@@ -213,6 +217,7 @@ class Figures:
             "human_normalised_final_iqm": None if self.human is None else self.human.to_dict(),
             "es_hour": es_hour(self.game),
             "protocol": protocol(self.runs[0]),
+            "left_out": self.left_out,
         }
 
 
@@ -224,9 +229,16 @@ def figures(
     reps: int = REPS,
 ) -> Figures:
     """The figures of ``runs`` (one game and learner), each from the evaluations whose result
-    came within ``within_s`` of training (all for None). Raises RunDirError for a run none of
-    whose evaluations ended within it, MissingDependencyError without rliable."""
+    came within ``within_s`` of training (all for None), one run a seed (:func:`one_run_a_seed`).
+    Raises RunDirError for a run none of whose evaluations ended within it or where every seed
+    has two runs, MissingDependencyError without rliable."""
     game = runs[0].game
+    given, (runs, left_out) = runs, one_run_a_seed(runs)
+    if not runs:
+        raise RunDirError(
+            f"{game}, {given[0].learner.upper()}: every seed given has more than one run "
+            f"({'; '.join(left_out)}): give the first run of each seed"
+        )
     target_is = "the given target"
     if target is None and (found := default_target(game)) is not None:
         target, target_is = found
@@ -250,7 +262,25 @@ def figures(
         bests,
         estimate,
         human,
+        left_out,
     )
+
+
+def one_run_a_seed(runs: Sequence[SeedRun]) -> tuple[list[SeedRun], list[str]]:
+    """The runs of ``runs`` (one game and learner) whose seed no other of them has, and each
+    seed left out, in words: two runs of one seed are a rerun beside its first, and the first
+    started, the one docs/results.md's rule counts, is not in a run's files."""
+    of_seed: dict[int, list[SeedRun]] = {}
+    for run in runs:
+        of_seed.setdefault(run.seed, []).append(run)
+    kept = [run for run in runs if len(of_seed[run.seed]) == 1]
+    left_out = [
+        f"seed {seed} left out: {len(twice)} runs of it given "
+        f"({', '.join(str(r.path) for r in twice)}), and only its first counts"
+        for seed, twice in of_seed.items()
+        if len(twice) > 1
+    ]
+    return kept, left_out
 
 
 Group = tuple[str, str]  # game, learner
@@ -306,6 +336,7 @@ def describe(f: Figures, last: int = LAST) -> str:
     named = sorted({r.recipe for r in f.runs if r.recipe})
     recipe = "".join(f", {n}" for n in named)
     lines = [f"{f.game}, {f.learner.upper()}{recipe}: {plural(len(f.runs), 'run')} ({seeds})"]
+    lines += [f"  {words}" for words in f.left_out]
     n = len(f.runs)
     within = "" if f.within_s is None else f" within {duration(f.within_s)}"
     if f.target is None:
