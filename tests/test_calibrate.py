@@ -406,20 +406,30 @@ def test_measuring_runs_in_a_process_of_its_own_which_a_stop_ends_at_once(tmp_pa
     """The real measurement in its own process (ALE builds a recipe's environments in one call
     that holds Python's lock: a stop could not be heard in the same process): its figures come
     back and are remembered; a stop while it measures ends it within seconds, said, and
-    nothing is remembered."""
+    nothing is remembered. Its thread count is judged by the CPUs as it begins, not by the load
+    average (which still counts a run ended seconds before: right after one, a learner was
+    measured at one thread of two and remembered as quiet), and said; the starting process
+    then judges the CPUs anew, the measuring process's work behind it."""
     import logging
     import time
 
     import psutil
 
+    from edgerl.hw import cpus
     from edgerl.run.signals import StoppedDuringSetup
 
     caplog.set_level(logging.INFO)
     dqn = Recipe("pong-cpu-dqn", "", {})  # 4 environments: quick to build
     store = CompileDecisions(tmp_path, "calibration.json", "the calibration")
     heard: list[tuple[str, float]] = []
+    began = time.monotonic()
     (measured,) = calibrate(dqn, store, seconds=0.5, progress=lambda *said: heard.append(said))
     assert measured.actor_steps_per_s > 0 and measured.learner_steps_per_s > 0
+    said = next(r.getMessage() for r in caplog.records if " measured with " in r.getMessage())
+    assert said.startswith("calibration: pong-cpu-dqn measured with ")
+    assert "busy with other work" in said and "load average" not in said, said
+    assert cpus._mark is not None and cpus._mark.wall > began  # begun after the measuring
+    assert cpus.cpu_load().measured_s >= cpus.MIN_WINDOW_S
     assert (tmp_path / "calibration.json").exists()
     assert heard and "measuring pong-cpu-dqn (1 of 1)" in heard[0][0] and heard[0][1] > 0
 

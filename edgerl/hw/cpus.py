@@ -127,6 +127,15 @@ def mark() -> None:
         _mark = None
 
 
+def mark_and_look(seconds: float = 2 * MIN_WINDOW_S) -> None:
+    """:func:`mark` and let the window run ``seconds``, so that the next :func:`cpu_load` is
+    the CPUs now, not the load average: for a process the command line did not start (the
+    calibration's measuring one), and after work this process waited on, which its own window
+    counted as other programs' (the calibration's measuring process)."""
+    mark()
+    time.sleep(seconds)
+
+
 @dataclass(frozen=True)
 class CpuLoad:
     """This machine's CPUs and how busy other work keeps them."""

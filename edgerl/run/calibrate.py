@@ -55,7 +55,7 @@ from typing import Any
 from edgerl.config import Config, Layer
 from edgerl.config.learners import learner_info
 from edgerl.config.targets import ratio_points
-from edgerl.hw.cpus import usable_cpus
+from edgerl.hw.cpus import mark_and_look, usable_cpus
 from edgerl.hw.recipe import Recipe, board_recipe
 from edgerl.learners.decisions import CompileDecisions
 from edgerl.run.recipe_choice import Measured, choose, trained_here, weighed
@@ -118,9 +118,15 @@ def ratio_variants(recipe: Recipe) -> list[Recipe]:
     ]
 
 
+# How figures are measured, in the key: 2 since the measuring process judges its thread count by
+# the CPUs as it begins; 1's judged it by the load average, which right after a run took one
+# thread where training would take two, so its figures are measured again.
+MEASURING = 2
+
+
 def machine_key() -> dict[str, Any]:
     """What the figures depend on besides the recipe: the processor, how many CPUs this
-    process may use, the GPU, PyTorch and edgerl."""
+    process may use, the GPU, PyTorch, edgerl and how figures are measured."""
     import torch
 
     from edgerl import __version__
@@ -132,6 +138,7 @@ def machine_key() -> dict[str, Any]:
         "gpu": gpu,
         "torch": torch.__version__,
         "edgerl": __version__,
+        "measuring": MEASURING,
     }
 
 
@@ -224,6 +231,8 @@ def calibrate(
                 busy,
                 recipe.name,
             )
+    if todo:  # the measuring process was other programs' work to this one's window: begin it again
+        mark_and_look()
     return [
         weighed(recipe, cfg, known[recipe.name]) for recipe, cfg in order if recipe.name in known
     ]

@@ -26,6 +26,7 @@ from typing import IO, Any
 from edgerl.config import Config, build_layers, resolve, with_values
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import NAMED_PRESETS
+from edgerl.hw.cpus import mark_and_look
 from edgerl.hw.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ def _answer(recipe: Recipe, line: bytes) -> tuple[Figures, float] | None:
         why = answer.get("error") or "it answered no figures"
         log.warning("calibration: %s could not be measured here (%s): left out", recipe.name, why)
         return None
+    if isinstance(threads := answer.get("threads"), str):
+        log.info("calibration: %s measured with %s", recipe.name, threads[:200])
     return found, float(busy)
 
 
@@ -188,11 +191,22 @@ def measure_child() -> int:
     request = json.load(sys.stdin)
     _end_with_parent(int(request["parent"]))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from edgerl.hw.device import describe_threads
+
     for item in request["recipes"]:
         recipe = Recipe(item["preset"], item["why"], dict(item["changes"]))
+        # The learner is measured at the thread count training would take (perf.threads auto:
+        # the CPUs other work leaves free), judged by the CPUs now: this process has no mark
+        # of the command line's, and the load average still counts a run that ended seconds
+        # before. Right after a run, pong-cpu's learner was measured at one thread (706 env
+        # steps/s on a 2-core Xeon) and remembered as quiet; training's loop then ran at 968
+        # with two.
+        mark_and_look()
         try:
-            figures, busy = measure_once(candidate_config(recipe), request["seconds"], measure)
+            cfg = candidate_config(recipe)
+            figures, busy = measure_once(cfg, request["seconds"], measure)
             answer: dict[str, Any] = {"figures": list(figures), "busy": round(busy, 3)}
+            answer["threads"] = describe_threads(cfg.perf.threads)
         except Exception as e:  # out of memory on a small board, a driver's error
             answer = {"error": str(e) or type(e).__name__}
         results.write(json.dumps(answer) + "\n")
