@@ -406,10 +406,11 @@ def test_measuring_runs_in_a_process_of_its_own_which_a_stop_ends_at_once(tmp_pa
     """The real measurement in its own process (ALE builds a recipe's environments in one call
     that holds Python's lock: a stop could not be heard in the same process): its figures come
     back and are remembered; a stop while it measures ends it within seconds, said, and
-    nothing is remembered. Its thread count is judged by the CPUs as it begins, not by the load
-    average (which still counts a run ended seconds before: right after one, a learner was
-    measured at one thread of two and remembered as quiet), and said; the starting process
-    then judges the CPUs anew, the measuring process's work behind it."""
+    nothing is remembered. Its thread count is judged by a look at the CPUs as it begins, not
+    by the load average (which still counts a run ended seconds before: right after one, a
+    learner was measured at one thread of two and remembered as quiet), and said with that
+    look; the starting process then judges the CPUs anew, the measuring process's work behind
+    it. (The count itself is not checked: the suite runs at OMP_NUM_THREADS=1.)"""
     import logging
     import time
 
@@ -427,7 +428,7 @@ def test_measuring_runs_in_a_process_of_its_own_which_a_stop_ends_at_once(tmp_pa
     assert measured.actor_steps_per_s > 0 and measured.learner_steps_per_s > 0
     said = next(r.getMessage() for r in caplog.records if " measured with " in r.getMessage())
     assert said.startswith("calibration: pong-cpu-dqn measured with ")
-    assert "busy with other work" in said and "load average" not in said, said
+    assert said.endswith(" busy with other work) as it began"), said  # not the load average
     assert cpus._mark is not None and cpus._mark.wall > began  # begun after the measuring
     assert cpus.cpu_load().measured_s >= cpus.MIN_WINDOW_S
     assert (tmp_path / "calibration.json").exists()

@@ -35,6 +35,12 @@ PONG_TARGET = 18.0
 # pong-h200-pqn-fp32, set perf.amp=off) and keeps no train.log to say so.
 AUTO_WAS_BF16 = {"pong-h200-pqn"}
 
+# Calibrated before commit 0b3ac7e, whose measuring process took its thread count from the load
+# average: right after another run that was one thread of two, so the prediction its config.toml
+# keeps says nothing of the host work the halves leave out (the loop made 1.72x of it): recorded
+# as not calibrated (0).
+PREDICTED_AT_ONE_THREAD = {"pong-cpu-xeon-seeds/seed-4"}
+
 
 def recorded(run: Path) -> SampleRun | None:
     """The row a run directory makes: None unless it trained Pong."""
@@ -78,7 +84,9 @@ def recorded(run: Path) -> SampleRun | None:
         loop_sps=loop_sps,
         eval_cost_steps=eval_cost,
         eval_tail_steps=eval_tail,
-        predicted_loop_sps=predicted_loop(str(value("train.recipe")), pipeline),
+        predicted_loop_sps=0
+        if name in PREDICTED_AT_ONE_THREAD
+        else predicted_loop(str(value("train.recipe")), pipeline),
     )
 
 
@@ -475,8 +483,7 @@ def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_m
     that of 22,290 (the upper medians of its 6 runs: start-up shared among the earlier ones, each at
     most one period; the H200's loop far outruns the CPU that evaluates), at the loop the
     halves predict times what the sync runs that kept their prediction made of theirs (the
-    middle of 0.84, 0.97 and 1.72: 779.7 env steps/s against 925, 605.4 against 621, 968.1
-    against 562, a calibration made while other work held a CPU); its error as the
+    upper of 0.84 and 0.97: 605.4 env steps/s against 621, 779.7 against 925); its error as the
     runs that reached 18 spread it (900,096 to 1,500,032 steps). At each run's own loop speed the
     model gives that run's time to the end of its evaluation at 18 within 15%."""
     from edgerl.hw.recipe import Recipe
@@ -496,9 +503,9 @@ def test_the_prediction_adds_the_evaluations_on_record_and_says_how_far_off_it_m
     assert "with 12 evaluations (each before the last adds the time of 11,621 loop steps " in said
     assert "and the last takes that of 22,290, on record; " in said
     assert (
-        "the loop at 0.97 of the halves' prediction, as the 3 runs on record in the sync " in said
+        "the loop at 0.97 of the halves' prediction, as the 2 runs on record in the sync " in said
     )
-    assert "pipeline that kept theirs went (0.84-1.72): the host work the halves leave out" in said
+    assert "pipeline that kept theirs went (0.84-0.97): the host work the halves leave out" in said
     assert "the 5 runs on record that reached it took 900,096 to 1,500,032 env steps: " in said
     gpu = Measured(Recipe("pong-gpu", "", {}), 9e3, 8e3, "async", found, "fp32", (), 100_000)
     assert gpu.host_share == 1.0  # no async run kept its prediction: said, not guessed

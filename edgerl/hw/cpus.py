@@ -3,11 +3,12 @@
 The 1-minute load average lags: it still says "busy" for a minute after another job ended (a
 previous training run, a benchmark, another test), and a run that starts then would take one
 thread where it could have two (Pong on 2 cores: 82 steps/s with one thread, 120 with two). So the
-command line marks the CPU time at its start (:func:`mark`, before torch is imported), and
-:func:`cpu_load` measures how many CPUs *other* programs kept busy since then: the machine's busy
-CPU time less this process's own, over the wall time between. Without a mark, or over less than
-half a second, it falls back to the load average. No torch here: the mark is taken before
-PyTorch's import.
+command line marks the CPU time at its start (:func:`mark`, before torch is imported; the
+calibration's measuring process, and its starting one after it, mark again:
+:func:`mark_and_look`), and :func:`cpu_load` measures how many CPUs *other* programs kept busy
+since then: the machine's busy CPU time less this process's own, over the wall time between.
+Without a mark, or over less than half a second, it falls back to the load average. No torch
+here: the mark is taken before PyTorch's import.
 
 Work of a lower priority than this process's (``nice``: the kernel's "nice" CPU time, spent by
 processes of a niceness above 0) is not counted as taking CPUs from it when it runs at niceness 0
@@ -128,10 +129,11 @@ def mark() -> None:
 
 
 def mark_and_look(seconds: float = 2 * MIN_WINDOW_S) -> None:
-    """:func:`mark` and let the window run ``seconds``, so that the next :func:`cpu_load` is
-    the CPUs now, not the load average: for a process the command line did not start (the
-    calibration's measuring one), and after work this process waited on, which its own window
-    counted as other programs' (the calibration's measuring process)."""
+    """:func:`mark`, then wait ``seconds`` so that the next :func:`cpu_load` measures the CPUs
+    over that second instead of falling back to the load average. For a process the command
+    line did not start (the calibration's measuring one has no mark of its own), and for one
+    whose window counted a child's CPU time as other programs' work (after the calibration's
+    measuring process ends)."""
     mark()
     time.sleep(seconds)
 

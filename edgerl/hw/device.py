@@ -150,13 +150,13 @@ def oversubscription(threads: int, load: CpuLoad | None = None) -> str | None:
     )
 
 
-def describe_threads(setting: int) -> str:
+def describe_threads(setting: int, load: CpuLoad | None = None) -> str:
     """PyTorch's thread count as set, for the training log: ``1 torch thread (auto; 2 CPUs, load
-    average 4.8)``."""
+    average 4.8)``; ``load``: the one it was chosen by (None: the CPUs now)."""
     count = torch.get_num_threads()
     how = "auto" if setting == 0 else "perf.threads"
     noun = "thread" if count == 1 else "threads"
-    return f"{count} torch {noun} ({how}; {cpu_load().describe()})"
+    return f"{count} torch {noun} ({how}; {(load or cpu_load()).describe()})"
 
 
 def configure_backends(device: torch.device, threads: int = 0, deterministic: bool = False) -> int:

@@ -231,8 +231,6 @@ def calibrate(
                 busy,
                 recipe.name,
             )
-    if todo:  # the measuring process was other programs' work to this one's window: begin it again
-        mark_and_look()
     return [
         weighed(recipe, cfg, known[recipe.name]) for recipe, cfg in order if recipe.name in known
     ]
@@ -298,6 +296,10 @@ def _measure_all(
         recipes = [recipe for recipe, _, _ in todo]
         check = functools.partial(_check_stop, asked, todo)
         yield from measure_apart(recipes, seconds, check, announce)
+        # This process counted the measuring process's CPU time as other programs' work: start
+        # its window again, so that training's thread count is not judged by it. (Reached
+        # once the last figures are taken: calibrate's strict zip asks for one more.)
+        mark_and_look()
         return
     for i, (recipe, cfg, _) in enumerate(todo):
         _check_stop(asked, todo, i)

@@ -26,7 +26,7 @@ from typing import IO, Any
 from edgerl.config import Config, build_layers, resolve, with_values
 from edgerl.config.learners import learner_info
 from edgerl.config.presets import NAMED_PRESETS
-from edgerl.hw.cpus import mark_and_look
+from edgerl.hw.cpus import cpu_load, mark_and_look
 from edgerl.hw.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -196,17 +196,21 @@ def measure_child() -> int:
     for item in request["recipes"]:
         recipe = Recipe(item["preset"], item["why"], dict(item["changes"]))
         # The learner is measured at the thread count training would take (perf.threads auto:
-        # the CPUs other work leaves free), judged by the CPUs now: this process has no mark
-        # of the command line's, and the load average still counts a run that ended seconds
-        # before. Right after a run, pong-cpu's learner was measured at one thread (706 env
-        # steps/s on a 2-core Xeon) and remembered as quiet; training's loop then ran at 968
-        # with two.
+        # the CPUs other work leaves free), judged by a look at the CPUs as it begins: this
+        # process has no mark of the command line's, and the load average still counts a run
+        # that ended seconds before. Right after a run, pong-cpu's learner was measured at one
+        # thread (706 env steps/s on a 2-core Xeon) and remembered as quiet; training's loop
+        # then ran at 968 with two.
         mark_and_look()
+        seen = cpu_load()
         try:
             cfg = candidate_config(recipe)
             figures, busy = measure_once(cfg, request["seconds"], measure)
+            # Remembered as quiet only where the CPUs were quiet as it began too: a busy look
+            # takes fewer threads, which a quiet average over the measuring would hide.
+            busy = max(busy, seen.load)
             answer: dict[str, Any] = {"figures": list(figures), "busy": round(busy, 3)}
-            answer["threads"] = describe_threads(cfg.perf.threads)
+            answer["threads"] = describe_threads(cfg.perf.threads, seen) + " as it began"
         except Exception as e:  # out of memory on a small board, a driver's error
             answer = {"error": str(e) or type(e).__name__}
         results.write(json.dumps(answer) + "\n")
