@@ -461,6 +461,7 @@ def test_a_run_already_begun_keeps_the_recipe_it_trained_with(tmp_path):
     store = CompileDecisions(tmp_path / "empty", "calibration.json", "the calibration")
     kept = calibrated_recipe(store=store, run_dir=run)  # nothing remembered: nothing measured
     assert kept.preset == "pong-cpu-dqn"
+    assert kept.describe() == "pong-cpu-dqn (no CUDA GPU: ...)"  # as the run began, unchanged
     assert not (tmp_path / "empty" / "calibration.json").exists()
     (run / "config.toml").write_text('[train]\nrecipe = ""\n')  # trained without one
     assert calibrated_recipe(calibrated=False, run_dir=run).preset in ("pong-cpu", "pong-gpu")
@@ -492,3 +493,6 @@ def test_the_epochs_on_record_are_weighed_too_and_a_run_keeps_the_value_chosen(
     store = CompileDecisions(tmp_path / "empty", "calibration.json", "the calibration")
     kept = calibrated_recipe(store=store, run_dir=run)
     assert kept.preset == "pong-cpu" and kept.changes == {"pqn.epochs": 1}
+    # the resume writes back what the run began with: the prediction it is compared with
+    assert kept.describe() == pick.describe()
+    assert kept.layer().values["train.recipe"] == pick.describe()

@@ -372,19 +372,24 @@ def calibrated_recipe(
 def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
     """The recipe the run kept in ``run_dir`` trained with (its config.toml's ``train.recipe``
     names a preset first), the class's own with this machine's changes where it is that one;
-    None for no run there, or one trained without a named recipe."""
+    None for no run there, or one trained without a named recipe. Its reason is the one the
+    run began with, so a resume writes back the ``train.recipe`` it found (with the time the
+    calibration predicted before the run: what the run is compared with), never a new one."""
     from edgerl.config.presets import NAMED_PRESETS
     from edgerl.report.rundir import run_section
 
     saved = run_section(run_dir, "train")
     said = str((saved or {}).get("recipe") or "")
-    preset, *words = said.split(" (", 1)[0].split() or [""]
+    named, _, why = said.partition(" (")
+    preset, *words = named.split() or [""]
     if preset not in NAMED_PRESETS:
         return None
     ratio = _ratio_change(preset, dict(word.split("=", 1) for word in words if "=" in word))
+    why = why.removesuffix(")") or "the recipe the run in its run directory trained with"
     if preset == class_recipe.preset:
-        return dataclasses.replace(class_recipe, changes={**class_recipe.changes, **ratio})
-    return Recipe(preset, "the recipe the run in its run directory trained with", ratio)
+        changes = {**class_recipe.changes, **ratio}
+        return dataclasses.replace(class_recipe, why=why, changes=changes)
+    return Recipe(preset, why, ratio)
 
 
 def _ratio_change(preset: str, words: dict[str, str]) -> dict[str, Any]:
