@@ -57,6 +57,28 @@ def test_reached_is_the_first_evaluation_at_the_target_and_final_is_the_last_thr
     assert "  final score (mean of its 2 evaluations, fewer than 3): " in describe(both)
 
 
+def test_the_median_time_to_the_target_counts_the_runs_that_did_not_reach_it():
+    """The median of the runs that reached the target alone forgets the others: with one run of
+    three not there, the median over all three is the slower of the two that were (the third
+    counted as later); with two of three not there, there is none. Each is said beside the
+    median of those that reached it."""
+    from edgerl.display.seeds import describe
+
+    fast, slow, never = seed_run(0, [500]), seed_run(1, [10, 10, 10, 500]), seed_run(2, [10] * 5)
+    f = figures([fast, slow, never], target=500, reps=1000)
+    assert (f.median_s_to_target, f.median_s_over_runs) == (25.0, 40.0)
+    said = "median time to it 40 s over all 3 runs (the 1 that did not reach it counted as "
+    assert said + "later), 25 s of the 2 that reached it, when the evaluation" in describe(f)
+    assert f.to_dict()["median_wall_s_to_target_all_runs"] == 40.0
+    f = figures([fast, never, seed_run(3, [10] * 5)], target=500, reps=1000)
+    assert (f.median_s_to_target, f.median_s_over_runs) == (10.0, None)
+    said = "no median time to it over all 3 runs (2 did not reach it); 10 s of the 1 that reached"
+    assert said in describe(f)
+    f = figures([fast, slow], target=500, reps=1000)  # all there: one median, said once
+    assert f.median_s_over_runs == f.median_s_to_target == 25.0
+    assert "; median time to it 25 s, when the evaluation that reached it ended" in describe(f)
+
+
 def test_a_seed_given_two_runs_is_left_out_and_named_not_counted_twice_or_chosen():
     """Two runs of one seed (an hour rerun beside its first): neither is counted, the seed is
     named with both runs; where every seed has two, one sentence says to give the first."""

@@ -188,6 +188,15 @@ class Figures:
         times = [r.ended_s for r in self.reached if r is not None]
         return float(np.median(times)) if times else None
 
+    @property
+    def median_s_over_runs(self) -> float | None:
+        """The median over every run, a run that did not reach the target counted as later
+        than all that did (it was not there when its window ended); None where that median
+        falls on such a run: half or more did not reach it."""
+        times = [math.inf if r is None else r.ended_s for r in self.reached]
+        median = float(np.median(times)) if times else math.inf
+        return median if math.isfinite(median) else None
+
     def to_dict(self) -> dict[str, Any]:
         rows = zip(self.runs, self.reached, self.finals, self.held, self.bests, strict=True)
         return {
@@ -212,7 +221,8 @@ class Figures:
             "reached": self.k,
             "held": sum(self.held),
             # when the evaluation that reached the target ended (the result known)
-            "median_wall_s_to_target": self.median_s_to_target,
+            "median_wall_s_to_target": self.median_s_to_target,  # of the runs that reached it
+            "median_wall_s_to_target_all_runs": self.median_s_over_runs,
             "final_iqm": self.iqm.to_dict(),
             "human_normalised_final_iqm": None if self.human is None else self.human.to_dict(),
             "es_hour": es_hour(self.game),
@@ -330,6 +340,22 @@ def final_evaluations(f: Figures, last: int) -> str:
     return f"the last {last} evaluations, all of a run's where it has fewer ({fewer})"
 
 
+def median_words(f: Figures, median: float) -> str:
+    """The median time to the target in words: over every run, where some did not reach it
+    beside the median of those that did (which alone would forget the others)."""
+    n = len(f.runs)
+    if f.k == n:
+        return f"median time to it {duration(median)}"
+    missed = n - f.k
+    theirs = f"{duration(median)} of the {f.k} that reached it"
+    if (everyone := f.median_s_over_runs) is None:
+        return f"no median time to it over all {n} runs ({missed} did not reach it); {theirs}"
+    return (
+        f"median time to it {duration(everyone)} over all {n} runs (the {missed} that did not "
+        f"reach it counted as later), {theirs}"
+    )
+
+
 def describe(f: Figures, last: int = LAST) -> str:
     """The figures of one game and learner, a few lines."""
     seeds = ("seeds " if len(f.runs) > 1 else "seed ") + ", ".join(str(r.seed) for r in f.runs)
@@ -348,9 +374,7 @@ def describe(f: Figures, last: int = LAST) -> str:
             f"evaluation at it or above), {sum(f.held)} of {n} held it (final score at it or above)"
         )
         if (median := f.median_s_to_target) is not None:
-            # over the runs that reached it: said so where some did not
-            among = "" if f.k == n else f" (of the {f.k} that reached it only)"
-            line += f"; median time to it {duration(median)}{among}, when the evaluation that "
+            line += f"; {median_words(f, median)}, when the evaluation that "
             steps = ", ".join(f"step {h.step:,}: {began_ended(h)}" for h in hits)
             line += f"reached it ended ({steps})"
         lines.append(line)
