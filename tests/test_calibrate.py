@@ -462,6 +462,9 @@ def test_a_run_already_begun_keeps_the_recipe_it_trained_with(tmp_path):
     kept = calibrated_recipe(store=store, run_dir=run)  # nothing remembered: nothing measured
     assert kept.preset == "pong-cpu-dqn"
     assert kept.describe() == "pong-cpu-dqn (no CUDA GPU: ...)"  # as the run began, unchanged
+    # a name this machine would not give (another board's environment count): its own reason
+    (run / "config.toml").write_text('[train]\nrecipe = "pong-cpu-dqn env.num_envs=64 (a Nano)"\n')
+    assert "a Nano" not in calibrated_recipe(store=store, run_dir=run).describe()
     assert not (tmp_path / "empty" / "calibration.json").exists()
     (run / "config.toml").write_text('[train]\nrecipe = ""\n')  # trained without one
     assert calibrated_recipe(calibrated=False, run_dir=run).preset in ("pong-cpu", "pong-gpu")

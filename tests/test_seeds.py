@@ -74,6 +74,13 @@ def test_the_median_time_to_the_target_counts_the_runs_that_did_not_reach_it():
     assert (f.median_s_to_target, f.median_s_over_runs) == (10.0, None)
     said = "no median time to it over all 3 runs (2 did not reach it); 10 s of the 1 that reached"
     assert said in describe(f)
+    four = [fast, slow, seed_run(3, [10, 10, 500]), never]  # 3 of 4: the middle two's mean
+    assert figures(four, target=500, reps=1000).median_s_over_runs == 35.0
+    four[2] = seed_run(3, [10] * 4)  # 2 of 4: the middle two are 40 s and later: none
+    assert figures(four, target=500, reps=1000).median_s_over_runs is None
+    # --within: a run at the target only after the window counts as not there
+    f = figures([fast, slow, never], target=500, within_s=30.0, reps=1000)
+    assert (f.k, f.median_s_to_target, f.median_s_over_runs) == (1, 10.0, None)
     f = figures([fast, slow], target=500, reps=1000)  # all there: one median, said once
     assert f.median_s_over_runs == f.median_s_to_target == 25.0
     assert "; median time to it 25 s, when the evaluation that reached it ended" in describe(f)

@@ -353,7 +353,12 @@ def calibrated_recipe(
     ``stop`` and ``progress`` as :func:`calibrate` takes them (StoppedDuringSetup raised)."""
     class_recipe = board_recipe()
     if run_dir is not None and (kept := recipe_of_run(run_dir, class_recipe)) is not None:
-        log.info("calibration: the run in %s goes on with its recipe, %s", run_dir, kept.name)
+        log.info(
+            "calibration: the run in %s goes on with its recipe as it began (nothing measured "
+            "now), %s",
+            run_dir,
+            kept.name,
+        )
         return kept
     if not calibrated:
         return class_recipe
@@ -372,9 +377,10 @@ def calibrated_recipe(
 def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
     """The recipe the run kept in ``run_dir`` trained with (its config.toml's ``train.recipe``
     names a preset first), the class's own with this machine's changes where it is that one;
-    None for no run there, or one trained without a named recipe. Its reason is the one the
-    run began with, so a resume writes back the ``train.recipe`` it found (with the time the
-    calibration predicted before the run: what the run is compared with), never a new one."""
+    None for no run there, or one trained without a named recipe. Where the name is the one
+    the run began with, so is the reason: a resume writes back the ``train.recipe`` it found
+    (with the time the calibration predicted before the run: what the run is compared with);
+    a name this machine changes (another board's environment count) takes a reason of its own."""
     from edgerl.config.presets import NAMED_PRESETS
     from edgerl.report.rundir import run_section
 
@@ -385,11 +391,13 @@ def recipe_of_run(run_dir: Path, class_recipe: Recipe) -> Recipe | None:
     if preset not in NAMED_PRESETS:
         return None
     ratio = _ratio_change(preset, dict(word.split("=", 1) for word in words if "=" in word))
-    why = why.removesuffix(")") or "the recipe the run in its run directory trained with"
     if preset == class_recipe.preset:
-        changes = {**class_recipe.changes, **ratio}
-        return dataclasses.replace(class_recipe, why=why, changes=changes)
-    return Recipe(preset, why, ratio)
+        kept = dataclasses.replace(class_recipe, changes={**class_recipe.changes, **ratio})
+    else:
+        kept = Recipe(preset, "the recipe the run in its run directory trained with", ratio)
+    if kept.name == named.strip() and why.endswith(")"):
+        kept = dataclasses.replace(kept, why=why.removesuffix(")"))
+    return kept
 
 
 def _ratio_change(preset: str, words: dict[str, str]) -> dict[str, Any]:
