@@ -492,6 +492,47 @@ def test_the_atari5_table_is_its_runs_final_scores_and_the_summary_the_regressio
 ATARI5_DIRS = ["battlezone", "doubledunk", "namethisgame", "phoenix", "qbert"]
 
 
+def test_the_atari5_per_seed_table_is_each_games_final_in_its_hour_and_the_prediction():
+    """Each seed's row: every game's final in its hour (its first run for seed 0, its folder of
+    seeds for the others) with its human-normalised score, a dash for a game with no run of
+    that seed, and the regression's prediction once all five are there; every seed on record."""
+    from edgerl.display.seeds import figures, find_runs
+    from edgerl.envs.scores import atari5_median, human_normalised
+
+    _, section = atari5_rows()
+    rows = table_at(section.splitlines(), "seed")
+    finals: dict[int, dict[str, float]] = {}
+    env_of = {}
+    for game in ATARI5_DIRS:
+        f = figures(
+            find_runs([RUNS / f"{game}-cpu-2core-pqn", RUNS / f"{game}-cpu-seeds"]),
+            within_s=3600.0,
+            reps=1000,
+        )
+        env_of[game] = f.game
+        for run, final in zip(f.runs, f.finals, strict=True):
+            finals.setdefault(run.seed, {})[f.game] = final
+    assert [int(r["seed"]) for r in rows] == sorted(finals)
+    columns = [h for h in rows[0] if h not in ("seed", "the five predict")]
+    assert len(columns) == len(ATARI5_DIRS)
+    for row in rows:
+        mine = finals[int(row["seed"])]
+        for header, game in zip(columns, ATARI5_DIRS, strict=True):
+            env_id = env_of[game]
+            if env_id not in mine:
+                assert row[header] == "–"
+                continue
+            said = re.fullmatch(r"(-?[\d,.]+) \((-?[\d.]+)\)", row[header])
+            assert said, (header, row[header])
+            assert number(said[1]) == pytest.approx(mine[env_id], abs=0.05)
+            assert float(said[2]) == pytest.approx(
+                human_normalised(env_id, mine[env_id]), abs=0.005
+            )
+        predicted = atari5_median(mine)
+        shown = row["the five predict"]
+        assert shown == ("–" if predicted is None else f"**{predicted:.2f}**")
+
+
 def atari5_printed() -> list[tuple[list[str], str]]:
     """Each `edgerl results` console block of the Atari-5 section: its arguments and the line
     it quotes (every console block there is one command and one line)."""
