@@ -123,6 +123,23 @@ def test_within_counts_only_the_evaluations_that_ended_inside_it_for_every_figur
         figures([late], target=450, within_s=100.0, reps=1000)
 
 
+def test_the_interval_is_the_same_whatever_numpys_global_generator_holds():
+    """rliable's stratified bootstrap draws from NumPy's global generator, not the random_state
+    it is given: the interval is seeded there for the call (what results.txt files quote must
+    print again to the digit), and the caller's generator is given back as it was."""
+    import numpy as np
+
+    runs = [seed_run(s, [10, 20 + 7 * s, 30 + 11 * s, 40 + 3 * s]) for s in range(6)]
+    intervals = []
+    for before in (1, 2):
+        np.random.seed(before)
+        state = np.random.get_state()
+        intervals.append(figures(runs, target=500, reps=2000).iqm.ci95)
+        after = np.random.get_state()
+        assert after[0] == state[0] and (after[1] == state[1]).all() and after[2:] == state[2:]
+    assert intervals[0] is not None and intervals[0] == intervals[1]
+
+
 def test_no_interval_from_fewer_than_five_runs_the_range_said_instead():
     """A percentile bootstrap of 3 runs' IQM is [min, max], of 4 the middle two's range: below
     5 runs `edgerl results` prints the range and says it is one; from 5 up rliable's interval."""
