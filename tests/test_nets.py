@@ -1,4 +1,5 @@
-"""The Nature CNN's channels-last path computes what its NCHW path computes."""
+"""The Nature CNN's channels-last path computes what its NCHW path computes, from the same
+bytes, copied the way it copies them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from edgerl.learners.nets import NatureCNN, nhwc_layer_norm
+from edgerl.learners.nets import NatureCNN, channels_last_copy, nhwc_layer_norm
+from edgerl.learners.shared import rows_of
 
 
 def perturbed(layer_norm: bool) -> NatureCNN:
@@ -75,3 +77,31 @@ def test_channels_last_under_bf16_autocast_matches_nchw() -> None:
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         q_nchw, q_nhwc = nchw(obs).float(), nhwc(obs).float()
     torch.testing.assert_close(q_nhwc, q_nchw, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_channels_last_copy_is_the_layout_change(dtype: torch.dtype) -> None:
+    """The plane-by-plane copy holds the same values in the channels-last layout torch's own
+    makes, from a plain tensor and from a strided view (a minibatch's rows of a rollout)."""
+    torch.manual_seed(0)
+    stacks = torch.randint(0, 256, (10, 4, 84, 84)).to(dtype)
+    for obs in (stacks, stacks[1::3], stacks[:, :, 2:, 3:]):
+        copied = channels_last_copy(obs)
+        assert copied.is_contiguous(memory_format=torch.channels_last)
+        assert copied.shape == obs.shape and copied.dtype == dtype
+        assert torch.equal(copied, obs.contiguous(memory_format=torch.channels_last))
+    already = stacks.contiguous(memory_format=torch.channels_last)
+    assert channels_last_copy(already) is already  # nothing copied where nothing need be
+
+
+def test_rows_of_are_the_indexed_rows() -> None:
+    """A minibatch by ``index_select`` is the same rows, order and repeats kept, of every
+    tensor: frames, actions, continuous actions."""
+    torch.manual_seed(0)
+    frames = torch.randint(0, 256, (12, 4, 6, 6), dtype=torch.uint8)
+    actions = torch.randint(0, 5, (12,))
+    numbers = torch.randn(12, 3)
+    rows = torch.tensor([7, 0, 11, 7, 3])
+    got = rows_of((frames, actions, numbers), rows)
+    for a, b in zip(got, (frames[rows], actions[rows], numbers[rows]), strict=True):
+        assert torch.equal(a, b)

@@ -4,6 +4,7 @@ one does."""
 
 from __future__ import annotations
 
+import copy
 import io
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.envs import EnvSpec
 from edgerl.learners.nets import MLP
-from edgerl.learners.pqn import KIND, PQN, minibatch_shape
+from edgerl.learners.pqn import KIND, PQN, make_radam, minibatch_shape
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
@@ -62,6 +63,29 @@ def test_the_rollout_keeps_whole_steps_and_starts_the_next_from_the_newest():
     assert not buffer.full and buffer.obs[0, 0, 0].item() == 4 and not buffer.finals
     with pytest.raises(ValueError, match="every environment"):
         buffer.add_first(np.zeros((2, 4), np.float32), envs=np.array([0, 1]))
+
+
+def test_the_cpu_radam_steps_every_tensor_at_once_and_learns_as_the_plain_one():
+    """PQN's RAdam is the multi-tensor step (torch would pick it by itself only on a GPU); it
+    moves the weights as the one-tensor-at-a-time step does, up to rounding."""
+    torch.manual_seed(0)
+    net = MLP(4, 2, (16,), layer_norm=True)
+    plain_net, start = copy.deepcopy(net), copy.deepcopy(net)
+    optimizer, captured = make_radam(net, 1e-3, 1e-5, capturable=False)
+    assert optimizer.param_groups[0]["foreach"] is True and not captured
+    plain = torch.optim.RAdam(plain_net.parameters(), lr=1e-3, eps=1e-5, foreach=False)
+    x = torch.randn(32, 4)
+    for _ in range(10):
+        for model, opt in ((net, optimizer), (plain_net, plain)):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    for a, b in zip(net.parameters(), plain_net.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    moved = [
+        not torch.equal(a, b) for a, b in zip(net.parameters(), start.parameters(), strict=True)
+    ]
+    assert all(moved)
 
 
 def test_a_rollout_is_one_learning_step_that_moves_the_weights():

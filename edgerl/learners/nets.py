@@ -41,6 +41,25 @@ def nhwc_layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return y.permute(0, 3, 1, 2)
 
 
+def channels_last_copy(obs: torch.Tensor) -> torch.Tensor:
+    """``obs`` (N, C, H, W) as a channels-last tensor: itself where it already is one, else a
+    copy, made on a CPU one channel plane at a time.
+
+    For the uint8 frame stack (C = 4) the planes are 2.4x faster than ``obs.contiguous(
+    memory_format=torch.channels_last)`` on a 2-core Xeon (0.79 ms against 1.86 for 128 Pong
+    stacks): that copy moves one byte at a time, each plane copy runs along a contiguous source
+    (docs/performance.md, "Gathering and reordering frames"). The values are the same bytes."""
+    if obs.is_contiguous(memory_format=torch.channels_last):
+        return obs
+    if obs.device.type != "cpu":
+        return obs.contiguous(memory_format=torch.channels_last)
+    n, c, h, w = obs.shape
+    out = torch.empty((n, h, w, c), dtype=obs.dtype, device=obs.device)
+    for i in range(c):
+        out[..., i] = obs[:, i]
+    return out.permute(0, 3, 1, 2)
+
+
 class NatureCNN(nn.Module):
     """Mnih et al. (2015): three convolutions and two dense layers.
 
@@ -99,12 +118,12 @@ class NatureCNN(nn.Module):
         Two things the plain path does cost about a fifth of a CPU update at batch 128
         (docs/performance.md, "Layout copies"): scaling the frames before making them NHWC
         (three passes over the float stack: convert, divide, copy; here the bytes are reordered
-        first, then converted and divided in place), and LayerNorm, which takes an NHWC picture
-        to NCHW and back, forward and backward. Each sample's (C, H, W) block is contiguous in
-        either layout, so the same normalisation over (H, W, C) of a permuted view, its weights
-        permuted alike, needs no copy.
+        first, one plane at a time, then converted and divided in place), and LayerNorm, which
+        takes an NHWC picture to NCHW and back, forward and backward. Each sample's (C, H, W)
+        block is contiguous in either layout, so the same normalisation over (H, W, C) of a
+        permuted view, its weights permuted alike, needs no copy.
         """
-        x = obs.contiguous(memory_format=torch.channels_last).to(self.input_dtype, copy=True)
+        x = channels_last_copy(obs).to(self.input_dtype, copy=True)
         x = x.div_(255.0)  # a copy of the caller's tensor: obs itself is never written
         for layer in self.features:
             # Each LayerNorm here is over a picture's (C, H, W).

@@ -63,6 +63,7 @@ from edgerl.learners.shared import (
     anneal_lr,
     loadable_optimizer_state,
     rollouts_owed,
+    rows_of,
 )
 from edgerl.memories import Memory
 from edgerl.memories.rollout import RolloutBuffer
@@ -323,7 +324,7 @@ class PPO:
             order = torch.randperm(total, generator=self.generator).to(self.device)
             for i in range(count):
                 rows = order[i * size : (i + 1) * size]
-                loss, approx_kl, clip_fraction = self.update_step(tuple(x[rows] for x in batch))
+                loss, approx_kl, clip_fraction = self.update_step(rows_of(batch, rows))
                 self.losses.add(loss)
                 clipped += clip_fraction
                 self.updates += 1

