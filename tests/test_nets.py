@@ -82,7 +82,7 @@ def test_channels_last_under_bf16_autocast_matches_nchw() -> None:
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 def test_channels_last_copy_is_the_layout_change(dtype: torch.dtype) -> None:
     """The plane-by-plane copy holds the same values in the channels-last layout torch's own
-    makes, from a plain tensor and from a strided view (a minibatch's rows of a rollout)."""
+    makes, from a plain tensor and from strided views (slices)."""
     torch.manual_seed(0)
     stacks = torch.randint(0, 256, (10, 4, 84, 84)).to(dtype)
     for obs in (stacks, stacks[1::3], stacks[:, :, 2:, 3:]):

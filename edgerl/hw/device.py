@@ -6,7 +6,8 @@
   :func:`resolve_amp`) and CUDA graphs (``perf.cuda_graphs``; not with the fp16 grad scaler, which
   syncs with the CPU every step).
 * CPU: full precision; PyTorch's thread count (``perf.threads``; 0 picks it from the CPUs the
-  machine's load leaves free, see :func:`resolve_threads`).
+  machine's load leaves free, see :func:`resolve_threads`); glibc's allocator keeping freed
+  memory for the next update (:mod:`edgerl.hw.allocator`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from edgerl.config import Config
 from edgerl.errors import ConfigError, DeviceError
+from edgerl.hw.allocator import keep_freed_memory
 from edgerl.hw.cpus import CpuLoad, cpu_load, usable_cpus
 from edgerl.hw.platform import cpu_bf16_flags
 from edgerl.hw.versions import check_torch
@@ -204,8 +206,10 @@ def learner_threads(cfg: Config) -> int:
 
 def configure_for_training(device: torch.device, cfg: Config) -> int:
     """:func:`configure_backends` with what training uses (:func:`learner_threads`,
-    ``perf.deterministic``): the trainer, ``edgerl bench`` and ``edgerl doctor`` all call this,
-    so that what they measure runs with the thread count training would use."""
+    ``perf.deterministic``), and freed memory kept for the next update
+    (:func:`~edgerl.hw.allocator.keep_freed_memory`): the trainer, ``edgerl bench`` and
+    ``edgerl doctor`` all call this, so that what they measure runs as training would."""
+    keep_freed_memory()
     return configure_backends(device, learner_threads(cfg), deterministic=cfg.perf.deterministic)
 
 

@@ -73,8 +73,8 @@ def make_radam(
     tensor (which :func:`edgerl.learners.shared.anneal_lr` fills in place); a torch build whose
     RAdam cannot (older JetPack builds) keeps the eager update. Either way it is the multi-tensor
     (``foreach``) step, which torch picks by itself only on a GPU: on a 2-core Xeon the
-    one-tensor-at-a-time step took 7.0 ms of a 45 ms Pong update, this one 4.4 ms (the same
-    arithmetic; parameters 3e-6 of their size apart after ten updates).
+    one-tensor-at-a-time step took 7.0 ms of a Pong update, this one 4.4 ms (the same formula,
+    computed in another order: parameters 3e-6 of their size apart after ten updates).
     """
     params = list(net.parameters())
     if capturable:
