@@ -120,8 +120,11 @@ def ratio_variants(recipe: Recipe) -> list[Recipe]:
 
 # How figures are measured, in the key: 2 since the measuring process judges its thread count by
 # the CPUs as it begins; 1's judged it by the load average, which right after a run took one
-# thread where training would take two, so its figures are measured again.
-MEASURING = 2
+# thread where training would take two, so its figures are measured again. 3 since a CPU's
+# update gathers by index_select, steps RAdam per list of tensors and keeps freed memory
+# (docs/performance.md, "Gathering and reordering frames, and page faults"): 2's figures are
+# those of slower code.
+MEASURING = 3
 
 
 def machine_key() -> dict[str, Any]:
