@@ -5,15 +5,20 @@ stacks is 14 MB as floats, and each layer's activations and gradients come on to
 malloc serves a block above its mmap threshold (128 KiB at first, raised as such blocks are
 freed, up to 32 MiB) as a fresh mapping from the kernel, and gives the top of its heap back
 once more than its trim threshold (twice the mmap threshold) lies free there. The next update's
-tensors then fault their pages in again, 4 KiB at a time. On a 2-core Xeon PQN's update at
-batch 128 made 4,400 to 13,000 minor page faults and took 50-56 ms; with the two thresholds
-fixed as below, 10-45 faults and 42-44 ms (one run each, docs/performance.md, "Page faults").
+tensors then fault their pages in again, 4 KiB at a time. On a 2-core Xeon, ``edgerl train
+--preset pong-cpu`` made 105,956 minor page faults a second, and 15 with the two thresholds
+fixed as below: 798 against 1,026 env steps/s (one run each; docs/performance.md,
+"Gathering and reordering frames, and page faults").
 
-:func:`keep_freed_memory` fixes them once per process with ``mallopt``: glibc only (musl and
-other C libraries have their own allocators, left alone), and neither where the environment
-already sets it (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``: glibc reads those at
-start). The cost: up to :data:`TRIM_THRESHOLD` bytes of freed memory stay with the process
-instead of going back to the system; the peak does not grow.
+:func:`keep_freed_memory` fixes them once per process with ``mallopt``, on every device (a
+GPU trainer's host side allocates frames and batches too): glibc only (musl and other C
+libraries have their own allocators, left alone; a 32-bit glibc refuses a 32 MiB threshold and
+keeps its own), and neither where the user already sets it (``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``'s ``glibc.malloc.*_threshold``: glibc reads
+those at start). The cost: freed memory stays with the process instead of going back to the
+system, up to :data:`TRIM_THRESHOLD` at the top of each of its heaps, and blocks below 32 MiB
+now come from the heap, where freed ones can leave holes; on a Jetson that memory is the GPU's
+too.
 """
 
 from __future__ import annotations
@@ -58,14 +63,16 @@ def keep_freed_memory() -> list[str]:
     libc = _glibc()
     if libc is None:
         return _done
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
     for option, value, env in (
         (M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
         (M_TRIM_THRESHOLD, TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"),
     ):
-        if env in os.environ:
+        tunable = "glibc.malloc." + env.lower().removeprefix("malloc_").rstrip("_")
+        if env in os.environ or tunable in tunables:
             continue  # the user's (glibc read it at start)
         if libc.mallopt(option, value) == 1:
-            _done.append(f"{env.lower().strip('_').removeprefix('malloc_')} {value >> 20} MiB")
+            _done.append(f"{env.lower().removeprefix('malloc_').rstrip('_')} {value >> 20} MiB")
     if _done:
         log.debug("glibc malloc: %s (freed memory kept for the next update)", ", ".join(_done))
     return _done

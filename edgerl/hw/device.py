@@ -6,8 +6,9 @@
   :func:`resolve_amp`) and CUDA graphs (``perf.cuda_graphs``; not with the fp16 grad scaler, which
   syncs with the CPU every step).
 * CPU: full precision; PyTorch's thread count (``perf.threads``; 0 picks it from the CPUs the
-  machine's load leaves free, see :func:`resolve_threads`); glibc's allocator keeping freed
-  memory for the next update (:mod:`edgerl.hw.allocator`).
+  machine's load leaves free, see :func:`resolve_threads`).
+* Either: glibc's allocator keeping freed memory for the next update
+  (:mod:`edgerl.hw.allocator`).
 """
 
 from __future__ import annotations
@@ -207,8 +208,9 @@ def learner_threads(cfg: Config) -> int:
 def configure_for_training(device: torch.device, cfg: Config) -> int:
     """:func:`configure_backends` with what training uses (:func:`learner_threads`,
     ``perf.deterministic``), and freed memory kept for the next update
-    (:func:`~edgerl.hw.allocator.keep_freed_memory`): the trainer, ``edgerl bench`` and
-    ``edgerl doctor`` all call this, so that what they measure runs as training would."""
+    (:func:`~edgerl.hw.allocator.keep_freed_memory`): the trainer, ``edgerl bench``, the
+    calibration and ``edgerl doctor`` all call this, so that what they measure runs as training
+    would."""
     keep_freed_memory()
     return configure_backends(device, learner_threads(cfg), deterministic=cfg.perf.deterministic)
 
