@@ -68,11 +68,11 @@ def keep_freed_memory() -> list[str]:
         (M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
         (M_TRIM_THRESHOLD, TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"),
     ):
-        tunable = "glibc.malloc." + env.lower().removeprefix("malloc_").rstrip("_")
-        if env in os.environ or tunable in tunables:
+        name = env.lower().removeprefix("malloc_").rstrip("_")  # mmap_threshold, trim_...
+        if env in os.environ or f"glibc.malloc.{name}" in tunables:
             continue  # the user's (glibc read it at start)
         if libc.mallopt(option, value) == 1:
-            _done.append(f"{env.lower().removeprefix('malloc_').rstrip('_')} {value >> 20} MiB")
+            _done.append(f"{name} {value >> 20} MiB")
     if _done:
         log.debug("glibc malloc: %s (freed memory kept for the next update)", ", ".join(_done))
     return _done
