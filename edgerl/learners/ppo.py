@@ -46,6 +46,7 @@ from torch import nn
 from edgerl.config import AgentConfig, Config, PerfConfig, PPOConfig
 from edgerl.envs import EnvSpec
 from edgerl.files.checkpoint import POLICY_KEY
+from edgerl.learners.dqn import make_adam
 from edgerl.learners.gaussian import (
     GaussianPolicy,
     GaussianPolicyAndValue,
@@ -240,7 +241,7 @@ class PPO:
             self.acting = PolicyAndValue(self.q, self.value_head)
             self._policy = Sampling(self.acting, num_actions_of(net))
         self.terms = gaussian_terms if self.gaussian else categorical_terms
-        self.optimizer = torch.optim.Adam(self.acting.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = make_adam(self.acting, cfg.lr, eps=cfg.adam_eps)  # fused where it can
         self.losses = LossMeter(device)
         self.per_launch = 1
         self.cuda_graphs = False  # the update stays eager (the actor may still capture its own)

@@ -123,8 +123,9 @@ def ratio_variants(recipe: Recipe) -> list[Recipe]:
 # thread where training would take two, so its figures are measured again. 3 since a CPU's
 # update gathers by index_select, steps RAdam per list of tensors and keeps freed memory
 # (docs/performance.md, "Gathering and reordering frames, and page faults"): 2's figures are
-# those of slower code.
-MEASURING = 3
+# those of slower code. 4 since RAdam's rectified CPU steps are one fused pass
+# (docs/performance.md, "One pass for RAdam's step").
+MEASURING = 4
 
 
 def machine_key() -> dict[str, Any]:
