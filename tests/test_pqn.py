@@ -15,6 +15,7 @@ from edgerl.config import AgentConfig, Config, PerfConfig, PQNConfig
 from edgerl.envs import EnvSpec
 from edgerl.learners.nets import MLP
 from edgerl.learners.pqn import KIND, PQN, make_radam, minibatch_shape
+from edgerl.learners.radam import FusedRAdam
 from edgerl.memories.rollout import RolloutBuffer, lambda_returns
 
 VEC = EnvSpec("CartPole-v1", "vector", (4,), "float32", 2, ("l", "r"))
@@ -66,13 +67,15 @@ def test_the_rollout_keeps_whole_steps_and_starts_the_next_from_the_newest():
 
 
 def test_the_cpu_radam_steps_every_tensor_at_once_and_learns_as_the_plain_one():
-    """PQN's RAdam is the multi-tensor step (torch would pick it by itself only on a GPU); it
-    moves the weights as the one-tensor-at-a-time step does, up to rounding."""
+    """PQN's RAdam on a CPU is FusedRAdam: multi-tensor steps (torch would pick them by itself
+    only on a GPU), then fused ones; it moves the weights as the one-tensor-at-a-time step does,
+    up to rounding."""
     torch.manual_seed(0)
     net = MLP(4, 2, (16,), layer_norm=True)
     plain_net, start = copy.deepcopy(net), copy.deepcopy(net)
     optimizer, captured = make_radam(net, 1e-3, 1e-5, capturable=False)
     assert optimizer.param_groups[0]["foreach"] is True and not captured
+    assert isinstance(optimizer, FusedRAdam)
     plain = torch.optim.RAdam(plain_net.parameters(), lr=1e-3, eps=1e-5, foreach=False)
     x = torch.randn(32, 4)
     for _ in range(10):

@@ -132,8 +132,8 @@ class NatureCNN(nn.Module):
             x = nhwc_layer_norm(layer, x) if isinstance(layer, nn.LayerNorm) else layer(x)
         # Flatten takes the picture to NCHW order (the dense layer's weights are in it), and
         # its gradient comes back so: the last ReLU runs after that copy, not before, or its
-        # backward pass meets a gradient in one layout and its output in the other (1.1 ms
-        # against 0.2 of a Pong update on a 2-core Xeon).
+        # backward pass meets a gradient in one layout and its output in the other (1.1 ms of a
+        # Pong update on a 2-core Xeon, 0.14 after the copy; the update 37.8 ms against 38.6).
         return flatten(relu(x.contiguous()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -72,12 +72,13 @@ def make_radam(
 
     Captured, the optimizer must keep its step count on the GPU and read its learning rate from a
     tensor (which :func:`edgerl.learners.shared.anneal_lr` fills in place); a torch build whose
-    RAdam cannot (older JetPack builds) keeps the eager update. Either way it is the multi-tensor
-    (``foreach``) step, which torch picks by itself only on a GPU: on a 2-core Xeon the
-    one-tensor-at-a-time step took 7.0 ms of a Pong update, this one 4.4 ms (the same formula,
-    computed in another order: parameters 3e-6 of their size apart after ten updates). Not
-    captured, it is :class:`~edgerl.learners.radam.FusedRAdam`, whose steps on a CPU are one
-    fused pass (0.84 ms against the multi-tensor step's 2.93 there).
+    RAdam cannot (older JetPack builds) keeps the eager update. Captured, it is the multi-tensor
+    (``foreach``) step; not, :class:`~edgerl.learners.radam.FusedRAdam`, whose rectified steps on
+    a CPU are one fused pass and whose others are that multi-tensor step (torch picks it by
+    itself only on a GPU). On a 2-core Xeon a Pong update's RAdam step took 7.0 ms one tensor at
+    a time, 4.4 ms multi-tensor (in the update, profiled); alone, the multi-tensor step took 2.93
+    ms and the fused one 0.84 (docs/performance.md, "One pass for RAdam's step"). Each is the same
+    formula computed in another order.
     """
     params = list(net.parameters())
     if capturable:

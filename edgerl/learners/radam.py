@@ -10,11 +10,11 @@ its step is Adam's with two numbers changed:
 with Adam's learning rate ``lr * rect`` and its epsilon ``eps / sqrt(bc2)``, scalars known before
 the step. Torch's fused Adam makes the whole step in one pass over the parameters, moments and
 gradients; its multi-tensor RAdam makes about eight. On a 2-core Xeon the step for Pong's Nature
-CNN took 0.89 ms against 2.94, and PQN's update 42.6 ms against 45.1 (docs/performance.md, "One
+CNN took 0.84 ms against 2.93, and PQN's update 41.8 ms against 44.5 (docs/performance.md, "One
 pass for RAdam's step"). The values are the same formula computed in another order; the state
 (``step``, ``exp_avg``, ``exp_avg_sq``) is torch's RAdam's, so checkpoints of either load in the
-other. The first steps, and any setting the fused kernel does not compute (weight decay, maximize,
-a GPU, a torch without the CPU kernel), take torch's own RAdam step.
+other. The first steps, and what is left to torch (weight decay, maximize, a GPU, parameters whose
+layouts or step counts differ, a torch without the CPU kernel), take torch's own RAdam step.
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ class FusedRAdam(torch.optim.RAdam):
     def _fused_plan(self, group: dict) -> tuple[list[list[torch.Tensor]], dict] | None:
         """The fused kernel's tensors and scalars for ``group``'s next step, or None where torch's
         RAdam step must make it: a setting the kernel does not compute, a tensor that is not a
-        dense CPU float32 one, a first step (no state yet), steps not yet rectified."""
+        dense CPU float32 one, tensors of one parameter in different layouts (the kernel walks
+        their memory in step), a first step (no state yet), steps not yet rectified, parameters
+        whose step counts differ (one that got no gradient in some step keeps every later step
+        with torch: slower, not wrong)."""
         if not self.fused_on_cpu or group["weight_decay"] != 0 or group.get("maximize"):
             return None
         if group.get("differentiable") or group.get("capturable"):
@@ -92,6 +95,10 @@ class FusedRAdam(torch.optim.RAdam):
             if not state or p.grad.is_sparse or p.device.type != "cpu":
                 return None
             if p.dtype != torch.float32 or p.grad.dtype != torch.float32:
+                return None
+            if not p.stride() == p.grad.stride() == state["exp_avg"].stride():
+                return None
+            if state["exp_avg_sq"].stride() != p.stride():
                 return None
             params.append(p)
             grads.append(p.grad)
