@@ -76,11 +76,12 @@ class FusedRAdam(torch.optim.RAdam):
 
     def _fused_plan(self, group: dict) -> tuple[list[list[torch.Tensor]], dict] | None:
         """The fused kernel's tensors and scalars for ``group``'s next step, or None where torch's
-        RAdam step must make it: a setting the kernel does not compute, a tensor that is not a
-        dense CPU float32 one, tensors of one parameter in different layouts (the kernel walks
-        their memory in step), a first step (no state yet), steps not yet rectified, parameters
-        whose step counts differ (one that got no gradient in some step keeps every later step
-        with torch: slower, not wrong)."""
+        RAdam step must make it: a setting left to torch (weight decay, maximize, capturable,
+        differentiable, a tensor learning rate), a tensor that is not a dense CPU float32 one,
+        tensors of one parameter in different layouts (the kernel walks their memory in step),
+        a first step (no state yet), steps not yet rectified, parameters whose step counts
+        differ (one that got no gradient in some step keeps every later step with torch:
+        slower, not wrong)."""
         if not self.fused_on_cpu or group["weight_decay"] != 0 or group.get("maximize"):
             return None
         if group.get("differentiable") or group.get("capturable"):
