@@ -97,9 +97,8 @@ class FusedRAdam(torch.optim.RAdam):
                 return None
             if p.dtype != torch.float32 or p.grad.dtype != torch.float32:
                 return None
-            if not p.stride() == p.grad.stride() == state["exp_avg"].stride():
-                return None
-            if state["exp_avg_sq"].stride() != p.stride():
+            layouts = {t.stride() for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])}
+            if len(layouts) != 1:
                 return None
             params.append(p)
             grads.append(p.grad)
