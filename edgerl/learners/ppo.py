@@ -241,8 +241,8 @@ class PPO:
             self._policy = Sampling(self.acting, num_actions_of(net))
         self.terms = gaussian_terms if self.gaussian else categorical_terms
         # torch's Adam, as PPO's runs on record trained: with the fused kernel (make_adam) the
-        # CartPole test's run played 394.9 on a 2-core AMD EPYC, against 450 asked, and passes
-        # with this one (tests/test_ppo.py); the fused step is another rounding of the same sums.
+        # CartPole test's run played 394.9 on a 2-core AMD EPYC against the 450 asked, and with
+        # this one it passes (tests/test_ppo.py): the fused step rounds the same sums otherwise.
         self.optimizer = torch.optim.Adam(self.acting.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.losses = LossMeter(device)
         self.per_launch = 1
