@@ -1,6 +1,10 @@
-"""Helpers shared by test modules: small real configs, batches and frames."""
+"""Helpers shared by test modules: small real configs, batches and frames, a fresh Python
+process's output."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -62,3 +66,16 @@ def meta_for(step: int) -> FrameMeta:
         action=step % 6,
         q_values=tuple(float(i + step) for i in range(6)),
     )
+
+
+def fresh_python_lines(code: str, *args: str, env: dict[str, str]) -> list[str]:
+    """The stdout lines of ``code`` run by a fresh Python with ``args`` and exactly ``env``
+    (a failure raises, with its stderr)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout.splitlines()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
-import sys
 
 import pytest
 
 from edgerl.hw.allocator import _glibc
+
+from .helpers import fresh_python_lines
 
 pytestmark = [
     pytest.mark.skipif(_glibc() is None, reason="glibc's allocator only"),
@@ -51,14 +51,7 @@ def probe(mode: str, **env: str) -> tuple[list[str], list[int]]:
     clean = {
         k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
     }
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout.splitlines()
+    out = fresh_python_lines(PROBE, mode, env={**clean, **env})
     return ast.literal_eval(out[0]), ast.literal_eval(out[1])
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
-import sys
 
 import pytest
 
 from edgerl.hw.cpus import usable_cpus
 from edgerl.hw.openmp import SPIN_COUNT
+
+from .helpers import fresh_python_lines
 
 # Twenty parallel regions (an in-place add over 4M floats, two threads), each followed by 50 ms
 # of sleep: the CPU time of the sleeps is what the idle worker spent spinning. CPU time, not wall
@@ -44,15 +44,7 @@ def probe(first: str, **env: str) -> tuple[str | None, bool, float]:
     """(GOMP_SPINCOUNT as the process ends, whether libgomp is loaded, CPU seconds spent
     while sleeping) of a fresh process importing ``first`` before the other."""
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, first],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    return ast.literal_eval(fresh_python_lines(PROBE, first, env={**clean, **env})[-1])
 
 
 def test_importing_edgerl_first_makes_the_idle_threads_spin_briefly() -> None:
